@@ -1,0 +1,37 @@
+"""The closed error taxonomy of aotspec.
+
+Every error a user can see names the spec rule it enforces and says what to do about it.
+
+- `UnsupportedError`: the program is outside the specification (an op not in the op table, a
+  resize pattern the spec rejects). Raised before any caller tensor is touched.
+- `SpecViolation`: the program broke a rule at run time (for example it read bytes beyond a
+  storage's size, which eager PyTorch on CPU answers with a segfault). Caller tensors are left as
+  they were.
+- `InternalError`: a state that cannot happen for a valid program; a bug in aotspec.
+"""
+
+from __future__ import annotations
+
+
+def _format(problem: str, rule: str, fix: str) -> str:
+    return f"{problem} [rule {rule}]. {fix}"
+
+
+class UnsupportedError(RuntimeError):
+    """The program is outside the specification; nothing was run and no input was touched."""
+
+    def __init__(self, problem: str, *, rule: str, fix: str):
+        super().__init__(_format(problem, rule, fix))
+        self.rule = rule
+
+
+class SpecViolation(RuntimeError):
+    """The program broke a rule of the specification while it ran."""
+
+    def __init__(self, problem: str, *, rule: str, fix: str):
+        super().__init__(_format(problem, rule, fix))
+        self.rule = rule
+
+
+class InternalError(AssertionError):
+    """A state no valid program reaches: please report it with the program that caused it."""

@@ -1,0 +1,113 @@
+"""The boundary between the caller's torch tensors and the reference's storage model.
+
+`r[boundary.import]`: each distinct torch storage among the arguments becomes one reference Storage
+holding a copy of its bytes (zero-byte storages included), and each distinct tensor object one
+Tensor cell, so aliasing between arguments (shared storages, the same object twice) is kept.
+`r[boundary.export]`: after a successful run the final state goes back to the caller: every input
+storage takes the new bytes and size, every input rebound by `set_` is rebound to the matching
+torch storage, and outputs are torch tensors on the storages their reference tensors read
+(an output that is an input is the caller's very object). A failed run exports nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from attrs import define, field
+
+from .storage import Layout, Storage, Tensor
+
+
+def bytes_of(st: torch.UntypedStorage) -> np.ndarray:
+    """A copy of a torch storage's bytes."""
+    return torch.empty(0, dtype=torch.uint8).set_(st).numpy().copy()
+
+
+def storage_from_torch(st: torch.UntypedStorage) -> Storage:
+    return Storage(bytes_of(st))
+
+
+def write_bytes(st: torch.UntypedStorage, s: Storage) -> None:
+    """Make torch storage `st` hold exactly `s`'s bytes, resizing it if needed."""
+    if st.nbytes() != s.nbytes:
+        st.resize_(s.nbytes)
+    if s.nbytes:
+        torch.empty(0, dtype=torch.uint8).set_(st).copy_(torch.from_numpy(s.buffer))
+
+
+def new_torch_storage(s: Storage) -> torch.UntypedStorage:
+    # torch.empty, not torch.from_numpy: the storage must stay resizable like any eager one.
+    st = torch.empty(s.nbytes, dtype=torch.uint8).untyped_storage()
+    write_bytes(st, s)
+    return st
+
+
+def set_within(t: torch.Tensor, st: torch.UntypedStorage, layout: Layout) -> torch.Tensor:
+    """`t.set_(st, ...)` with `layout`, even when `st` is too small for it (a zero storage)."""
+    size = st.nbytes()
+    needed = layout.extent_bytes()
+    # set_ checks bounds, so a too-small storage is grown for the call and shrunk back after.
+    if size < needed:
+        st.resize_(needed)
+    t.set_(st, layout.offset, layout.sizes, layout.strides)
+    if size < needed:
+        st.resize_(size)
+    return t
+
+
+def tensor_on(st: torch.UntypedStorage, layout: Layout) -> torch.Tensor:
+    return set_within(torch.empty(0, dtype=layout.dtype), st, layout)
+
+
+@define
+class Boundary:
+    #: torch storage key -> (torch storage, reference storage), for the caller's storages.
+    _storages: dict[int, tuple[torch.UntypedStorage, Storage]] = field(factory=dict)
+    #: id(reference storage) -> torch storage, for every storage known on both sides.
+    _torch_of: dict[int, torch.UntypedStorage] = field(factory=dict)
+    #: id(torch tensor) -> (torch tensor, reference tensor, its storage and layout at import).
+    _inputs: dict[int, tuple[torch.Tensor, Tensor, Storage, Layout]] = field(factory=dict)
+    #: id(reference tensor) -> the caller's torch tensor it stands for.
+    _caller_of: dict[int, torch.Tensor] = field(factory=dict)
+
+    def import_tensor(self, t: torch.Tensor, name: str = "") -> Tensor:
+        if id(t) in self._inputs:
+            return self._inputs[id(t)][1]
+        st = t.untyped_storage()
+        key = st._cdata
+        if key not in self._storages:
+            s = storage_from_torch(st)
+            self._storages[key] = (st, s)
+            self._torch_of[id(s)] = st
+        s = self._storages[key][1]
+        layout = Layout.of(t)
+        cell = Tensor(s, layout, name=name)
+        self._inputs[id(t)] = (t, cell, s, layout)
+        self._caller_of[id(cell)] = t
+        return cell
+
+    def torch_storage(self, s: Storage) -> torch.UntypedStorage:
+        if id(s) not in self._torch_of:
+            self._torch_of[id(s)] = new_torch_storage(s)
+        return self._torch_of[id(s)]
+
+    def apply_to_caller(self) -> None:
+        """Write the final bytes, sizes and bindings back into the caller's tensors."""
+        for st, s in self._storages.values():
+            write_bytes(st, s)
+        for t, cell, storage, layout in self._inputs.values():
+            if cell.storage is storage and cell.layout == layout:
+                continue
+            with torch.no_grad():
+                # r[aliasing.set.rebinds]: the caller's object moves, its old aliases stay put.
+                set_within(t, self.torch_storage(cell.storage), cell.layout)
+
+    def export(self, value):
+        """A torch value for a reference output (tensors recursively; other values as they are)."""
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.export(v) for v in value)
+        if not isinstance(value, Tensor):
+            return value
+        if id(value) in self._caller_of:
+            return self._caller_of[id(value)]
+        return tensor_on(self.torch_storage(value.storage), value.layout)

@@ -1,0 +1,140 @@
+"""Capture: a user's function and example inputs become an aten-level torch.fx graph.
+
+`r[capture.aten-graph]`: the graph is what `make_fx` records on fake tensors, with composite ops
+decomposed by PyTorch's own decomposition tables (the list below) and every mutation kept
+(`add_`, `copy_`, `set_.source_Tensor`, `inductor.resize_storage_bytes_`).
+`r[capture.no-side-effects]`: tracing runs on fake tensors, so the caller's tensors are never
+written, resized or rebound by capture.
+`r[capture.flat-inputs]`: arguments are flattened with pytree; tensor leaves become placeholders
+in order, other leaves are baked into the program as constants.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from operator import getitem
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from attrs import frozen
+from torch._decomp import get_decompositions
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from . import effects, ops  # noqa: F401  (importing them fills the op table)
+from .optable import OpEntry, lookup
+
+aten = torch.ops.aten
+
+# Composite ops that reach make_fx's dispatch and decompose into ops of the table.
+DECOMPOSED = [
+    aten.native_layer_norm,
+    aten._softmax,
+    aten._log_softmax,
+    aten.gelu,
+    aten.silu,
+    aten.stack,
+    aten.addcmul,
+    aten.addcdiv,
+    aten.lerp,
+    aten.hardtanh,
+    aten.leaky_relu,
+    aten.softplus,
+    aten.mv,
+    aten.dot,
+    aten.square,
+    aten.rsub,
+    aten.masked_fill,
+    aten.log_sigmoid_forward,
+]
+DECOMPOSITIONS = get_decompositions(DECOMPOSED)
+
+
+@frozen
+class Program:
+    """A captured program: the graph plus how to get from user arguments to it and back."""
+
+    graph_module: torch.fx.GraphModule
+    #: pytree spec of (args, kwargs) as the user passed them.
+    in_spec: pytree.TreeSpec
+    #: For each flat leaf of (args, kwargs): None if it is a tensor placeholder, else the constant.
+    in_leaves: tuple[Any, ...]
+    #: pytree spec of the user's return value.
+    out_spec: pytree.TreeSpec
+    #: For each flat leaf of the return value: None if a graph output, else the constant.
+    out_leaves: tuple[Any, ...]
+    #: Op table entry of every call_function node, looked up once at capture.
+    entries: dict[torch.fx.Node, OpEntry]
+    name: str
+
+    @property
+    def graph(self) -> torch.fx.Graph:
+        return self.graph_module.graph
+
+    def tensor_inputs(self, args, kwargs) -> list[torch.Tensor]:
+        leaves, _ = pytree.tree_flatten((tuple(args), dict(kwargs)))
+        return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+
+    def unflatten_outputs(self, graph_outputs: list) -> Any:
+        it = iter(graph_outputs)
+        leaves = [next(it) if leaf is None else leaf for leaf in self.out_leaves]
+        return pytree.tree_unflatten(leaves, self.out_spec)
+
+
+def _is_tensor(leaf) -> bool:
+    return isinstance(leaf, torch.Tensor)
+
+
+def capture(fn: Callable, args, kwargs=None) -> Program:
+    """Trace `fn(*args, **kwargs)` to an aten graph without touching the caller's tensors."""
+    kwargs = {} if kwargs is None else kwargs
+    leaves, in_spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    in_leaves = tuple(None if _is_tensor(leaf) else leaf for leaf in leaves)
+    tensors = [leaf for leaf in leaves if _is_tensor(leaf)]
+    traced_outputs: dict[str, Any] = {}
+
+    def flat_fn(*flat_tensors):
+        it = iter(flat_tensors)
+        rebuilt = [next(it) if leaf is None else leaf for leaf in in_leaves]
+        call_args, call_kwargs = pytree.tree_unflatten(rebuilt, in_spec)
+        result = fn(*call_args, **call_kwargs)
+        out, out_spec = pytree.tree_flatten(result)
+        traced_outputs["spec"] = out_spec
+        traced_outputs["leaves"] = tuple(None if _is_tensor(leaf) else leaf for leaf in out)
+        return [leaf for leaf in out if _is_tensor(leaf)]
+
+    # make_fx keeps stack traces only for frames of registered functions: register the user's.
+    torch.fx.proxy._register_stack_trace_anchor(fn)
+    graph_module = make_fx(
+        flat_fn,
+        decomposition_table=DECOMPOSITIONS,
+        tracing_mode="fake",
+        record_stack_traces=True,
+    )(*tensors)
+    entries = {
+        node: lookup(node.target, where=_source_line(node))
+        for node in graph_module.graph.nodes
+        if node.op == "call_function" and node.target is not getitem
+    }
+    return Program(
+        graph_module=graph_module,
+        in_spec=in_spec,
+        in_leaves=in_leaves,
+        out_spec=traced_outputs["spec"],
+        out_leaves=traced_outputs["leaves"],
+        entries=entries,
+        name=getattr(fn, "__qualname__", repr(fn)),
+    )
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>.*)')
+
+
+def _source_line(node: torch.fx.Node) -> str:
+    """`called from file.py:12 in f: y = x.cumsum(0)`, or the node's name if no trace was kept."""
+    frames = list(_FRAME.finditer(node.stack_trace or ""))
+    if not frames:
+        return f"graph node {node.name}"
+    frame = frames[-1]
+    return f"called from {frame['file']}:{frame['line']} in {frame['func']}: {frame['code'].strip()}"

@@ -1,0 +1,185 @@
+"""The reference eager interpreter: runs a captured mutable graph with eager PyTorch semantics.
+
+An environment loop in the style of `torch.fx.Interpreter.boxed_run` and JAX's `eval_jaxpr`:
+each node reads its arguments from the environment, runs its op table entry, writes its value,
+and every value is dropped right after its last use (`r[memory.eager.last-use]`), so the ledger
+sees exactly when each storage dies.
+
+Conventions: `node` is an fx Node, `env` maps nodes to values (Tensor cells, tuples of them, or
+Python constants), `entry` is an OpEntry.
+"""
+
+from __future__ import annotations
+
+from operator import getitem
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from attrs import frozen
+
+from aotspec.errors import InternalError
+
+from .boundary import Boundary, storage_from_torch
+from .capture import Program, capture
+from .ledger import Ledger
+from .optable import OpEntry, OpKind
+from .storage import REDUCED_FLOATS, Layout, Storage, Tensor
+
+
+@frozen
+class EagerRun:
+    """What one eager run returns: the user's outputs (torch) and the ledger of the run."""
+
+    outputs: Any
+    ledger: Ledger
+    program: Program
+
+
+def run(fn, *args, **kwargs) -> EagerRun:
+    """Capture `fn` on these arguments and run it on the reference, like eager PyTorch would."""
+    return execute(capture(fn, args, kwargs), args, kwargs)
+
+
+def execute(program: Program, args, kwargs) -> EagerRun:
+    boundary = Boundary()
+    inputs = [
+        boundary.import_tensor(t, name=node.name)
+        for t, node in zip(program.tensor_inputs(args, kwargs), _placeholders(program), strict=True)
+    ]
+    ledger = Ledger()
+    for cell in inputs:
+        ledger.hold(cell)  # the caller holds its arguments for the whole call
+    with np.errstate(all="ignore"):  # inf and nan are values here, as in PyTorch
+        outputs = interpret(program, inputs, ledger)
+    boundary.apply_to_caller()
+    torch_outputs = [boundary.export(value) for value in outputs]
+    return EagerRun(program.unflatten_outputs(torch_outputs), ledger, program)
+
+
+def _placeholders(program: Program) -> list[torch.fx.Node]:
+    return [node for node in program.graph.nodes if node.op == "placeholder"]
+
+
+def last_uses(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[torch.fx.Node]]:
+    """For each node, the values whose last use it is (a value nobody uses dies where it is made)."""
+    nodes = list(graph.nodes)
+    dies_at: dict[torch.fx.Node, list[torch.fx.Node]] = {node: [] for node in nodes}
+    seen: set[torch.fx.Node] = set()
+    for node in reversed(nodes):
+        for used in node.all_input_nodes:
+            if used not in seen:
+                seen.add(used)
+                dies_at[node].append(used)
+        if node not in seen and node.op != "output":
+            seen.add(node)
+            dies_at[node].append(node)
+    return dies_at
+
+
+def interpret(program: Program, inputs: list[Tensor], ledger: Ledger) -> list:
+    """Run the graph on reference tensors; returns the graph outputs (held for the caller)."""
+    graph_module = program.graph_module
+    env: dict[torch.fx.Node, Any] = {}
+    dies_at = last_uses(program.graph)
+    placeholders = iter(inputs)
+    outputs: list = []
+    for node in program.graph.nodes:
+        ledger.begin_step(node.name)
+        if node.op == "placeholder":
+            env[node] = next(placeholders)
+        elif node.op == "get_attr":
+            env[node] = _constant(getattr(graph_module, node.target), node.name)
+        elif node.op == "call_function":
+            env[node] = _call(node, program.entries.get(node), env, ledger)
+        elif node.op == "output":
+            outputs = [env[value] for value in node.args[0]]
+            _each_tensor(outputs, ledger.hold)  # the caller holds what is returned
+        else:
+            raise InternalError(f"unexpected node kind {node.op} in a captured graph: {node.format_node()}")
+        if node.op != "output":
+            _each_tensor(env[node], ledger.hold)
+        for dead in dies_at[node]:
+            _each_tensor(env.pop(dead), ledger.release)
+        ledger.end_step()
+    return outputs
+
+
+def _each_tensor(value, action) -> None:
+    for leaf in pytree.tree_leaves(value):
+        if isinstance(leaf, Tensor):
+            action(leaf)
+
+
+def _constant(value: torch.Tensor, name: str) -> Tensor:
+    return Tensor(storage_from_torch(value.untyped_storage()), Layout.of(value), name=name)
+
+
+def _bind(schema: torch.FunctionSchema, args, kwargs) -> list:
+    """The op's arguments in schema order, defaults filled in."""
+    bound = []
+    for i, argument in enumerate(schema.arguments):
+        if i < len(args) and not argument.kwarg_only:
+            bound.append(args[i])
+        elif argument.name in kwargs:
+            bound.append(kwargs[argument.name])
+        elif argument.has_default_value():
+            bound.append(argument.default_value)
+        else:
+            bound.append(None)
+    return bound
+
+
+def _call(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
+    args = torch.fx.node.map_arg(node.args, env.__getitem__)
+    if node.target is getitem:
+        container, index = args
+        return container[index]
+    kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+    bound = _bind(node.target._schema, args, kwargs)
+    meta = node.meta.get("val")
+    try:
+        if entry.kind is OpKind.COMPUTE:
+            return _fresh(entry.rule(*pytree.tree_map(_read_for_compute, bound)), meta, node.name)
+        if entry.kind is OpKind.VIEW:
+            return _view(entry.rule(bound[0].layout, *bound[1:]), bound[0], meta, node.name)
+        if entry.kind is OpKind.INPLACE:
+            target = bound[0]
+            target.write(entry.rule(*pytree.tree_map(_read_for_compute, bound)))
+            return target
+        if entry.kind is OpKind.EFFECT:
+            return entry.rule(ledger, *bound)
+        if entry.kind is OpKind.OPAQUE:
+            return entry.rule(ledger, node.target, *bound)
+    except (InternalError, RuntimeError, IndexError, ValueError) as error:
+        error.add_note(f"while executing {node.format_node()}")
+        raise
+    raise InternalError(f"op table entry of unknown kind: {entry}")
+
+
+def _read_for_compute(value):
+    """Tensor arguments become arrays; reduced-precision floats widen to float32 (r[ops.opmath])."""
+    if not isinstance(value, Tensor):
+        return value
+    values = value.read()
+    return values.astype(np.float32) if value.dtype in REDUCED_FLOATS else values
+
+
+def _fresh(values, meta, name: str):
+    """r[ops.fresh-output]: new storages, laid out as the meta value says, holding `values`."""
+    if isinstance(meta, (tuple, list)):
+        return tuple(_fresh(v, m, f"{name}[{i}]") for i, (v, m) in enumerate(zip(values, meta, strict=True)))
+    out = Tensor(Storage.zeros(meta.untyped_storage().nbytes()), Layout.of(meta), name=name)
+    out.write(values)
+    return out
+
+
+def _view(layouts, base: Tensor, meta, name: str):
+    """r[aliasing.view.shares-storage]: the output reads the base's storage through a new layout."""
+    if isinstance(layouts, tuple):
+        return tuple(_view(layout, base, m, f"{name}[{i}]") for i, (layout, m) in enumerate(zip(layouts, meta, strict=True)))
+    if meta is not None and Layout.of(meta) != layouts:
+        raise InternalError(f"view rule of {name} gives {layouts}, PyTorch's meta kernel gives {Layout.of(meta)}")
+    return Tensor(base.storage, layouts, name=name)

@@ -1,0 +1,40 @@
+"""Ops that act on storages and tensor cells directly: copy_, set_, resize_storage_bytes_.
+
+Each rule gets the ledger and the interpreter's Tensor cells, in schema order.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .ledger import Ledger
+from .optable import effect
+from .storage import Tensor
+
+aten = torch.ops.aten
+
+
+@effect(aten.copy_.default, "writes input 0's bytes, returns it")
+def copy_(ledger: Ledger, dst: Tensor, src: Tensor, non_blocking) -> Tensor:
+    # r[aliasing.copy.writes-storage]: the bytes change in place; every alias of dst sees them,
+    # and dst still reads its own storage afterwards.
+    dst.write(src.read())
+    return dst
+
+
+@effect(aten.set_.source_Tensor, "rebinds input 0 to input 1's storage, returns it")
+def set_(ledger: Ledger, t: Tensor, source: Tensor) -> Tensor:
+    # r[aliasing.set.rebinds]: t now reads source's storage through source's layout; tensors that
+    # shared t's old storage keep reading the old bytes.
+    ledger.rebind(t, source.storage)
+    t.layout = source.layout
+    return t
+
+
+@effect(torch.ops.inductor.resize_storage_bytes_.default, "resizes input 0's storage")
+def resize_storage_bytes_(ledger: Ledger, t: Tensor, new_size: int) -> None:
+    # r[resize.eager.all-aliases]: the storage itself changes size, so every alias sees it;
+    # no tensor's sizes or strides change (r[resize.keeps-prefix] for the bytes).
+    old_nbytes = t.storage.nbytes
+    t.storage.resize(new_size)
+    ledger.resized(t.storage, old_nbytes)

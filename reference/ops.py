@@ -1,0 +1,650 @@
+"""The reference op table's entries: value rules in numpy, view rules on layouts.
+
+Conventions: `x`, `y` are numpy arrays (the op's `self` and `other`), `layout` is the input's Layout,
+`dims` a list of dimensions. Rules follow the aten schema's argument order; arguments that do not
+change the values (layout, device, pin_memory, memory_format) are named `*_` and ignored, because
+fresh outputs take their dtype and strides from the captured meta value (`r[ops.fresh-output]`).
+
+Rules for `copy_`, `set_` and `resize_storage_bytes_` live in `reference/effects.py`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import torch
+
+from .optable import compute, inplace, view
+from .storage import Layout, contiguous_strides
+
+aten = torch.ops.aten
+
+
+def _dim(dim: int, ndim: int) -> int:
+    """Wrap a possibly negative dim; a 0-dim tensor accepts 0 and -1, like PyTorch."""
+    rank = max(ndim, 1)
+    if not -rank <= dim < rank:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})")
+    return dim % rank
+
+
+def _axes(dims, ndim: int):
+    """Reduction axes for numpy: None (every dim) for an empty or missing dim list or a 0-dim x."""
+    if dims is None or len(dims) == 0 or ndim == 0:
+        return None
+    return tuple(sorted({_dim(d, ndim) for d in dims}))
+
+
+# ---------------------------------------------------------------- pointwise unary
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+@compute(aten.abs.default)
+def abs_(x):
+    return np.abs(x)
+
+
+@compute(aten.neg.default)
+def neg(x):
+    return np.negative(x)
+
+
+@compute(aten.exp.default)
+def exp(x):
+    return np.exp(x)
+
+
+@compute(aten.log.default)
+def log(x):
+    return np.log(x)
+
+
+@compute(aten.log1p.default)
+def log1p(x):
+    return np.log1p(x)
+
+
+@compute(aten.expm1.default)
+def expm1(x):
+    return np.expm1(x)
+
+
+@compute(aten.sin.default)
+def sin(x):
+    return np.sin(x)
+
+
+@compute(aten.cos.default)
+def cos(x):
+    return np.cos(x)
+
+
+@compute(aten.tanh.default)
+def tanh(x):
+    return np.tanh(x)
+
+
+@compute(aten.sigmoid.default)
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+@compute(aten.relu.default)
+def relu(x):
+    return np.where(x > 0, x, np.zeros_like(x))
+
+
+@compute(aten.sqrt.default)
+def sqrt(x):
+    return np.sqrt(x)
+
+
+@compute(aten.rsqrt.default)
+def rsqrt(x):
+    return 1.0 / np.sqrt(x)
+
+
+@compute(aten.reciprocal.default)
+def reciprocal(x):
+    return 1.0 / x
+
+
+@compute(aten.erf.default)
+def erf(x):
+    return np.asarray(_erf(x), dtype=np.float64)
+
+
+@compute(aten.sign.default)
+def sign(x):
+    return np.sign(x)
+
+
+@compute(aten.logical_not.default)
+def logical_not(x):
+    return np.logical_not(x)
+
+
+# ---------------------------------------------------------------- pointwise binary
+
+
+@compute(aten.add.Tensor, aten.add.Scalar)
+def add(x, y, alpha):
+    return x + alpha * y if alpha != 1 else x + y
+
+
+@compute(aten.sub.Tensor, aten.sub.Scalar)
+def sub(x, y, alpha):
+    return x - alpha * y if alpha != 1 else x - y
+
+
+@compute(aten.mul.Tensor, aten.mul.Scalar)
+def mul(x, y):
+    return x * y
+
+
+@compute(aten.div.Tensor, aten.div.Scalar)
+def div(x, y):
+    return np.true_divide(x, y)
+
+
+@compute(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div_mode(x, y, rounding_mode):
+    quotient = np.true_divide(x, y)
+    if rounding_mode == "trunc":
+        return np.trunc(quotient)
+    if rounding_mode == "floor":
+        return np.floor(quotient)
+    return quotient
+
+
+@compute(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def pow_(x, exponent):
+    return np.power(x, exponent)
+
+
+@compute(aten.maximum.default)
+def maximum(x, y):
+    return np.maximum(x, y)
+
+
+@compute(aten.minimum.default)
+def minimum(x, y):
+    return np.minimum(x, y)
+
+
+@compute(aten.clamp.default)
+def clamp(x, low, high):
+    # PyTorch applies min then max, so min > max gives max everywhere.
+    if low is not None:
+        x = np.maximum(x, low)
+    if high is not None:
+        x = np.minimum(x, high)
+    return x
+
+
+@compute(aten.clamp_min.default)
+def clamp_min(x, low):
+    return np.maximum(x, low)
+
+
+@compute(aten.clamp_max.default)
+def clamp_max(x, high):
+    return np.minimum(x, high)
+
+
+@compute(aten.where.self)
+def where(condition, x, y):
+    return np.where(condition.astype(bool), x, y)
+
+
+@compute(aten.logical_and.default)
+def logical_and(x, y):
+    return np.logical_and(x, y)
+
+
+@compute(aten.logical_or.default)
+def logical_or(x, y):
+    return np.logical_or(x, y)
+
+
+@compute(aten.eq.Tensor, aten.eq.Scalar)
+def eq(x, y):
+    return np.equal(x, y)
+
+
+@compute(aten.ne.Tensor, aten.ne.Scalar)
+def ne(x, y):
+    return np.not_equal(x, y)
+
+
+@compute(aten.lt.Tensor, aten.lt.Scalar)
+def lt(x, y):
+    return np.less(x, y)
+
+
+@compute(aten.le.Tensor, aten.le.Scalar)
+def le(x, y):
+    return np.less_equal(x, y)
+
+
+@compute(aten.gt.Tensor, aten.gt.Scalar)
+def gt(x, y):
+    return np.greater(x, y)
+
+
+@compute(aten.ge.Tensor, aten.ge.Scalar)
+def ge(x, y):
+    return np.greater_equal(x, y)
+
+
+@compute(aten.threshold_backward.default)
+def threshold_backward(grad, x, threshold):
+    return np.where(x <= threshold, np.zeros_like(grad), grad)
+
+
+# ---------------------------------------------------------------- copies and casts
+
+
+@compute(aten._to_copy.default)
+def to_copy(x, *_):
+    # The cast itself is the final rounding to the meta dtype (r[ops.fresh-output]).
+    return x
+
+
+@compute(aten.clone.default, aten.lift_fresh_copy.default)
+def clone(x, *_):
+    return x
+
+
+@compute(aten.copy.default)
+def copy(x, src, non_blocking):
+    return np.broadcast_to(src, x.shape)
+
+
+@compute(aten.cat.default)
+def cat(tensors, dim):
+    # Legacy rule kept by PyTorch: 1-D empty tensors are skipped whatever their shape.
+    kept = [t for t in tensors if not (t.ndim == 1 and t.size == 0)]
+    if not kept:
+        return tensors[0]
+    return np.concatenate(kept, axis=_dim(dim, kept[0].ndim))
+
+
+# ---------------------------------------------------------------- matmuls
+
+
+@compute(aten.mm.default, aten.bmm.default)
+def matmul(x, y):
+    return np.matmul(x, y)
+
+
+@compute(aten.addmm.default)
+def addmm(bias, x, y, beta, alpha):
+    product = np.matmul(x, y)
+    # With beta == 0 the bias is ignored, NaNs included.
+    return alpha * product if beta == 0 else beta * bias + alpha * product
+
+
+# ---------------------------------------------------------------- reductions
+
+
+@compute(aten.sum.default)
+def sum_all(x, dtype):
+    return np.sum(x)
+
+
+@compute(aten.sum.dim_IntList)
+def sum_dims(x, dims, keepdim, dtype):
+    return np.sum(x, axis=_axes(dims, x.ndim), keepdims=keepdim and x.ndim > 0)
+
+
+@compute(aten.mean.default)
+def mean_all(x, dtype):
+    return np.mean(x)
+
+
+@compute(aten.mean.dim)
+def mean_dims(x, dims, keepdim, dtype):
+    return np.mean(x, axis=_axes(dims, x.ndim), keepdims=keepdim and x.ndim > 0)
+
+
+@compute(aten.amax.default)
+def amax(x, dims, keepdim):
+    return np.max(x, axis=_axes(dims, x.ndim), keepdims=keepdim and x.ndim > 0)
+
+
+@compute(aten.amin.default)
+def amin(x, dims, keepdim):
+    return np.min(x, axis=_axes(dims, x.ndim), keepdims=keepdim and x.ndim > 0)
+
+
+@compute(aten.max.default)
+def max_all(x):
+    return np.max(x)
+
+
+@compute(aten.min.default)
+def min_all(x):
+    return np.min(x)
+
+
+def _correction(correction) -> float:
+    return 1 if correction is None else correction
+
+
+@compute(aten.var.correction)
+def var(x, dims, correction, keepdim):
+    return np.var(x, axis=_axes(dims, x.ndim), ddof=_correction(correction), keepdims=keepdim and x.ndim > 0)
+
+
+@compute(aten.std.correction)
+def std(x, dims, correction, keepdim):
+    return np.sqrt(var(x, dims, correction, keepdim))
+
+
+@compute(aten.var_mean.correction)
+def var_mean(x, dims, correction, keepdim):
+    return var(x, dims, correction, keepdim), np.mean(x, axis=_axes(dims, x.ndim), keepdims=keepdim and x.ndim > 0)
+
+
+# ---------------------------------------------------------------- creation
+# Bytes of `empty*` are unspecified; the reference zero-fills them and no conforming program reads them.
+
+
+@compute(aten.zeros.default, aten.empty.memory_format)
+def zeros(size, *_):
+    return np.zeros(size)
+
+
+@compute(aten.empty_strided.default)
+def empty_strided(size, stride, *_):
+    return np.zeros(size)
+
+
+@compute(aten.ones.default)
+def ones(size, *_):
+    return np.ones(size)
+
+
+@compute(aten.full.default)
+def full(size, fill_value, *_):
+    return np.full(size, fill_value)
+
+
+@compute(aten.scalar_tensor.default)
+def scalar_tensor(value, *_):
+    return np.array(value)
+
+
+@compute(aten.arange.default)
+def arange(end, *_):
+    return np.arange(end)
+
+
+@compute(aten.arange.start_step)
+def arange_start_step(start, end, step, *_):
+    return np.arange(start, end, step)
+
+
+@compute(aten.zeros_like.default, aten.empty_like.default, aten.zero.default)
+def zeros_like(x, *_):
+    return np.zeros(x.shape)
+
+
+@compute(aten.ones_like.default)
+def ones_like(x, *_):
+    return np.ones(x.shape)
+
+
+@compute(aten.full_like.default, aten.fill.Scalar)
+def full_like(x, fill_value, *_):
+    return np.full(x.shape, fill_value)
+
+
+@compute(aten.new_zeros.default, aten.new_empty.default)
+def new_zeros(x, size, *_):
+    return np.zeros(size)
+
+
+@compute(aten.new_ones.default)
+def new_ones(x, size, *_):
+    return np.ones(size)
+
+
+@compute(aten.new_full.default)
+def new_full(x, size, fill_value, *_):
+    return np.full(size, fill_value)
+
+
+# ---------------------------------------------------------------- in-place variants
+# r[aliasing.inplace.writes-through]: x.op_(...) computes op(x, ...) and writes it into x's storage.
+
+for _inplace, _functional in [
+    (aten.add_.Tensor, aten.add.Tensor),
+    (aten.add_.Scalar, aten.add.Scalar),
+    (aten.sub_.Tensor, aten.sub.Tensor),
+    (aten.sub_.Scalar, aten.sub.Scalar),
+    (aten.mul_.Tensor, aten.mul.Tensor),
+    (aten.mul_.Scalar, aten.mul.Scalar),
+    (aten.div_.Tensor, aten.div.Tensor),
+    (aten.div_.Scalar, aten.div.Scalar),
+    (aten.pow_.Scalar, aten.pow.Tensor_Scalar),
+    (aten.neg_.default, aten.neg.default),
+    (aten.abs_.default, aten.abs.default),
+    (aten.exp_.default, aten.exp.default),
+    (aten.log_.default, aten.log.default),
+    (aten.sin_.default, aten.sin.default),
+    (aten.cos_.default, aten.cos.default),
+    (aten.tanh_.default, aten.tanh.default),
+    (aten.sigmoid_.default, aten.sigmoid.default),
+    (aten.relu_.default, aten.relu.default),
+    (aten.sqrt_.default, aten.sqrt.default),
+    (aten.rsqrt_.default, aten.rsqrt.default),
+    (aten.reciprocal_.default, aten.reciprocal.default),
+    (aten.clamp_.default, aten.clamp.default),
+    (aten.clamp_min_.default, aten.clamp_min.default),
+    (aten.clamp_max_.default, aten.clamp_max.default),
+    (aten.fill_.Scalar, aten.fill.Scalar),
+    (aten.zero_.default, aten.zero.default),
+]:
+    inplace(_inplace, _functional)
+
+
+# ---------------------------------------------------------------- views
+# r[aliasing.view.shares-storage]: each rule maps the input's layout to the output's; no bytes move.
+
+
+def _view_strides(sizes, strides, new_sizes):
+    """Strides that read `new_sizes` from the same elements in the same order, or None.
+
+    This is ATen's computeStride (TensorUtils.cpp): split the old dims into contiguous chunks and
+    require every new dim to fall inside one chunk.
+    """
+    if math.prod(sizes) == 0 or len(sizes) == 0:
+        return contiguous_strides(new_sizes)
+    new_strides = [0] * len(new_sizes)
+    view_d = len(new_sizes) - 1
+    chunk_base_stride = strides[-1]
+    tensor_numel = 1
+    view_numel = 1
+    for tensor_d in reversed(range(len(sizes))):
+        tensor_numel *= sizes[tensor_d]
+        chunk_ends = tensor_d == 0 or (
+            sizes[tensor_d - 1] != 1 and strides[tensor_d - 1] != tensor_numel * chunk_base_stride
+        )
+        if chunk_ends:
+            while view_d >= 0 and (view_numel < tensor_numel or new_sizes[view_d] == 1):
+                new_strides[view_d] = view_numel * chunk_base_stride
+                view_numel *= new_sizes[view_d]
+                view_d -= 1
+            if view_numel != tensor_numel:
+                return None
+            if tensor_d > 0:
+                chunk_base_stride = strides[tensor_d - 1]
+                tensor_numel = 1
+                view_numel = 1
+    return tuple(new_strides) if view_d == -1 else None
+
+
+def _infer_size(size, numel: int) -> tuple[int, ...]:
+    size = list(size)
+    if -1 in size:
+        known = math.prod(s for s in size if s != -1)
+        size[size.index(-1)] = numel // known if known else 0
+    return tuple(size)
+
+
+@view(aten.view.default, aten._unsafe_view.default)
+def view_(layout: Layout, size):
+    # _unsafe_view is view without autograd's view tracking: it still shares the storage.
+    new_sizes = _infer_size(size, layout.numel)
+    new_strides = _view_strides(layout.sizes, layout.strides, new_sizes)
+    if new_strides is None:
+        raise RuntimeError(
+            "view size is not compatible with input tensor's size and stride (at least one "
+            "dimension spans across two contiguous subspaces). Use .reshape(...) instead."
+        )
+    return Layout(layout.dtype, new_sizes, new_strides, layout.offset)
+
+
+@view(aten.alias.default, aten.detach.default)
+def alias(layout: Layout):
+    return layout
+
+
+@view(aten.t.default)
+def t(layout: Layout):
+    if len(layout.sizes) < 2:
+        return layout
+    return transpose(layout, 0, 1)
+
+
+@view(aten.transpose.int)
+def transpose(layout: Layout, dim0, dim1):
+    ndim = len(layout.sizes)
+    if ndim == 0:
+        return layout
+    dim0, dim1 = _dim(dim0, ndim), _dim(dim1, ndim)
+    return permute(layout, [dim1 if d == dim0 else dim0 if d == dim1 else d for d in range(ndim)])
+
+
+@view(aten.permute.default)
+def permute(layout: Layout, dims):
+    dims = [_dim(d, len(layout.sizes)) for d in dims]
+    sizes = tuple(layout.sizes[d] for d in dims)
+    strides = tuple(layout.strides[d] for d in dims)
+    return Layout(layout.dtype, sizes, strides, layout.offset)
+
+
+@view(aten.expand.default)
+def expand(layout: Layout, size, implicit):
+    # New leading dims and expanded size-1 dims read one element again and again: stride 0.
+    lead = len(size) - len(layout.sizes)
+    sizes, strides = [], []
+    for i, target in enumerate(size):
+        if i < lead:
+            sizes.append(target)
+            strides.append(0)
+            continue
+        old_size, old_stride = layout.sizes[i - lead], layout.strides[i - lead]
+        if target == -1 or target == old_size:
+            sizes.append(old_size)
+            strides.append(old_stride)
+        else:
+            sizes.append(target)
+            strides.append(0)
+    return Layout(layout.dtype, sizes, strides, layout.offset)
+
+
+@view(aten.slice.Tensor)
+def slice_(layout: Layout, dim, start, end, step):
+    dim = _dim(dim, len(layout.sizes))
+    size = layout.sizes[dim]
+    start = 0 if start is None else start
+    end = sys.maxsize if end is None else end
+    start = min(max(start + size if start < 0 else start, 0), size)
+    end = min(max(end + size if end < 0 else end, start), size)
+    sizes = list(layout.sizes)
+    strides = list(layout.strides)
+    sizes[dim] = (end - start + step - 1) // step
+    strides[dim] = layout.strides[dim] * step
+    return Layout(layout.dtype, sizes, strides, layout.offset + start * layout.strides[dim])
+
+
+@view(aten.select.int)
+def select(layout: Layout, dim, index):
+    dim = _dim(dim, len(layout.sizes))
+    size = layout.sizes[dim]
+    if not -size <= index < size:
+        raise IndexError(f"select(): index {index} out of range for tensor of size {layout.sizes} at dimension {dim}")
+    index %= size
+    sizes = layout.sizes[:dim] + layout.sizes[dim + 1 :]
+    strides = layout.strides[:dim] + layout.strides[dim + 1 :]
+    return Layout(layout.dtype, sizes, strides, layout.offset + index * layout.strides[dim])
+
+
+@view(aten.unsqueeze.default)
+def unsqueeze(layout: Layout, dim):
+    ndim = len(layout.sizes)
+    dim = _dim(dim, ndim + 1)
+    # ATen: the new dim's stride is the stride the dim after it would step over (1 at the end).
+    stride = layout.sizes[dim] * layout.strides[dim] if dim < ndim else 1
+    sizes = layout.sizes[:dim] + (1,) + layout.sizes[dim:]
+    strides = layout.strides[:dim] + (stride,) + layout.strides[dim:]
+    return Layout(layout.dtype, sizes, strides, layout.offset)
+
+
+def _squeeze(layout: Layout, dims) -> Layout:
+    keep = [d for d in range(len(layout.sizes)) if not (d in dims and layout.sizes[d] == 1)]
+    sizes = tuple(layout.sizes[d] for d in keep)
+    strides = tuple(layout.strides[d] for d in keep)
+    return Layout(layout.dtype, sizes, strides, layout.offset)
+
+
+@view(aten.squeeze.default)
+def squeeze_all(layout: Layout):
+    return _squeeze(layout, set(range(len(layout.sizes))))
+
+
+@view(aten.squeeze.dim)
+def squeeze_dim(layout: Layout, dim):
+    if len(layout.sizes) == 0:
+        return layout
+    return _squeeze(layout, {_dim(dim, len(layout.sizes))})
+
+
+@view(aten.squeeze.dims)
+def squeeze_dims(layout: Layout, dims):
+    if len(layout.sizes) == 0:
+        return layout
+    return _squeeze(layout, {_dim(d, len(layout.sizes)) for d in dims})
+
+
+@view(aten.split_with_sizes.default)
+def split_with_sizes(layout: Layout, split_sizes, dim):
+    starts = np.cumsum([0, *split_sizes])
+    return tuple(slice_(layout, dim, int(a), int(b), 1) for a, b in zip(starts[:-1], starts[1:]))
+
+
+@view(aten.split.Tensor)
+def split(layout: Layout, split_size, dim):
+    size = layout.sizes[_dim(dim, len(layout.sizes))]
+    chunks = max(1, -(-size // split_size)) if split_size else 1
+    sizes = [min(split_size, size - i * split_size) for i in range(chunks)]
+    return split_with_sizes(layout, sizes, dim)
+
+
+@view(aten.unbind.int)
+def unbind(layout: Layout, dim):
+    size = layout.sizes[_dim(dim, len(layout.sizes))]
+    return tuple(select(layout, dim, i) for i in range(size))
+
+
+@view(aten.as_strided.default)
+def as_strided(layout: Layout, size, stride, storage_offset):
+    # The offset is absolute within the storage, not relative to the input's offset.
+    offset = layout.offset if storage_offset is None else storage_offset
+    return Layout(layout.dtype, size, stride, offset)

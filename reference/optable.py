@@ -1,0 +1,121 @@
+"""The op table: one small entry per aten op, saying what the op computes and what it aliases.
+
+Four kinds of entry (`specs/ops.md` lists every op with its kind):
+
+- compute: a pure function of values. Its rule gets numpy arrays (reduced-precision floats already
+  widened to float32, `r[ops.opmath]`) and returns arrays; each output gets a fresh storage whose
+  dtype, sizes and strides are those PyTorch's meta kernel computed at capture (`r[ops.fresh-output]`).
+- view: a function of layouts. Its rule gets the input's Layout and returns the output's; the output
+  shares the input's storage (`r[aliasing.view.shares-storage]`).
+- in-place: a compute op's values written into the first argument, which is returned
+  (`r[aliasing.inplace.writes-through]`).
+- effect: an op that changes storage identity or size (`copy_`, `set_`, `resize_storage_bytes_`);
+  its rule gets the interpreter's tensors and ledger and acts on them.
+
+Rules take the schema's arguments positionally, in schema order, keyword-only ones included.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+import torch
+from attrs import frozen
+
+from aotspec.errors import UnsupportedError
+
+from .opaque import run_opaque
+
+#: Namespaces whose ops must be in the table; ops of any other namespace (torch.library custom
+#: ops) run opaquely through their own kernel (`r[ops.opaque.schema]`).
+BUILTIN_NAMESPACES = frozenset({"aten", "prims", "inductor", "fsdp"})
+
+
+class OpKind(enum.Enum):
+    COMPUTE = "compute"
+    VIEW = "view"
+    INPLACE = "in-place"
+    EFFECT = "effect"
+    OPAQUE = "opaque"
+
+
+@frozen
+class OpEntry:
+    overload: torch._ops.OpOverload
+    kind: OpKind
+    rule: Callable
+    #: What the op aliases or mutates, in words, for specs/ops.md.
+    effect: str
+
+    @property
+    def name(self) -> str:
+        return qualified_name(self.overload)
+
+
+OP_TABLE: dict[torch._ops.OpOverload, OpEntry] = {}
+
+
+def qualified_name(overload: torch._ops.OpOverload) -> str:
+    """`aten.add.Tensor`, `inductor.resize_storage_bytes_.default`."""
+    packet = overload.overloadpacket
+    return f"{packet._qualified_op_name.replace('::', '.')}.{overload._overloadname}"
+
+
+def _register(overload, kind: OpKind, rule: Callable, effect: str) -> None:
+    if overload in OP_TABLE:
+        raise ValueError(f"{qualified_name(overload)} is registered twice in the op table")
+    OP_TABLE[overload] = OpEntry(overload, kind, rule, effect)
+
+
+def compute(*overloads):
+    """Register `rule` as the value semantics of each overload."""
+
+    def register(rule):
+        for overload in overloads:
+            _register(overload, OpKind.COMPUTE, rule, "fresh output")
+        return rule
+
+    return register
+
+
+def view(*overloads):
+    """Register `rule` (Layout, *args) -> Layout | tuple[Layout, ...] as a view op."""
+
+    def register(rule):
+        for overload in overloads:
+            _register(overload, OpKind.VIEW, rule, "output views input 0")
+        return rule
+
+    return register
+
+
+def inplace(inplace_overload, functional_overload) -> None:
+    """`x.op_(...)` is `x.copy_(op(x, ...))`, returning `x` (`r[aliasing.inplace.writes-through]`)."""
+    functional = OP_TABLE[functional_overload]
+    _register(inplace_overload, OpKind.INPLACE, functional.rule, "writes input 0, returns it")
+
+
+def effect(overload, description: str):
+    """Register `rule` (machine, *args) as an op acting on storages and tensors directly."""
+
+    def register(rule):
+        _register(overload, OpKind.EFFECT, rule, description)
+        return rule
+
+    return register
+
+
+def lookup(overload, where: str) -> OpEntry:
+    """The table entry for `overload`, or UnsupportedError naming the op and the user's line."""
+    if overload in OP_TABLE:
+        return OP_TABLE[overload]
+    if isinstance(overload, torch._ops.OpOverload) and overload.namespace not in BUILTIN_NAMESPACES:
+        return OpEntry(overload, OpKind.OPAQUE, run_opaque, "as its schema's alias annotations say")
+    name = qualified_name(overload) if isinstance(overload, torch._ops.OpOverload) else repr(overload)
+    raise UnsupportedError(
+        f"op {name} ({where}) is not in the reference op table",
+        rule="ops.table",
+        fix="rewrite the program with ops listed in specs/ops.md, or register the op as a "
+        "custom op with torch.library (schema, CPU kernel, fake kernel) so it runs opaquely",
+    )

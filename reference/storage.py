@@ -1,0 +1,197 @@
+"""The reference storage model: storages, layouts, tensors, and the ledger.
+
+Written for clarity, not speed. This module defines what `specs/memory-model.md` says.
+
+Conventions: `s` is a Storage, `t` a Tensor, `layout` a Layout, `n` a byte count.
+
+A Storage is a byte buffer whose size can change (`r[memory.storage]`).
+A Layout is how a tensor reads a storage: dtype, sizes, strides, offset (`r[memory.layout]`).
+A Tensor is a mutable cell pairing a Storage with a Layout, like PyTorch's TensorImpl:
+`set_` rebinds the cell in place, so every holder of the same tensor object sees the rebinding,
+while other tensors on the old storage keep it (`r[aliasing.set.rebinds]`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import ml_dtypes
+import numpy as np
+import torch
+from attrs import define, field, frozen
+
+from aotspec.errors import SpecViolation, UnsupportedError
+
+# ---------------------------------------------------------------- dtypes
+
+NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
+    torch.float64: np.dtype(np.float64),
+    torch.float32: np.dtype(np.float32),
+    torch.float16: np.dtype(np.float16),
+    torch.bfloat16: np.dtype(ml_dtypes.bfloat16),
+    torch.float8_e4m3fn: np.dtype(ml_dtypes.float8_e4m3fn),
+    torch.int64: np.dtype(np.int64),
+    torch.int32: np.dtype(np.int32),
+    torch.int16: np.dtype(np.int16),
+    torch.int8: np.dtype(np.int8),
+    torch.uint8: np.dtype(np.uint8),
+    torch.bool: np.dtype(np.bool_),
+}
+
+# r[ops.opmath]: reduced-precision floats are computed in float32 and rounded once to the result.
+REDUCED_FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float8_e4m3fn})
+
+
+def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    if dtype not in NUMPY_DTYPES:
+        supported = ", ".join(str(d) for d in NUMPY_DTYPES)
+        raise UnsupportedError(
+            f"dtype {dtype} is not in the reference's dtype table",
+            rule="memory.layout",
+            fix=f"use one of {supported}",
+        )
+    return NUMPY_DTYPES[dtype]
+
+
+# ---------------------------------------------------------------- storage
+
+_storage_ids = itertools.count()
+
+
+@define(eq=False)
+class Storage:
+    """A resizable byte buffer; tensors that share one alias each other (`r[memory.alias]`)."""
+
+    buffer: np.ndarray = field(repr=lambda b: f"<{b.size} bytes>")
+    id: int = field(factory=lambda: next(_storage_ids))
+
+    @classmethod
+    def zeros(cls, n: int) -> Storage:
+        return cls(np.zeros(n, dtype=np.uint8))
+
+    @property
+    def nbytes(self) -> int:
+        return self.buffer.size
+
+    def resize(self, n: int) -> None:
+        # r[resize.keeps-prefix]: the first min(old, new) bytes survive; new bytes are unspecified
+        # (the reference zero-fills them, and no conforming program may read them).
+        resized = np.zeros(n, dtype=np.uint8)
+        kept = min(n, self.nbytes)
+        resized[:kept] = self.buffer[:kept]
+        self.buffer = resized
+
+
+# ---------------------------------------------------------------- layout
+
+
+def contiguous_strides(sizes: tuple[int, ...]) -> tuple[int, ...]:
+    strides = []
+    step = 1
+    for size in reversed(sizes):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+@frozen
+class Layout:
+    """How a tensor reads its storage: element `i` lives at `offset + sum(i_k * strides_k)`."""
+
+    dtype: torch.dtype
+    sizes: tuple[int, ...] = field(converter=tuple)
+    strides: tuple[int, ...] = field(converter=tuple)
+    offset: int = 0
+
+    @classmethod
+    def contiguous(cls, dtype: torch.dtype, sizes) -> Layout:
+        sizes = tuple(sizes)
+        return cls(dtype, sizes, contiguous_strides(sizes), 0)
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> Layout:
+        return cls(t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+
+    @property
+    def itemsize(self) -> int:
+        return numpy_dtype(self.dtype).itemsize
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.sizes)
+
+    def extent_elements(self) -> int:
+        """Elements of the storage, from its start, that this layout can touch."""
+        # r[memory.extent]
+        if self.numel == 0:
+            return 0
+        return self.offset + sum((n - 1) * s for n, s in zip(self.sizes, self.strides, strict=True)) + 1
+
+    def extent_bytes(self) -> int:
+        return self.extent_elements() * self.itemsize
+
+    def has_internal_overlap(self) -> bool:
+        """True when two distinct elements share a memory location (an `expand`ed layout)."""
+        return any(s == 0 and n > 1 for n, s in zip(self.sizes, self.strides, strict=True))
+
+
+# ---------------------------------------------------------------- tensor
+
+
+@define(eq=False)
+class Tensor:
+    """A mutable cell: a storage read through a layout. `set_` rebinds both in place."""
+
+    storage: Storage
+    layout: Layout
+    name: str = ""
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.layout.dtype
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return self.layout.sizes
+
+    def _array_view(self, *, writeable: bool) -> np.ndarray:
+        layout = self.layout
+        needed = layout.extent_bytes()
+        if needed > self.storage.nbytes:
+            # r[memory.access-in-bounds]
+            action = "write" if writeable else "read"
+            raise SpecViolation(
+                f"{action} of tensor {self.name or '<unnamed>'} (sizes {layout.sizes}, strides "
+                f"{layout.strides}, offset {layout.offset}, {layout.dtype}) needs {needed} bytes "
+                f"but its storage holds {self.storage.nbytes}",
+                rule="memory.access-in-bounds",
+                fix="resize the storage up (resize_storage_bytes_) and fill it with copy_ before "
+                "using the tensor; eager PyTorch on CPU segfaults here",
+            )
+        dtype = numpy_dtype(layout.dtype)
+        if layout.numel == 0:
+            return np.empty(layout.sizes, dtype=dtype)
+        flat = self.storage.buffer[: layout.extent_elements() * dtype.itemsize].view(dtype)
+        return np.lib.stride_tricks.as_strided(
+            flat[layout.offset :],
+            shape=layout.sizes,
+            strides=tuple(s * dtype.itemsize for s in layout.strides),
+            writeable=writeable,
+        )
+
+    def read(self) -> np.ndarray:
+        """A copy of the tensor's values."""
+        return np.array(self._array_view(writeable=False), copy=True)
+
+    def write(self, values: np.ndarray) -> None:
+        """Store `values` (broadcast, cast to the tensor's dtype) through the layout."""
+        if self.layout.has_internal_overlap():
+            # Eager raises the same error: a write would store twice into one location.
+            raise RuntimeError(
+                "unsupported operation: more than one element of the written-to tensor refers to "
+                "a single memory location. Please clone() the tensor before performing the "
+                "operation."
+            )
+        view = self._array_view(writeable=True)
+        view[...] = np.broadcast_to(np.asarray(values).astype(view.dtype), view.shape)
