@@ -20,7 +20,8 @@ from .storage import Layout, Storage, Tensor
 
 def bytes_of(st: torch.UntypedStorage) -> np.ndarray:
     """A copy of a torch storage's bytes."""
-    return torch.empty(0, dtype=torch.uint8).set_(st).numpy().copy()
+    # .numpy() on the caller's storage would mark it non-resizable for good: copy first.
+    return torch.empty(0, dtype=torch.uint8).set_(st).clone().numpy()
 
 
 def storage_from_torch(st: torch.UntypedStorage) -> Storage:

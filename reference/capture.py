@@ -52,6 +52,16 @@ DECOMPOSED = [
 DECOMPOSITIONS = get_decompositions(DECOMPOSED)
 
 
+class _TensorSlot:
+    """Marks a flat leaf that is a tensor (a graph input or output) in Program's leaf tuples."""
+
+    def __repr__(self) -> str:
+        return "<tensor>"
+
+
+TENSOR = _TensorSlot()
+
+
 @frozen
 class Program:
     """A captured program: the graph plus how to get from user arguments to it and back."""
@@ -59,11 +69,11 @@ class Program:
     graph_module: torch.fx.GraphModule
     #: pytree spec of (args, kwargs) as the user passed them.
     in_spec: pytree.TreeSpec
-    #: For each flat leaf of (args, kwargs): None if it is a tensor placeholder, else the constant.
+    #: For each flat leaf of (args, kwargs): TENSOR if it is a graph input, else the constant.
     in_leaves: tuple[Any, ...]
     #: pytree spec of the user's return value.
     out_spec: pytree.TreeSpec
-    #: For each flat leaf of the return value: None if a graph output, else the constant.
+    #: For each flat leaf of the return value: TENSOR if it is a graph output, else the constant.
     out_leaves: tuple[Any, ...]
     #: Op table entry of every call_function node, looked up once at capture.
     entries: dict[torch.fx.Node, OpEntry]
@@ -79,7 +89,7 @@ class Program:
 
     def unflatten_outputs(self, graph_outputs: list) -> Any:
         it = iter(graph_outputs)
-        leaves = [next(it) if leaf is None else leaf for leaf in self.out_leaves]
+        leaves = [next(it) if leaf is TENSOR else leaf for leaf in self.out_leaves]
         return pytree.tree_unflatten(leaves, self.out_spec)
 
 
@@ -91,18 +101,18 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
     """Trace `fn(*args, **kwargs)` to an aten graph without touching the caller's tensors."""
     kwargs = {} if kwargs is None else kwargs
     leaves, in_spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
-    in_leaves = tuple(None if _is_tensor(leaf) else leaf for leaf in leaves)
+    in_leaves = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in leaves)
     tensors = [leaf for leaf in leaves if _is_tensor(leaf)]
     traced_outputs: dict[str, Any] = {}
 
     def flat_fn(*flat_tensors):
         it = iter(flat_tensors)
-        rebuilt = [next(it) if leaf is None else leaf for leaf in in_leaves]
+        rebuilt = [next(it) if leaf is TENSOR else leaf for leaf in in_leaves]
         call_args, call_kwargs = pytree.tree_unflatten(rebuilt, in_spec)
         result = fn(*call_args, **call_kwargs)
         out, out_spec = pytree.tree_flatten(result)
         traced_outputs["spec"] = out_spec
-        traced_outputs["leaves"] = tuple(None if _is_tensor(leaf) else leaf for leaf in out)
+        traced_outputs["leaves"] = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in out)
         return [leaf for leaf in out if _is_tensor(leaf)]
 
     # make_fx keeps stack traces only for frames of registered functions: register the user's.

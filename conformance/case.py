@@ -1,0 +1,232 @@
+"""Conformance cases: a small torch program, the caller's tensors, and what the spec says happens.
+
+A case is data, in the spirit of the WebAssembly `.wast` scripts: `setup` builds the caller's
+world (named tensors, aliases included), `args` says which names are passed to `program`, and
+`expect` is a flat list of expectations written by hand from the rules the case names and from
+eager PyTorch, never from the reference's output. One runner takes any backend.
+
+Outputs join the world as `out0`, `out1`, ... (the program's return value, pytree-flattened).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from attrs import field, frozen
+
+from .observe import Observation, TensorFacts, differences
+
+
+@frozen
+class Outcome:
+    """What a backend's call left behind, as the expectations see it."""
+
+    #: The caller's named values after the call, outputs included as out0, out1, ...
+    world: dict
+    after: Observation
+    before: Observation
+    error: BaseException | None
+    #: The reference ledger, for backends that keep one (memory expectations need it).
+    ledger: object | None
+
+
+class Expectation:
+    """Something the spec fixes about an outcome. `check` returns a failure message or None."""
+
+    #: True when the check needs a ledger (memory facts); backends without one skip it.
+    needs_ledger = False
+
+    def check(self, outcome: Outcome) -> str | None:
+        raise NotImplementedError
+
+
+def _facts(outcome: Outcome, name: str) -> TensorFacts | str:
+    if outcome.error is not None:
+        return f"the call raised {type(outcome.error).__name__}: {outcome.error}"
+    if name not in outcome.after.tensors:
+        return f"{name} is not in the world after the call (names: {sorted(outcome.after.tensors)})"
+    return outcome.after.tensors[name]
+
+
+@frozen
+class Values(Expectation):
+    """`name` holds these values and shape (assert_close defaults; dtype is `Layout`'s business)."""
+
+    name: str
+    expected: object
+
+    def check(self, outcome):
+        facts = _facts(outcome, self.name)
+        if isinstance(facts, str):
+            return facts
+        if facts.values is None:
+            return f"{self.name} is unreadable: its storage holds {facts.storage_nbytes} bytes"
+        expected = torch.as_tensor(self.expected)
+        try:
+            torch.testing.assert_close(facts.values, expected.to(facts.values.dtype), equal_nan=True)
+        except AssertionError as error:
+            return f"{self.name}: {str(error).splitlines()[0]} expected {expected.tolist()}, got {facts.values.tolist()}"
+        return None
+
+
+@frozen
+class Layout(Expectation):
+    """`name` has this dtype, shape, strides and offset (any left as None is not checked)."""
+
+    name: str
+    dtype: torch.dtype | None = None
+    shape: tuple | None = None
+    strides: tuple | None = None
+    offset: int | None = None
+
+    def check(self, outcome):
+        facts = _facts(outcome, self.name)
+        if isinstance(facts, str):
+            return facts
+        for attribute in ("dtype", "shape", "strides", "offset"):
+            want = getattr(self, attribute)
+            if want is not None and tuple_or(want) != tuple_or(getattr(facts, attribute)):
+                return f"{self.name}.{attribute} is {getattr(facts, attribute)}, expected {want}"
+        return None
+
+
+def tuple_or(value):
+    return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
+@frozen
+class StorageBytes(Expectation):
+    """The storage `name` reads holds exactly `nbytes` bytes."""
+
+    name: str
+    nbytes: int
+
+    def check(self, outcome):
+        facts = _facts(outcome, self.name)
+        if isinstance(facts, str):
+            return facts
+        if facts.storage_nbytes != self.nbytes:
+            return f"{self.name}'s storage holds {facts.storage_nbytes} bytes, expected {self.nbytes}"
+        return None
+
+
+@frozen
+class Shares(Expectation):
+    """`a` and `b` read one storage (they alias)."""
+
+    a: str
+    b: str
+
+    def check(self, outcome):
+        for name in (self.a, self.b):
+            facts = _facts(outcome, name)
+            if isinstance(facts, str):
+                return facts
+        if not outcome.after.shares_storage(self.a, self.b):
+            return f"{self.a} and {self.b} should share a storage; sharing is {outcome.after.sharing}"
+        return None
+
+
+@frozen
+class Separate(Expectation):
+    """`a` and `b` read different storages."""
+
+    a: str
+    b: str
+
+    def check(self, outcome):
+        for name in (self.a, self.b):
+            facts = _facts(outcome, name)
+            if isinstance(facts, str):
+                return facts
+        if outcome.after.shares_storage(self.a, self.b):
+            return f"{self.a} and {self.b} should not share a storage; sharing is {outcome.after.sharing}"
+        return None
+
+
+@frozen
+class Identical(Expectation):
+    """`a` and `b` are the very same tensor object (an output that is an argument)."""
+
+    a: str
+    b: str
+
+    def check(self, outcome):
+        for name in (self.a, self.b):
+            facts = _facts(outcome, name)
+            if isinstance(facts, str):
+                return facts
+        if outcome.world[self.a] is not outcome.world[self.b]:
+            return f"{self.a} and {self.b} are different tensor objects"
+        return None
+
+
+@frozen
+class Raises(Expectation):
+    """The call raises `error` (a subclass of it), naming `rule` if given, matching `match` if given;
+    and every tensor of the world is as it was before the call (`r[boundary.failed-call]`)."""
+
+    error: type
+    rule: str | None = None
+    match: str | None = None
+
+    def check(self, outcome):
+        if outcome.error is None:
+            return f"expected {self.error.__name__}, but the call returned"
+        if not isinstance(outcome.error, self.error):
+            return f"expected {self.error.__name__}, got {type(outcome.error).__name__}: {outcome.error}"
+        if self.rule is not None and f"rule {self.rule}" not in str(outcome.error):
+            return f"the error does not name rule {self.rule}: {outcome.error}"
+        if self.match is not None and self.match not in str(outcome.error):
+            return f"the error does not say {self.match!r}: {outcome.error}"
+        changed = differences(outcome.before, outcome.after)
+        if changed:
+            return f"a failed call changed the caller's tensors: {changed}"
+        return None
+
+
+@frozen
+class PeakBytes(Expectation):
+    """The ledger's peak live bytes over the call, inputs included (`r[memory.peak]`)."""
+
+    nbytes: int
+    needs_ledger = True
+
+    def check(self, outcome):
+        if outcome.error is not None:
+            return f"the call raised {type(outcome.error).__name__}: {outcome.error}"
+        if outcome.ledger.peak_bytes != self.nbytes:
+            return f"peak live bytes {outcome.ledger.peak_bytes}, expected {self.nbytes}"
+        return None
+
+
+@frozen
+class LiveBytesAfter(Expectation):
+    """Live bytes right after the graph step named `step` (a captured node name such as `cos`)."""
+
+    step: str
+    nbytes: int
+    needs_ledger = True
+
+    def check(self, outcome):
+        if outcome.error is not None:
+            return f"the call raised {type(outcome.error).__name__}: {outcome.error}"
+        probes = [p for p in outcome.ledger.probes if p.node == self.step]
+        if not probes:
+            return f"no step named {self.step}; steps are {[p.node for p in outcome.ledger.probes]}"
+        if probes[0].live_bytes != self.nbytes:
+            return f"live bytes after {self.step} are {probes[0].live_bytes}, expected {self.nbytes}"
+        return None
+
+
+@frozen
+class Case:
+    name: str
+    rules: tuple[str, ...] = field(converter=tuple)
+    setup: Callable[[], dict[str, torch.Tensor]]
+    args: tuple[str, ...] = field(converter=tuple)
+    program: Callable
+    expect: tuple[Expectation, ...] = field(converter=tuple)
+    #: backend name -> why the case cannot run there (for example: eager segfaults on it).
+    skip: dict[str, str] = field(factory=dict)

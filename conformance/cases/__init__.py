@@ -1,0 +1,9 @@
+"""Every conformance case, gathered from the modules of this package (one module per chapter)."""
+
+from . import aliasing, capture, memory, ops, resize
+
+ALL_CASES = [*memory.CASES, *capture.CASES, *ops.CASES, *aliasing.CASES, *resize.CASES]
+
+_names = [case.name for case in ALL_CASES]
+if len(set(_names)) != len(_names):
+    raise ValueError(f"conformance case names must be unique: {sorted(n for n in _names if _names.count(n) > 1)}")

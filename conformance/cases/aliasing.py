@@ -1,0 +1,152 @@
+"""Cases for specs/aliasing.md: views, in-place ops, copy_ versus set_, aliased arguments."""
+
+import torch
+
+from ..case import Case, Layout, Raises, Separate, Shares, Values
+
+set_ = torch.ops.aten.set_.source_Tensor
+
+
+def _base_and_alias():
+    x = torch.zeros(4)
+    return {"x": x, "x_alias": x.view(2, 2), "y": torch.arange(4.0)}
+
+
+def _write_through_view(x):
+    middle = x[1:3]
+    middle.add_(1)
+    return middle
+
+
+def _return_view(x):
+    return x.view(2, 2)
+
+
+def _copy_into(x, y):
+    x.copy_(y)
+
+
+def _set_to(x, y):
+    set_(x, y)
+
+
+def _set_then_write_source(x, y):
+    set_(x, y)
+    y.add_(10)
+
+
+def _set_then_write_target(x, y):
+    set_(x, y)
+    x.mul_(2)
+
+
+def _write_expanded(x):
+    x.expand(2, 4).add_(1)
+
+
+def _aliased_arguments():
+    base = torch.arange(4.0)
+    return {"base": base, "a": base, "b": base[1:3]}
+
+
+def _write_one_read_other(a, b):
+    b.mul_(10)
+    return a.clone()
+
+
+CASES = [
+    Case(
+        name="aliasing.inplace-on-view-writes-base",
+        rules=["aliasing.inplace.writes-through", "aliasing.view.shares-storage", "memory.alias"],
+        setup=lambda: {"x": torch.zeros(4)},
+        args=["x"],
+        program=_write_through_view,
+        expect=[
+            Values("x", [0.0, 1.0, 1.0, 0.0]),
+            Values("out0", [1.0, 1.0]),
+            Layout("out0", shape=(2,), strides=(1,), offset=1),
+            Shares("x", "out0"),
+        ],
+    ),
+    Case(
+        name="aliasing.returned-view-of-input",
+        rules=["aliasing.view.of-input", "aliasing.view.shares-storage"],
+        setup=lambda: {"x": torch.arange(4.0)},
+        args=["x"],
+        program=_return_view,
+        expect=[Values("out0", [[0.0, 1.0], [2.0, 3.0]]), Layout("out0", strides=(2, 1)), Shares("x", "out0")],
+    ),
+    Case(
+        name="aliasing.copy-seen-through-alias",
+        rules=["aliasing.copy.writes-storage"],
+        setup=_base_and_alias,
+        args=["x", "y"],
+        program=_copy_into,
+        expect=[
+            Values("x", [0.0, 1.0, 2.0, 3.0]),
+            Values("x_alias", [[0.0, 1.0], [2.0, 3.0]]),
+            Shares("x", "x_alias"),
+            Separate("x", "y"),
+        ],
+    ),
+    Case(
+        name="aliasing.set-not-seen-through-old-alias",
+        rules=["aliasing.set.rebinds"],
+        setup=_base_and_alias,
+        args=["x", "y"],
+        program=_set_to,
+        expect=[
+            Values("x", [0.0, 1.0, 2.0, 3.0]),
+            Values("x_alias", [[0.0, 0.0], [0.0, 0.0]]),
+            Shares("x", "y"),
+            Separate("x", "x_alias"),
+        ],
+    ),
+    Case(
+        name="aliasing.set-then-write-source",
+        rules=["aliasing.set.later-writes", "aliasing.set.rebinds"],
+        setup=_base_and_alias,
+        args=["x", "y"],
+        program=_set_then_write_source,
+        expect=[
+            Values("x", [10.0, 11.0, 12.0, 13.0]),
+            Values("y", [10.0, 11.0, 12.0, 13.0]),
+            Values("x_alias", [[0.0, 0.0], [0.0, 0.0]]),
+            Shares("x", "y"),
+        ],
+    ),
+    Case(
+        name="aliasing.set-then-write-target",
+        rules=["aliasing.set.later-writes"],
+        setup=_base_and_alias,
+        args=["x", "y"],
+        program=_set_then_write_target,
+        expect=[
+            Values("y", [0.0, 2.0, 4.0, 6.0]),
+            Values("x", [0.0, 2.0, 4.0, 6.0]),
+            Values("x_alias", [[0.0, 0.0], [0.0, 0.0]]),
+        ],
+    ),
+    Case(
+        name="aliasing.write-into-expanded-raises",
+        rules=["aliasing.inplace.no-overlapping-write", "boundary.failed-call"],
+        setup=lambda: {"x": torch.ones(4)},
+        args=["x"],
+        program=_write_expanded,
+        expect=[Raises(RuntimeError, match="more than one element of the written-to tensor")],
+    ),
+    Case(
+        name="aliasing.aliased-arguments",
+        rules=["aliasing.inputs.shared-storage", "boundary.import"],
+        setup=_aliased_arguments,
+        args=["a", "b"],
+        program=_write_one_read_other,
+        expect=[
+            Values("out0", [0.0, 10.0, 20.0, 3.0]),
+            Values("base", [0.0, 10.0, 20.0, 3.0]),
+            Values("b", [10.0, 20.0]),
+            Shares("a", "b"),
+            Separate("a", "out0"),
+        ],
+    ),
+]

@@ -1,0 +1,84 @@
+"""Cases for specs/capture.md: what capture keeps, what it must not touch, and the boundary."""
+
+import torch
+import torch.nn.functional as F
+
+from aotspec.errors import UnsupportedError
+
+from ..case import Case, Identical, Raises, Separate, Shares, Values
+
+_X = torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 0.0, 2.0]])
+
+
+def _normalize_then_softmax(x):
+    return torch.softmax(F.layer_norm(x, (4,)), dim=-1)
+
+
+def _mutate_then_unsupported(x):
+    x.add_(1)
+    return torch.cumsum(x, 0)
+
+
+def _flat_inputs(xs, scale, options):
+    return xs[0] * scale + xs[1] * options["weight"]
+
+
+def _pytree_world():
+    a, b = torch.ones(2), torch.full((2,), 2.0)
+    return {"a": a, "b": b, "xs": [a, b], "scale": 3.0, "options": {"weight": 10.0}}
+
+
+def _same_object_twice(x, also_x):
+    x.add_(1)
+    return also_x * 1
+
+
+def _return_argument(x):
+    x.mul_(2)
+    return x
+
+
+CASES = [
+    Case(
+        name="capture.composites-decompose-and-run",
+        rules=["capture.aten-graph"],
+        setup=lambda: {"x": _X.clone()},
+        args=["x"],
+        program=_normalize_then_softmax,
+        # eager PyTorch's own answer, computed on a private copy
+        expect=[Values("out0", torch.softmax(F.layer_norm(_X.clone(), (4,)), dim=-1)), Separate("x", "out0")],
+    ),
+    Case(
+        name="capture.unsupported-op-touches-nothing",
+        rules=["capture.no-side-effects", "ops.table", "boundary.failed-call"],
+        setup=lambda: {"x": torch.zeros(3)},
+        args=["x"],
+        program=_mutate_then_unsupported,
+        expect=[Raises(UnsupportedError, rule="ops.table", match="aten.cumsum.default")],
+        skip={"torch-eager": "cumsum is outside the reference op table; eager PyTorch runs it"},
+    ),
+    Case(
+        name="capture.pytree-and-constant-arguments",
+        rules=["capture.flat-inputs"],
+        setup=_pytree_world,
+        args=["xs", "scale", "options"],
+        program=_flat_inputs,
+        expect=[Values("out0", [23.0, 23.0]), Values("a", [1.0, 1.0])],
+    ),
+    Case(
+        name="boundary.same-object-twice",
+        rules=["boundary.import"],
+        setup=lambda: {"x": torch.zeros(2)},
+        args=["x", "x"],
+        program=_same_object_twice,
+        expect=[Values("out0", [1.0, 1.0]), Values("x", [1.0, 1.0])],
+    ),
+    Case(
+        name="boundary.output-is-the-argument",
+        rules=["boundary.export"],
+        setup=lambda: {"x": torch.arange(3.0)},
+        args=["x"],
+        program=_return_argument,
+        expect=[Values("x", [0.0, 2.0, 4.0]), Identical("x", "out0"), Shares("x", "out0")],
+    ),
+]

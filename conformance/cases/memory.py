@@ -1,0 +1,111 @@
+"""Cases for specs/memory-model.md: layouts, extents, bounds, and the ledger's live/freed/peak.
+
+Byte counts are worked out by hand from the rules: a float32 tensor of 4 elements is 16 bytes.
+"""
+
+import torch
+
+from ..case import Case, LiveBytesAfter, PeakBytes, Raises, Values, Layout, Shares, StorageBytes
+from aotspec.errors import SpecViolation
+
+resize = torch.ops.inductor.resize_storage_bytes_
+set_ = torch.ops.aten.set_.source_Tensor
+
+
+def _chain(x):
+    a = x.sin()
+    b = a.cos()
+    return b.exp()
+
+
+def _strided_view(x):
+    return torch.as_strided(x, (2, 2), (4, 1), 5)
+
+
+def _read_zero_storage(y, w):
+    y.add_(1)  # a write that must not reach the caller, because the call fails
+    return w.sum()
+
+
+def _zero_storage_world():
+    w = torch.ones(4)
+    resize(w, 0)
+    return {"y": torch.zeros(4), "w": w}
+
+
+def _rebind(x, y):
+    set_(x, y)
+    return x + 1
+
+
+def _shrink_to_zero(x):
+    resize(x, 0)
+    resize(x, 16)
+    x.copy_(torch.ones(4))
+
+
+CASES = [
+    Case(
+        name="memory.strided-view-reads-offset",
+        rules=["memory.layout", "memory.alias"],
+        setup=lambda: {"x": torch.arange(12.0)},
+        args=["x"],
+        program=_strided_view,
+        expect=[
+            Values("out0", [[5.0, 6.0], [9.0, 10.0]]),
+            Layout("out0", dtype=torch.float32, shape=(2, 2), strides=(4, 1), offset=5),
+            Shares("x", "out0"),
+        ],
+    ),
+    Case(
+        name="memory.read-of-zero-storage-raises",
+        rules=["memory.access-in-bounds", "memory.extent", "boundary.failed-call"],
+        setup=_zero_storage_world,
+        args=["y", "w"],
+        program=_read_zero_storage,
+        expect=[Raises(SpecViolation, rule="memory.access-in-bounds", match="needs 16 bytes but its storage holds 0")],
+        skip={"torch-eager": "eager PyTorch segfaults reading a zero-byte storage on CPU (research 2.2)"},
+    ),
+    Case(
+        name="memory.chain-frees-at-last-use",
+        rules=["memory.live", "memory.freed", "memory.peak", "memory.eager.last-use"],
+        setup=lambda: {"x": torch.zeros(4)},
+        args=["x"],
+        program=_chain,
+        expect=[
+            Values("out0", torch.exp(torch.cos(torch.sin(torch.zeros(4))))),
+            # inputs 16; sin makes a (32); cos makes b and drops a (48 -> 32); exp makes c, drops b.
+            LiveBytesAfter("sin", 32),
+            LiveBytesAfter("cos", 32),
+            LiveBytesAfter("exp", 32),
+            PeakBytes(48),
+        ],
+    ),
+    Case(
+        name="memory.set-frees-old-storage",
+        rules=["memory.freed", "aliasing.set.rebinds"],
+        setup=lambda: {"x": torch.zeros(4), "y": torch.ones(4)},
+        args=["x", "y"],
+        program=_rebind,
+        expect=[
+            Values("out0", [2.0, 2.0, 2.0, 2.0]),
+            Shares("x", "y"),
+            # x's old 16 bytes die at set_: only y's storage is left.
+            LiveBytesAfter("set_", 16),
+            PeakBytes(32),
+        ],
+    ),
+    Case(
+        name="memory.resize-changes-live-bytes",
+        rules=["memory.resize.live-bytes", "memory.storage"],
+        setup=lambda: {"x": torch.zeros(4)},
+        args=["x"],
+        program=_shrink_to_zero,
+        expect=[
+            Values("x", [1.0, 1.0, 1.0, 1.0]),
+            StorageBytes("x", 16),
+            LiveBytesAfter("resize_storage_bytes_", 0),
+            LiveBytesAfter("resize_storage_bytes__1", 16),
+        ],
+    ),
+]

@@ -1,0 +1,96 @@
+"""Cases for specs/storage-resize.md: resize_storage_bytes_ in eager programs."""
+
+import torch
+
+from ..case import Case, Layout, Shares, StorageBytes, Values
+
+resize = torch.ops.inductor.resize_storage_bytes_
+
+
+def _zero_storage_parameter():
+    # FSDP's sharded state: the parameter object exists, its bytes do not.
+    w = torch.zeros(4)
+    resize(w, 0)
+    return {"w": w, "w_alias": w.view(2, 2), "src": torch.arange(4.0), "x": torch.full((4,), 2.0)}
+
+
+def _fsdp_pattern(w, src, x):
+    resize(w, 16)
+    w.copy_(src)
+    out = x * w
+    resize(w, 0)
+    return out
+
+
+def _up_and_fill(w, src, x):
+    resize(w, 16)
+    w.copy_(src)
+    return x * w
+
+
+def _down_to_zero(x):
+    resize(x, 0)
+
+
+def _shrink_keeps_prefix(x):
+    resize(x, 8)
+    return x[:2].clone()
+
+
+def _with_alias():
+    x = torch.arange(4.0)
+    return {"x": x, "x_alias": x.view(2, 2)}
+
+
+CASES = [
+    Case(
+        name="resize.down-to-zero-seen-by-all-aliases",
+        rules=["resize.eager.all-aliases"],
+        setup=_with_alias,
+        args=["x"],
+        program=_down_to_zero,
+        expect=[
+            StorageBytes("x", 0),
+            StorageBytes("x_alias", 0),
+            Layout("x", shape=(4,), strides=(1,), offset=0),
+            Layout("x_alias", shape=(2, 2), strides=(2, 1)),
+            Shares("x", "x_alias"),
+        ],
+    ),
+    Case(
+        name="resize.shrink-keeps-prefix",
+        rules=["resize.keeps-prefix", "memory.extent"],
+        setup=_with_alias,
+        args=["x"],
+        program=_shrink_keeps_prefix,
+        expect=[Values("out0", [0.0, 1.0]), StorageBytes("x", 8), StorageBytes("x_alias", 8)],
+    ),
+    Case(
+        name="resize.fsdp-up-fill-use-down",
+        rules=["resize.zero-then-back", "memory.storage", "aliasing.copy.writes-storage"],
+        setup=_zero_storage_parameter,
+        args=["w", "src", "x"],
+        program=_fsdp_pattern,
+        expect=[
+            Values("out0", [0.0, 2.0, 4.0, 6.0]),
+            StorageBytes("w", 0),
+            StorageBytes("w_alias", 0),
+            Layout("w", shape=(4,), strides=(1,)),
+            Shares("w", "w_alias"),
+        ],
+    ),
+    Case(
+        name="resize.up-from-zero-and-fill",
+        rules=["resize.zero-then-back", "resize.eager.all-aliases"],
+        setup=_zero_storage_parameter,
+        args=["w", "src", "x"],
+        program=_up_and_fill,
+        expect=[
+            Values("out0", [0.0, 2.0, 4.0, 6.0]),
+            Values("w", [0.0, 1.0, 2.0, 3.0]),
+            Values("w_alias", [[0.0, 1.0], [2.0, 3.0]]),
+            StorageBytes("w_alias", 16),
+            Shares("w", "w_alias"),
+        ],
+    ),
+]

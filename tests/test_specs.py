@@ -1,0 +1,64 @@
+"""Rule IDs tie the spec, the reference and the conformance cases together.
+
+Fails when code, a spec chapter or a case cites a rule that no chapter defines, when a rule is
+defined twice, or when a defined rule has no conformance case.
+"""
+
+import re
+from pathlib import Path
+
+from aotspec.conformance.cases import ALL_CASES
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFINITION = re.compile(r"^r\[([a-z0-9][a-z0-9.\-]*)\]$", re.MULTILINE)
+CITATION = re.compile(r"(?<![A-Za-z0-9_])r\[([a-z0-9][a-z0-9.\-]*)\]")
+RULE_ARGUMENT = re.compile(r"""rule=["']([a-z0-9][a-z0-9.\-]*)["']""")
+CITING_TREES = ["reference", "fast", "aotspec", "conformance"]
+
+
+def _chapters():
+    return [path for path in sorted((ROOT / "specs").glob("*.md")) if path.name != "README.md"]
+
+
+def defined_rules() -> dict[str, str]:
+    rules: dict[str, str] = {}
+    for path in _chapters():
+        for rule in DEFINITION.findall(path.read_text()):
+            assert rule not in rules, f"rule {rule} is defined in both {rules[rule]} and {path.name}"
+            rules[rule] = path.name
+    return rules
+
+
+def cited_rules() -> dict[str, set[str]]:
+    """rule -> the files that cite it (code comments, rule= arguments, chapters, cases)."""
+    cited: dict[str, set[str]] = {}
+    sources = [p for tree in CITING_TREES for p in (ROOT / tree).rglob("*.py")] + _chapters()
+    for path in sources:
+        text = DEFINITION.sub("", path.read_text())
+        for rule in CITATION.findall(text) + RULE_ARGUMENT.findall(text):
+            cited.setdefault(rule, set()).add(str(path.relative_to(ROOT)))
+    for case in ALL_CASES:
+        for rule in case.rules:
+            cited.setdefault(rule, set()).add(f"case {case.name}")
+    return cited
+
+
+def test_the_spec_defines_rules():
+    assert len(defined_rules()) >= 20
+
+
+def test_every_cited_rule_is_defined():
+    defined = defined_rules()
+    undefined = {rule: sorted(where) for rule, where in cited_rules().items() if rule not in defined}
+    assert not undefined, f"cited but not defined in specs/*.md (define them, or fix the ID): {undefined}"
+
+
+def test_every_rule_has_a_conformance_case():
+    covered = {rule for case in ALL_CASES for rule in case.rules}
+    missing = sorted(set(defined_rules()) - covered)
+    assert not missing, f"rules without a conformance case (add one in conformance/cases/): {missing}"
+
+
+def test_the_checker_sees_citations_in_code():
+    """Guards the regexes: a rule cited only in reference code must be found."""
+    assert "reference/effects.py" in cited_rules()["aliasing.set.rebinds"]
