@@ -1,0 +1,62 @@
+"""Capture: aten graphs that keep mutations, traced without touching the caller's tensors."""
+
+import torch
+
+from aotspec.reference import capture
+from aotspec.reference.optable import qualified_name
+
+aten = torch.ops.aten
+resize = torch.ops.inductor.resize_storage_bytes_
+
+
+def _targets(program):
+    return [qualified_name(n.target) for n in program.graph.nodes if n.op == "call_function" and hasattr(n.target, "_schema")]
+
+
+def _state(t):
+    return (t.untyped_storage()._cdata, t.untyped_storage().nbytes(), t.shape, t.stride(), t._version)
+
+
+def _mutates_everything(x, y, z, w):
+    x.view(2, 2).add_(1)
+    x.copy_(y)
+    aten.set_.source_Tensor(z, y)
+    resize(w, 16)
+    w.copy_(y)
+    resize(y, 0)
+    return x + 1
+
+
+def test_mutations_are_kept_in_the_graph():
+    w = torch.zeros(4)
+    resize(w, 0)
+    program = capture(_mutates_everything, (torch.zeros(4), torch.ones(4), torch.zeros(4), w))
+    targets = _targets(program)
+    for op in ["aten.add_.Tensor", "aten.copy_.default", "aten.set_.source_Tensor", "inductor.resize_storage_bytes_.default"]:
+        assert op in targets, targets
+
+
+def test_capture_leaves_the_callers_tensors_alone():
+    """r[capture.no-side-effects]: no byte, size, binding or version counter changes."""
+    x, y, z, w = torch.zeros(4), torch.ones(4), torch.zeros(4), torch.arange(4.0)
+    resize(w, 0)
+    before = [_state(t) for t in (x, y, z, w)]
+    values = [t.clone() for t in (x, y, z)]
+    capture(_mutates_everything, (x, y, z, w))
+    assert before == [_state(t) for t in (x, y, z, w)]
+    for original, t in zip(values, (x, y, z)):
+        assert torch.equal(original, t)
+
+
+def test_non_tensor_leaves_are_constants():
+    program = capture(lambda xs, k, opts: xs[0] * k + opts["b"], ([torch.ones(2)], 3.0, {"b": 1.0}))
+    placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
+    assert len(placeholders) == 1
+    assert program.in_leaves[1:] == (3.0, 1.0)
+
+
+def test_composites_are_decomposed_to_table_ops():
+    program = capture(lambda x: torch.softmax(torch.nn.functional.layer_norm(x, (3,)), -1), (torch.randn(2, 3),))
+    targets = _targets(program)
+    assert "aten._softmax.default" not in targets and "aten.native_layer_norm.default" not in targets
+    assert "aten.amax.default" in targets and "aten.exp.default" in targets
