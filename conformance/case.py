@@ -49,6 +49,15 @@ def _facts(outcome: Outcome, name: str) -> TensorFacts | str:
     return outcome.after.tensors[name]
 
 
+def _missing(outcome: Outcome, *names: str) -> str | None:
+    """Why some of `names` cannot be looked at after the call, or None."""
+    for name in names:
+        facts = _facts(outcome, name)
+        if isinstance(facts, str):
+            return facts
+    return None
+
+
 @frozen
 class Values(Expectation):
     """`name` holds these values and shape (assert_close defaults; dtype is `Layout`'s business)."""
@@ -119,10 +128,9 @@ class Shares(Expectation):
     b: str
 
     def check(self, outcome):
-        for name in (self.a, self.b):
-            facts = _facts(outcome, name)
-            if isinstance(facts, str):
-                return facts
+        missing = _missing(outcome, self.a, self.b)
+        if missing:
+            return missing
         if not outcome.after.shares_storage(self.a, self.b):
             return f"{self.a} and {self.b} should share a storage; sharing is {outcome.after.sharing}"
         return None
@@ -136,10 +144,9 @@ class Separate(Expectation):
     b: str
 
     def check(self, outcome):
-        for name in (self.a, self.b):
-            facts = _facts(outcome, name)
-            if isinstance(facts, str):
-                return facts
+        missing = _missing(outcome, self.a, self.b)
+        if missing:
+            return missing
         if outcome.after.shares_storage(self.a, self.b):
             return f"{self.a} and {self.b} should not share a storage; sharing is {outcome.after.sharing}"
         return None
@@ -153,10 +160,9 @@ class Identical(Expectation):
     b: str
 
     def check(self, outcome):
-        for name in (self.a, self.b):
-            facts = _facts(outcome, name)
-            if isinstance(facts, str):
-                return facts
+        missing = _missing(outcome, self.a, self.b)
+        if missing:
+            return missing
         if outcome.world[self.a] is not outcome.world[self.b]:
             return f"{self.a} and {self.b} are different tensor objects"
         return None
