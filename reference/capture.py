@@ -48,6 +48,25 @@ DECOMPOSED = [
     aten.rsub,
     aten.masked_fill,
     aten.log_sigmoid_forward,
+    aten.elu,
+    aten.hardsigmoid,
+    aten.hardswish,
+    aten.mish,
+    aten.logsumexp,
+    aten.mse_loss,
+    # In-place forms (F.silu(x, inplace=True), x.masked_fill_(...), optimizer updates):
+    # the functional decomposition followed by copy_.
+    aten.silu_,
+    aten.masked_fill_,
+    aten.leaky_relu_,
+    aten.hardtanh_,
+    aten.elu_,
+    aten.hardsigmoid_,
+    aten.hardswish_,
+    aten.mish_,
+    aten.addcmul_,
+    aten.addcdiv_,
+    aten.lerp_,
 ]
 DECOMPOSITIONS = get_decompositions(DECOMPOSED)
 

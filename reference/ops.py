@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .optable import compute, inplace, view
-from .storage import Layout, contiguous_strides
+from .storage import REDUCED_FLOATS, Layout, contiguous_strides, numpy_dtype
 
 aten = torch.ops.aten
 
@@ -72,6 +72,21 @@ def expm1(x):
     return np.expm1(x)
 
 
+@compute(aten.log2.default)
+def log2(x):
+    return np.log2(x)
+
+
+@compute(aten.log10.default)
+def log10(x):
+    return np.log10(x)
+
+
+@compute(aten.exp2.default)
+def exp2(x):
+    return np.exp2(x)
+
+
 @compute(aten.sin.default)
 def sin(x):
     return np.sin(x)
@@ -80,6 +95,11 @@ def sin(x):
 @compute(aten.cos.default)
 def cos(x):
     return np.cos(x)
+
+
+@compute(aten.tan.default)
+def tan(x):
+    return np.tan(x)
 
 
 @compute(aten.tanh.default)
@@ -94,7 +114,8 @@ def sigmoid(x):
 
 @compute(aten.relu.default)
 def relu(x):
-    return np.where(x > 0, x, np.zeros_like(x))
+    # PyTorch's relu is clamp_min(x, 0), which keeps NaN; np.maximum does too.
+    return np.maximum(x, 0)
 
 
 @compute(aten.sqrt.default)
@@ -119,12 +140,44 @@ def erf(x):
 
 @compute(aten.sign.default)
 def sign(x):
-    return np.sign(x)
+    # PyTorch computes (0 < x) - (x < 0), so sign(NaN) is 0 where np.sign gives NaN.
+    return np.greater(x, 0).astype(np.int8) - np.less(x, 0).astype(np.int8)
+
+
+@compute(aten.floor.default)
+def floor(x):
+    return np.floor(x)
+
+
+@compute(aten.ceil.default)
+def ceil(x):
+    return np.ceil(x)
+
+
+@compute(aten.trunc.default)
+def trunc(x):
+    return np.trunc(x)
+
+
+@compute(aten.round.default)
+def round_(x):
+    # Halves round to even, in PyTorch (nearbyint) as in numpy.
+    return np.round(x)
+
+
+@compute(aten.isnan.default)
+def isnan(x):
+    return np.isnan(x)
 
 
 @compute(aten.logical_not.default)
 def logical_not(x):
     return np.logical_not(x)
+
+
+@compute(aten.bitwise_not.default)
+def bitwise_not(x):
+    return np.invert(x)
 
 
 # ---------------------------------------------------------------- pointwise binary
@@ -152,12 +205,25 @@ def div(x, y):
 
 @compute(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def div_mode(x, y, rounding_mode):
-    quotient = np.true_divide(x, y)
-    if rounding_mode == "trunc":
-        return np.trunc(quotient)
+    # r[ops.opmath] holds for trunc too, although PyTorch's CPU kernel rounds a float16 or
+    # bfloat16 quotient to the dtype before truncating it (float64 agrees with the reference).
     if rounding_mode == "floor":
-        return np.floor(quotient)
-    return quotient
+        return floor_divide(x, y)
+    quotient = np.true_divide(x, y)
+    return np.trunc(quotient) if rounding_mode == "trunc" else quotient
+
+
+@compute(aten.floor_divide.default, aten.floor_divide.Scalar)
+def floor_divide(x, y):
+    # Not floor(x / y): like Python's //, PyTorch (div_floor_floating) and numpy derive the
+    # quotient from fmod, so 1.0 // 0.1 is 9.0 although 1.0 / 0.1 rounds to 10.0.
+    return np.floor_divide(x, y)
+
+
+@compute(aten.remainder.Tensor, aten.remainder.Scalar)
+def remainder(x, y):
+    # Python's %: the result takes the sign of y, in PyTorch as in numpy.
+    return np.remainder(x, y)
 
 
 @compute(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
@@ -175,7 +241,7 @@ def minimum(x, y):
     return np.minimum(x, y)
 
 
-@compute(aten.clamp.default)
+@compute(aten.clamp.default, aten.clamp.Tensor)
 def clamp(x, low, high):
     # PyTorch applies min then max, so min > max gives max everywhere.
     if low is not None:
@@ -208,6 +274,21 @@ def logical_and(x, y):
 @compute(aten.logical_or.default)
 def logical_or(x, y):
     return np.logical_or(x, y)
+
+
+@compute(aten.bitwise_and.Tensor, aten.bitwise_and.Scalar)
+def bitwise_and(x, y):
+    return np.bitwise_and(x, y)
+
+
+@compute(aten.bitwise_or.Tensor, aten.bitwise_or.Scalar)
+def bitwise_or(x, y):
+    return np.bitwise_or(x, y)
+
+
+@compute(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)
+def bitwise_xor(x, y):
+    return np.bitwise_xor(x, y)
 
 
 @compute(aten.eq.Tensor, aten.eq.Scalar)
@@ -249,8 +330,15 @@ def threshold_backward(grad, x, threshold):
 
 
 @compute(aten._to_copy.default)
-def to_copy(x, *_):
-    # The cast itself is the final rounding to the meta dtype (r[ops.fresh-output]).
+def to_copy(x, dtype, *_):
+    # The cast itself is the final rounding to the meta dtype (r[ops.fresh-output]), with two
+    # PyTorch conversion rules numpy's cast lacks: reduced floats are converted from float32
+    # (c10::Half(float)), so a float64 value rounds twice; and float8_e4m3fn saturates at its
+    # largest finite value, infinities included, where numpy gives NaN.
+    if dtype in REDUCED_FLOATS:
+        x = x.astype(np.float32)
+    if dtype == torch.float8_e4m3fn:
+        x = np.clip(x, -448.0, 448.0)
     return x
 
 
@@ -291,24 +379,44 @@ def addmm(bias, x, y, beta, alpha):
 # ---------------------------------------------------------------- reductions
 
 
+def _accumulate(x, dtype):
+    """`x` in the reduction's `dtype=` argument, its accumulation type (r[ops.opmath])."""
+    if dtype is None:
+        return x
+    return x.astype(np.float32 if dtype in REDUCED_FLOATS else numpy_dtype(dtype))
+
+
 @compute(aten.sum.default)
 def sum_all(x, dtype):
-    return np.sum(x)
+    return np.sum(_accumulate(x, dtype))
 
 
 @compute(aten.sum.dim_IntList)
 def sum_dims(x, dims, keepdim, dtype):
-    return np.sum(x, axis=_axes(dims, x.ndim), keepdims=keepdim and x.ndim > 0)
+    axes = _axes(dims, x.ndim)
+    return np.sum(_accumulate(x, dtype), axis=axes, keepdims=keepdim and x.ndim > 0)
+
+
+def _count(x, axes) -> int:
+    """How many elements each reduction over `axes` sees."""
+    return x.size if axes is None else math.prod(x.shape[a] for a in axes)
+
+
+def _mean(x, dims, keepdim):
+    # The sum over the count, not np.mean, which warns on an empty slice where PyTorch quietly
+    # gives NaN.
+    axes = _axes(dims, x.ndim)
+    return np.sum(x, axis=axes, keepdims=keepdim and x.ndim > 0) / _count(x, axes)
 
 
 @compute(aten.mean.default)
 def mean_all(x, dtype):
-    return np.mean(x)
+    return _mean(_accumulate(x, dtype), None, False)
 
 
 @compute(aten.mean.dim)
 def mean_dims(x, dims, keepdim, dtype):
-    return np.mean(x, axis=_axes(dims, x.ndim), keepdims=keepdim and x.ndim > 0)
+    return _mean(_accumulate(x, dtype), dims, keepdim)
 
 
 @compute(aten.amax.default)
@@ -337,7 +445,11 @@ def _correction(correction) -> float:
 
 @compute(aten.var.correction)
 def var(x, dims, correction, keepdim):
-    return np.var(x, axis=_axes(dims, x.ndim), ddof=_correction(correction), keepdims=keepdim and x.ndim > 0)
+    # Two passes, like np.var; n - correction <= 0 divides by 0 (inf or NaN) as in PyTorch.
+    axes = _axes(dims, x.ndim)
+    deviations = x - _mean(x, dims, True)
+    squares = np.sum(deviations * deviations, axis=axes, keepdims=keepdim and x.ndim > 0)
+    return squares / max(_count(x, axes) - _correction(correction), 0)
 
 
 @compute(aten.std.correction)
@@ -347,7 +459,7 @@ def std(x, dims, correction, keepdim):
 
 @compute(aten.var_mean.correction)
 def var_mean(x, dims, correction, keepdim):
-    return var(x, dims, correction, keepdim), np.mean(x, axis=_axes(dims, x.ndim), keepdims=keepdim and x.ndim > 0)
+    return var(x, dims, correction, keepdim), _mean(x, dims, keepdim)
 
 
 # ---------------------------------------------------------------- creation
@@ -382,6 +494,11 @@ def scalar_tensor(value, *_):
 @compute(aten.arange.default)
 def arange(end, *_):
     return np.arange(end)
+
+
+@compute(aten.arange.start)
+def arange_start(start, end, *_):
+    return np.arange(start, end)
 
 
 @compute(aten.arange.start_step)
@@ -422,7 +539,8 @@ def new_full(x, size, fill_value, *_):
 # ---------------------------------------------------------------- in-place variants
 # r[aliasing.inplace.writes-through]: x.op_(...) computes op(x, ...) and writes it into x's storage.
 
-for _inplace, _functional in [
+#: (in-place overload, functional overload whose values it writes), for the table and the tests.
+IN_PLACE_VARIANTS = (
     (aten.add_.Tensor, aten.add.Tensor),
     (aten.add_.Scalar, aten.add.Scalar),
     (aten.sub_.Tensor, aten.sub.Tensor),
@@ -431,11 +549,20 @@ for _inplace, _functional in [
     (aten.mul_.Scalar, aten.mul.Scalar),
     (aten.div_.Tensor, aten.div.Tensor),
     (aten.div_.Scalar, aten.div.Scalar),
+    (aten.div_.Tensor_mode, aten.div.Tensor_mode),
+    (aten.div_.Scalar_mode, aten.div.Scalar_mode),
+    (aten.floor_divide_.Tensor, aten.floor_divide.default),
+    (aten.floor_divide_.Scalar, aten.floor_divide.Scalar),
+    (aten.remainder_.Tensor, aten.remainder.Tensor),
+    (aten.remainder_.Scalar, aten.remainder.Scalar),
     (aten.pow_.Scalar, aten.pow.Tensor_Scalar),
+    (aten.pow_.Tensor, aten.pow.Tensor_Tensor),
     (aten.neg_.default, aten.neg.default),
     (aten.abs_.default, aten.abs.default),
     (aten.exp_.default, aten.exp.default),
     (aten.log_.default, aten.log.default),
+    (aten.log1p_.default, aten.log1p.default),
+    (aten.expm1_.default, aten.expm1.default),
     (aten.sin_.default, aten.sin.default),
     (aten.cos_.default, aten.cos.default),
     (aten.tanh_.default, aten.tanh.default),
@@ -444,12 +571,22 @@ for _inplace, _functional in [
     (aten.sqrt_.default, aten.sqrt.default),
     (aten.rsqrt_.default, aten.rsqrt.default),
     (aten.reciprocal_.default, aten.reciprocal.default),
+    (aten.erf_.default, aten.erf.default),
+    (aten.floor_.default, aten.floor.default),
+    (aten.ceil_.default, aten.ceil.default),
+    (aten.trunc_.default, aten.trunc.default),
+    (aten.round_.default, aten.round.default),
     (aten.clamp_.default, aten.clamp.default),
+    (aten.clamp_.Tensor, aten.clamp.Tensor),
     (aten.clamp_min_.default, aten.clamp_min.default),
     (aten.clamp_max_.default, aten.clamp_max.default),
+    (aten.logical_not_.default, aten.logical_not.default),
+    (aten.bitwise_and_.Tensor, aten.bitwise_and.Tensor),
+    (aten.bitwise_or_.Tensor, aten.bitwise_or.Tensor),
     (aten.fill_.Scalar, aten.fill.Scalar),
     (aten.zero_.default, aten.zero.default),
-]:
+)
+for _inplace, _functional in IN_PLACE_VARIANTS:
     inplace(_inplace, _functional)
 
 

@@ -1,0 +1,1077 @@
+"""Every op table entry against eager PyTorch, OpInfo-style (`specs/ops.md`).
+
+Each entry has sample inputs: seeded values, irregular shapes, 0-dim and size-0 tensors where the
+op takes them, transposed and sliced (non-contiguous, offset) tensors, and Python scalars.
+A sample runs through `aotspec.reference.run` and through eager PyTorch on twin copies of its
+inputs; the two must agree on every output and on every input afterwards (dtype, sizes, strides,
+offset, storage size, values with `torch.testing.assert_close` defaults) and on which tensors share
+a storage (`aotspec.conformance.observe`).
+Casts must agree exactly: a conversion rounds one way only.
+Where eager PyTorch and the spec knowingly differ (META_STRIDES, OPMATH_ORACLE), the sample is
+held to the spec's rule instead, computed with PyTorch.
+
+Beyond single ops: every composite op that capture decomposes, a 2-layer MLP and an attention
+block run against eager, and an op outside the table is refused at capture (`r[ops.table]`).
+
+Conventions: `op` is an OpOverload, `make` a Make (seeded tensors of the dtype under test).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Callable, Iterable
+from functools import partial
+from itertools import islice
+
+import pytest
+import torch
+import torch.nn.functional as F
+import torch.utils._pytree as pytree
+from attrs import define, field, frozen
+from torch._subclasses import FakeTensorMode
+
+from aotspec import UnsupportedError
+from aotspec.conformance.observe import differences, observe
+from aotspec.reference import run
+from aotspec.reference.capture import DECOMPOSED
+from aotspec.reference.ops import IN_PLACE_VARIANTS
+from aotspec.reference.optable import OP_TABLE, OpKind, qualified_name
+
+aten = torch.ops.aten
+
+FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+NUMERIC = (*FLOATS, torch.int64)
+ALL = (*NUMERIC, torch.bool)
+#: One dtype per kind of value (float, reduced float, integer, bool), and per item size, for ops
+#: whose values do not depend on the dtype's precision: views, creation, comparisons.
+KINDS = (torch.float32, torch.float16, torch.int64, torch.bool)
+NUMERIC_KINDS = KINDS[:3]
+CAST_TARGETS = (
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float8_e4m3fn,
+    torch.int64,
+    torch.bool,
+)
+
+
+# ---------------------------------------------------------------- samples
+
+
+@frozen
+class Sample:
+    """The arguments of one call: `op(*args, **kwargs)`."""
+
+    args: tuple
+    kwargs: dict = field(factory=dict)
+
+    def __str__(self) -> str:
+        parts = [_describe(a) for a in self.args]
+        parts += [f"{k}={_describe(v)}" for k, v in self.kwargs.items()]
+        return f"({', '.join(parts)})"
+
+
+def sample(*args, **kwargs) -> Sample:
+    return Sample(args, kwargs)
+
+
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).removeprefix("torch.")
+        layout = f"strides {value.stride()} offset {value.storage_offset()}"
+        return f"{dtype}{list(value.shape)} {layout}"
+    if isinstance(value, (list, tuple)) and any(isinstance(v, torch.Tensor) for v in value):
+        return f"[{', '.join(_describe(v) for v in value)}]"
+    return repr(value)
+
+
+#: How to lay out a tensor of `shape`: the base tensor's shape, and the view of it to return.
+_LAYOUTS: dict[str, tuple[Callable, Callable]] = {
+    "contiguous": (lambda shape: shape, lambda t: t),
+    # Dims reversed in memory: dense but not contiguous.
+    "transposed": (lambda shape: shape[::-1], lambda t: t.permute(*reversed(range(t.dim())))),
+    # Every other element of a longer last dim, from the second: gaps and a storage offset.
+    "sliced": (lambda shape: (*shape[:-1], 2 * shape[-1] + 1), lambda t: t[..., 1::2]),
+}
+
+
+@define
+class Make:
+    """Seeded sample tensors of one dtype: `make((3, 4), "transposed")`."""
+
+    dtype: torch.dtype
+    generator: torch.Generator = field(factory=lambda: torch.Generator().manual_seed(17))
+
+    def __call__(self, shape, layout="contiguous", *, dtype=None, nonzero=False, nonneg=False):
+        dtype = self.dtype if dtype is None else dtype
+        base_shape, view_of = _LAYOUTS[layout]
+        base_sizes = base_shape(tuple(shape))
+        values = 3 * torch.randn(base_sizes, generator=self.generator, dtype=torch.float64)
+        if nonneg:
+            values = values.abs()
+        if nonzero:
+            values = torch.where(values.abs() < 0.5, 1.0, values)
+        if dtype == torch.bool:
+            base = values > 0
+        elif dtype.is_floating_point:
+            base = values.to(dtype)
+        else:
+            base = values.round().to(dtype)
+        return view_of(base)
+
+    def special(self) -> torch.Tensor:
+        """NaN, infinities, signed zeros, halves (round to even), tiny and large values."""
+        values = [math.nan, math.inf, -math.inf, 0.0, -0.0, 0.5, -2.5, 3.5, 1e-8, 1000.0, -1000.0]
+        return torch.tensor(values, dtype=self.dtype)
+
+    def scalar(self):
+        """A Python number of the dtype's kind."""
+        if self.dtype == torch.bool:
+            return True
+        return 2.5 if self.dtype.is_floating_point else 3
+
+    @property
+    def other(self) -> torch.dtype:
+        """A dtype that promotes with this one."""
+        return torch.float32 if self.dtype in (torch.int64, torch.bool) else torch.int64
+
+
+def unary(make: Make) -> Iterable[Sample]:
+    yield sample(make(()))
+    yield sample(make((0, 4)))
+    yield sample(make((2, 3, 4), "transposed"))
+    yield sample(make((4, 3), "sliced"))
+    if make.dtype.is_floating_point:
+        yield sample(make.special())
+
+
+def hard_quotients(make: Make) -> Sample:
+    """Divisions whose rounded quotient misleads, and signs that tell floor from trunc.
+
+    In float32 and float64, 1.0 / 0.1 rounds up to 10.0, yet 1.0 // 0.1 is 9.0.
+    """
+    if make.dtype.is_floating_point:
+        dividends, divisors = [1.0, -1.0, 0.7, 3.0], [0.1, 0.1, 0.1, -0.3]
+    else:
+        dividends, divisors = [7, -7, 7, -7], [2, 2, -2, -2]
+    return sample(*(torch.tensor(values, dtype=make.dtype) for values in (dividends, divisors)))
+
+
+def binary(make: Make, *, nonzero=False, scalar=False, other_dtype=None) -> Iterable[Sample]:
+    """nonzero: a divisor, with no zero in it and hard quotients among the samples."""
+    other = partial(make, nonzero=nonzero)
+    yield sample(make((3, 5)), other((3, 5), "transposed"))
+    yield sample(make((4, 1)), other((1, 3), "sliced"))
+    yield sample(make((2, 3)), other(()))
+    yield sample(make((0, 3)), other((3,)))
+    yield sample(make((4,)), other((4,), dtype=other_dtype or make.other))
+    if nonzero:
+        yield hard_quotients(make)
+    if scalar:
+        # A few Tensor overloads also take a Python number for `other` (`x * 2` records this).
+        yield sample(make((3, 4), "sliced"), make.scalar())
+
+
+def with_scalar(make: Make, *, integral=False) -> Iterable[Sample]:
+    yield sample(make((3, 5)), make.scalar())
+    yield sample(make(()), -2)
+    yield sample(make((0, 4)), make.scalar())
+    yield sample(make((2, 3, 4), "transposed"), 6 if integral else 0.5)
+
+
+def divide_mode(make: Make, *, scalar=False) -> Iterable[Sample]:
+    divisor = partial(make, nonzero=True)
+    for mode in ("trunc", "floor", None):
+        if scalar:
+            other = -1.5 if make.dtype.is_floating_point else -2
+            yield sample(make((3, 5), "transposed"), other, rounding_mode=mode)
+        else:
+            yield sample(*hard_quotients(make).args, rounding_mode=mode)
+            yield sample(make((3, 5)), divisor((3, 5), "transposed"), rounding_mode=mode)
+            yield sample(make((3, 5)), divisor((5,), "sliced"), rounding_mode=mode)
+            yield sample(make(()), divisor((2, 1)), rounding_mode=mode)
+
+
+def pow_tensor_scalar(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 5)), 2)
+    yield sample(make(()), 3)
+    yield sample(make((0, 4)), 2)
+    yield sample(make((2, 3, 4), "transposed"), 0.5)
+    yield sample(make((4, 3), "sliced"), -1.5)
+
+
+def pow_tensor_tensor(make: Make) -> Iterable[Sample]:
+    # Integers to negative integer powers are an error: integer exponents are >= 0.
+    nonneg = not make.dtype.is_floating_point
+    yield sample(make((3, 5), nonneg=True), make((3, 5), "transposed", nonneg=nonneg))
+    yield sample(make((4, 1)), make((3,), nonneg=nonneg))
+    yield sample(make(()), make((2, 2), "sliced", nonneg=nonneg))
+
+
+def pow_scalar_tensor(make: Make) -> Iterable[Sample]:
+    nonneg = not make.dtype.is_floating_point
+    yield sample(2, make((3, 5), nonneg=nonneg))
+    yield sample(1.5, make((2, 3), "transposed", nonneg=nonneg))
+    yield sample(-2, make((), nonneg=nonneg))
+
+
+def clamp_samples(make: Make) -> Iterable[Sample]:
+    low, high = (-0.5, 0.5) if make.dtype.is_floating_point else (-1, 2)
+    yield sample(make((3, 5)), low, high)
+    yield sample(make((2, 3, 4), "transposed"), None, high)
+    # min > max gives max everywhere.
+    yield sample(make((4, 3), "sliced"), high, low)
+    yield sample(make(()), low, None)
+    yield sample(make((0, 4)), low, high)
+    if make.dtype.is_floating_point:
+        yield sample(make.special(), low, high)
+
+
+def clamp_tensor(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 5)), make((3, 5), "transposed"), make((5,)))
+    yield sample(make((2, 3), "sliced"), None, make(()))
+    yield sample(make((4, 1)), make((1, 3)), None)
+
+
+def clamp_bound(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 5)), make.scalar())
+    yield sample(make((2, 3, 4), "transposed"), -1)
+    yield sample(make(()), 0)
+    yield sample(make((0, 4)), 1)
+    if make.dtype.is_floating_point:
+        yield sample(make.special(), 0.0)
+
+
+def where_samples(make: Make) -> Iterable[Sample]:
+    condition = partial(make, dtype=torch.bool)
+    yield sample(condition((3, 5)), make((3, 5), "transposed"), make((3, 5)))
+    yield sample(condition((4, 1)), make((1, 3)), make((4, 3), "sliced"))
+    yield sample(condition(()), make((2, 2)), make(()))
+    yield sample(condition((0, 3)), make((3,)), make((0, 1)))
+    yield sample(condition((4,)), make((4,)), make((4,), dtype=make.other))
+
+
+def threshold_backward_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 5)), make((3, 5), "transposed"), 0.0)
+    yield sample(make((4, 3), "sliced"), make((4, 3)), 1.5)
+    yield sample(make(()), make(()), 0)
+    yield sample(make((11,)), make.special(), 0.0)
+
+
+#: Just above a tie of float16 (then bfloat16, float8_e4m3fn) at 1.0, by less than float32 keeps:
+#: converted through float32 (PyTorch), they round down to 1.0; converted directly, up.
+DOUBLE_ROUNDING = [1 + 2**-11 + 2**-40, 1 + 2**-8 + 2**-40, 1 + 2**-4 + 2**-40]
+
+
+def cast_samples(make: Make) -> Iterable[Sample]:
+    for target in CAST_TARGETS:
+        yield sample(make((3, 5)), dtype=target)
+        yield sample(make((2, 3, 4), "transposed"), dtype=target)
+        # NaN and infinities to an integer are undefined behaviour in C++: no oracle to match.
+        if make.dtype.is_floating_point and target != torch.int64:
+            yield sample(make.special(), dtype=target)
+        if make.dtype == torch.float64:
+            yield sample(torch.tensor(DOUBLE_ROUNDING, dtype=make.dtype), dtype=target)
+    yield sample(make((4, 3), "sliced"))
+    yield sample(make(()), dtype=make.other)
+
+
+def clone_samples(make: Make) -> Iterable[Sample]:
+    yield from unary(make)
+    yield sample(make((2, 3, 4), "transposed"), memory_format=torch.contiguous_format)
+
+
+def copy_samples(make: Make, *, offset_target=True) -> Iterable[Sample]:
+    yield sample(make((3, 5)), make((3, 5), "transposed"))
+    yield sample(make((3, 5), "transposed"), make((1, 5)))
+    yield sample(make(()), make(()))
+    yield sample(make((0, 4)), make((4,)))
+    target = make((4, 3), "sliced" if offset_target else "transposed")
+    yield sample(target, make((4, 3), dtype=make.other))
+
+
+def cat_samples(make: Make) -> Iterable[Sample]:
+    yield sample([make((2, 3)), make((4, 3), "sliced")])
+    yield sample([make((2, 3), "transposed"), make((2, 1))], -1)
+    # Legacy rule: a 1-D empty tensor is skipped whatever the other shapes.
+    yield sample([make((2, 3)), make((0,)), make((2, 2))], 1)
+    yield sample([make((0, 3)), make((2, 3))])
+    yield sample([make((3,)), make((2,), dtype=make.other)])
+
+
+def mm_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 4)), make((4, 5)))
+    yield sample(make((3, 4), "transposed"), make((4, 5), "sliced"))
+    yield sample(make((3, 0)), make((0, 5)))
+    yield sample(make((0, 4)), make((4, 2)))
+    yield sample(make((1, 1)), make((1, 1)))
+
+
+def bmm_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((2, 3, 4)), make((2, 4, 5)))
+    yield sample(make((2, 3, 4), "transposed"), make((2, 4, 5), "sliced"))
+    yield sample(make((0, 2, 3)), make((0, 3, 1)))
+    yield sample(make((2, 3, 0)), make((2, 0, 4)))
+
+
+def addmm_samples(make: Make) -> Iterable[Sample]:
+    alpha, beta = (2.5, 0.5) if make.dtype.is_floating_point else (2, 3)
+    yield sample(make((5,)), make((3, 4)), make((4, 5)))
+    yield sample(
+        make((3, 5), "transposed"), make((3, 4), "sliced"), make((4, 5)), beta=beta, alpha=alpha
+    )
+    yield sample(make(()), make((2, 0)), make((0, 3)), alpha=alpha)
+    if make.dtype.is_floating_point:
+        # beta == 0 ignores the bias, NaN included.
+        nan_bias = torch.full((1, 5), math.nan, dtype=make.dtype)
+        yield sample(nan_bias, make((3, 4)), make((4, 5)), beta=0)
+
+
+def reduce_all(make: Make, *, empty=True) -> Iterable[Sample]:
+    yield sample(make((3, 5)))
+    yield sample(make(()))
+    yield sample(make((2, 3, 4), "transposed"))
+    yield sample(make((4, 3), "sliced"))
+    if empty:
+        yield sample(make((0, 4)))
+
+
+def cancelling(make: Make) -> torch.Tensor:
+    """2**25 + 1 - 2**25: 1 in float64, 0 when accumulated in float32."""
+    return torch.tensor([2.0**25, 1.0, -(2.0**25)]).to(make.dtype)
+
+
+def reduce_all_with_dtype(make: Make) -> Iterable[Sample]:
+    yield from reduce_all(make)
+    yield sample(cancelling(make), dtype=torch.float64)
+
+
+def reduce_dims(make: Make, *, empty_dim=True, dtype_arg=False) -> Iterable[Sample]:
+    yield sample(make((3, 5)), [1])
+    yield sample(make((2, 3, 4), "transposed"), [0, -1], True)
+    yield sample(make((4, 3), "sliced"), [])
+    yield sample(make(()), [0], True)
+    yield sample(make((0, 4)), [1])
+    if empty_dim:
+        yield sample(make((0, 4)), [0])
+    if dtype_arg:
+        yield sample(cancelling(make), [0], dtype=torch.float64)
+
+
+def var_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 5)), [1])
+    yield sample(make((2, 3, 4), "transposed"), [0, -1], correction=0, keepdim=True)
+    yield sample(make((4, 3), "sliced"), None, correction=2)
+    # One element per group and correction 1: 0 / 0 is NaN.
+    yield sample(make(()), None)
+    yield sample(make((1, 4)), [0])
+
+
+def sizes(make: Make) -> Iterable[Sample]:
+    yield sample([2, 3], dtype=make.dtype)
+    yield sample([], dtype=make.dtype)
+    yield sample([0, 3], dtype=make.dtype)
+
+
+def full_samples(make: Make) -> Iterable[Sample]:
+    yield sample([2, 3], make.scalar(), dtype=make.dtype)
+    yield sample([], -1, dtype=make.dtype)
+    yield sample([0, 3], make.scalar(), dtype=make.dtype)
+
+
+def scalar_tensor_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make.scalar(), dtype=make.dtype)
+    yield sample(-2, dtype=make.dtype)
+
+
+def empty_strided_samples(make: Make) -> Iterable[Sample]:
+    yield sample([2, 3], [1, 2], dtype=make.dtype)
+    yield sample([3, 0], [1, 3], dtype=make.dtype)
+
+
+def arange_end(make: Make) -> Iterable[Sample]:
+    yield sample(5, dtype=make.dtype)
+    yield sample(0, dtype=make.dtype)
+    if make.dtype.is_floating_point:
+        yield sample(2.5, dtype=make.dtype)
+
+
+def arange_start(make: Make) -> Iterable[Sample]:
+    yield sample(2, 7, dtype=make.dtype)
+    yield sample(-3, 3, dtype=make.dtype)
+    yield sample(5, 5, dtype=make.dtype)
+
+
+def arange_start_step(make: Make) -> Iterable[Sample]:
+    yield sample(0, 10, 3, dtype=make.dtype)
+    yield sample(10, 0, -3, dtype=make.dtype)
+    if make.dtype.is_floating_point:
+        yield sample(0, 1, 0.1, dtype=make.dtype)
+        yield sample(-1.5, 1.5, 0.25, dtype=make.dtype)
+
+
+def like(make: Make, *fill) -> Iterable[Sample]:
+    # *_like keeps a dense input's strides (memory_format=preserve_format).
+    yield sample(make((3, 5)), *fill)
+    yield sample(make((2, 3, 4), "transposed"), *fill)
+    yield sample(make((4, 3), "sliced"), *fill)
+    yield sample(make(()), *fill)
+    yield sample(make((0, 4)), *fill)
+    yield sample(make((2, 3), "transposed"), *fill, dtype=make.other)
+
+
+def full_like_samples(make: Make) -> Iterable[Sample]:
+    yield from like(make, make.scalar())
+
+
+def fill_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 5)), make.scalar())
+    yield sample(make((2, 3, 4), "transposed"), -1)
+    yield sample(make((4, 3), "sliced"), make.scalar())
+    yield sample(make(()), 0)
+    yield sample(make((0, 4)), 1)
+
+
+def zero_samples(make: Make) -> Iterable[Sample]:
+    yield from unary(make)
+
+
+def new_samples(make: Make, *fill) -> Iterable[Sample]:
+    yield sample(make((3, 5)), [2, 3], *fill)
+    yield sample(make((2, 3), "transposed"), [], *fill)
+    yield sample(make((4, 3), "sliced"), [0, 2], *fill, dtype=make.other)
+
+
+# Views: each sample is a valid view of its input.
+
+
+def view_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 4)), [4, 3])
+    yield sample(make((2, 3, 4)), [-1])
+    yield sample(make((2, 3, 4), "transposed"), [2, 1, 3, 2, 2])
+    yield sample(make((6, 4), "sliced"), [3, 2, 2, 2])
+    yield sample(make(()), [1, 1])
+    yield sample(make((1,)), [])
+    yield sample(make((0, 4)), [4, 0, 3])
+    # Not sampled: a size-0 tensor viewed as its own shape, where eager keeps the old strides
+    # but the meta kernel (and so the reference) gives contiguous ones.
+
+
+def t_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 5)))
+    yield sample(make((4, 3), "sliced"))
+    yield sample(make((5,)))
+    yield sample(make(()))
+    yield sample(make((0, 2)))
+
+
+def transpose_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((2, 3, 4)), 0, 2)
+    yield sample(make((3, 4), "sliced"), -1, 0)
+    yield sample(make(()), 0, -1)
+    yield sample(make((0, 3)), 0, 1)
+
+
+def permute_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((2, 3, 4)), [2, 0, 1])
+    yield sample(make((2, 3, 4), "transposed"), [-1, 0, 1])
+    yield sample(make((3, 4), "sliced"), [1, 0])
+    yield sample(make(()), [])
+    yield sample(make((0, 3)), [1, 0])
+
+
+def expand_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 1)), [3, 4])
+    yield sample(make((3, 1)), [2, -1, 5])
+    yield sample(make(()), [2, 3])
+    yield sample(make((1, 3), "transposed"), [0, 3])
+    yield sample(make((2, 3), "sliced"), [4, 2, 3])
+
+
+def slice_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((5, 4)), 0, 1, 4, 1)
+    yield sample(make((5, 4)), 1, -3, None, 2)
+    yield sample(make((5, 4), "transposed"), 0, None, None, 3)
+    yield sample(make((4, 5), "sliced"), -1, 2, 100, 1)
+    # Out of range: clamped to an empty slice.
+    yield sample(make((5, 4)), 0, 10, 20, 1)
+    yield sample(make((5, 4)), 1, 3, 1, 1)
+
+
+def select_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((5, 4)), 0, 2)
+    yield sample(make((5, 4), "transposed"), -1, -1)
+    yield sample(make((4, 5), "sliced"), 1, 3)
+    yield sample(make((3,)), 0, 1)
+    yield sample(make((2, 0)), 0, 1)
+
+
+def unsqueeze_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 4)), 0)
+    yield sample(make((3, 4)), -1)
+    yield sample(make((2, 3), "transposed"), 1)
+    yield sample(make((4, 3), "sliced"), 2)
+    yield sample(make(()), 0)
+    yield sample(make((0, 2)), 1)
+
+
+def squeeze_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 1, 4, 1)))
+    yield sample(make((1, 2, 1), "transposed"))
+    yield sample(make(()))
+    yield sample(make((0, 1)))
+
+
+def squeeze_dim_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 1, 4)), 1)
+    yield sample(make((3, 1, 4)), 0)
+    yield sample(make((1, 3), "sliced"), -2)
+    yield sample(make(()), 0)
+
+
+def squeeze_dims_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 1, 1, 2)), [1, -2])
+    yield sample(make((1, 3, 1), "transposed"), [0, 1])
+    yield sample(make(()), [0])
+    yield sample(make((0, 1)), [0, 1])
+
+
+def split_with_sizes_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((5, 4)), [2, 3])
+    yield sample(make((5, 4), "transposed"), [1, 1, 2], 1)
+    yield sample(make((3, 5), "sliced"), [0, 5], -1)
+
+
+def split_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((5, 4)), 2)
+    yield sample(make((5, 4), "transposed"), 3, 1)
+    yield sample(make((3, 5), "sliced"), 5, -1)
+    yield sample(make((0, 4)), 2)
+
+
+def unbind_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 4)), 0)
+    yield sample(make((3, 4), "transposed"), 1)
+    yield sample(make((2, 3), "sliced"), -1)
+    yield sample(make((0, 2)), 1)
+
+
+def as_strided_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 4)), [2, 2], [1, 2])
+    yield sample(make((3, 4)), [3], [4], 1)
+    # No storage_offset: the input's own offset.
+    yield sample(make((4, 3), "sliced"), [2, 3], [1, 2])
+    yield sample(make((2, 3)), [2, 2], [0, 1])
+    yield sample(make((2, 3)), [], [])
+
+
+# Effects act on storages.
+
+
+def set_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 5)), make((4, 3), "sliced"))
+    yield sample(make(()), make((0, 3)))
+    yield sample(make((2, 3), "transposed"), make((4,)))
+
+
+def resize_storage_bytes_samples(make: Make) -> Iterable[Sample]:
+    itemsize = torch.empty((), dtype=make.dtype).element_size()
+    yield sample(make((3, 5)), 0)
+    # Growing keeps the old bytes; the new ones are unspecified, and no sample reads them.
+    yield sample(make((2, 3), "transposed"), 20 * itemsize)
+    yield sample(make((4, 3), "sliced"), 3 * itemsize)
+
+
+@frozen
+class OpSamples:
+    """Which dtypes an op is tested in, and its sample inputs for one dtype."""
+
+    dtypes: tuple[torch.dtype, ...]
+    samples: Callable[[Make], Iterable[Sample]]
+    #: False for ops whose output bytes are unspecified (`empty*`): only layouts are compared.
+    values: bool = True
+    #: Values must match bit for bit (a conversion rounds one way only), not just be close.
+    exact: bool = False
+
+
+FLOAT_MATH = [
+    aten.exp.default,
+    aten.exp2.default,
+    aten.log.default,
+    aten.log2.default,
+    aten.log10.default,
+    aten.log1p.default,
+    aten.expm1.default,
+    aten.sin.default,
+    aten.cos.default,
+    aten.tan.default,
+    aten.tanh.default,
+    aten.sigmoid.default,
+    aten.sqrt.default,
+    aten.rsqrt.default,
+    aten.reciprocal.default,
+    aten.erf.default,
+]
+BINARY = [
+    aten.maximum.default,
+    aten.minimum.default,
+    aten.logical_and.default,
+    aten.logical_or.default,
+]
+WITH_SCALAR = [aten.add.Scalar, aten.mul.Scalar, aten.sub.Scalar, aten.div.Scalar]
+COMPARISONS = [
+    getattr(getattr(aten, name), overload)
+    for name in ("eq", "ne", "lt", "le", "gt", "ge")
+    for overload in ("Tensor", "Scalar")
+]
+
+SAMPLES: dict[torch._ops.OpOverload, OpSamples] = {
+    # Pointwise unary: integers promote to the default float in FLOAT_MATH.
+    **{op: OpSamples(NUMERIC, unary) for op in FLOAT_MATH},
+    **{
+        op: OpSamples(NUMERIC, unary)
+        for op in [
+            aten.abs.default,
+            aten.neg.default,
+            aten.sign.default,
+            aten.relu.default,
+            aten.floor.default,
+            aten.ceil.default,
+            aten.trunc.default,
+            aten.round.default,
+        ]
+    },
+    **{op: OpSamples(ALL, unary) for op in [aten.isnan.default, aten.logical_not.default]},
+    aten.bitwise_not.default: OpSamples((torch.int64, torch.bool), unary),
+    # Pointwise binary.
+    **{op: OpSamples(ALL, binary) for op in BINARY},
+    aten.add.Tensor: OpSamples(ALL, partial(binary, scalar=True)),
+    aten.mul.Tensor: OpSamples(ALL, partial(binary, scalar=True)),
+    aten.sub.Tensor: OpSamples(NUMERIC, partial(binary, scalar=True)),
+    aten.div.Tensor: OpSamples(NUMERIC, partial(binary, scalar=True)),
+    **{op: OpSamples(NUMERIC, with_scalar) for op in WITH_SCALAR},
+    aten.div.Tensor_mode: OpSamples(NUMERIC, divide_mode),
+    aten.div.Scalar_mode: OpSamples(NUMERIC, partial(divide_mode, scalar=True)),
+    aten.floor_divide.default: OpSamples(NUMERIC, partial(binary, nonzero=True, scalar=True)),
+    aten.floor_divide.Scalar: OpSamples(NUMERIC, with_scalar),
+    aten.remainder.Tensor: OpSamples(NUMERIC, partial(binary, nonzero=True)),
+    aten.remainder.Scalar: OpSamples(NUMERIC, with_scalar),
+    aten.pow.Tensor_Scalar: OpSamples(NUMERIC, pow_tensor_scalar),
+    aten.pow.Tensor_Tensor: OpSamples(NUMERIC, pow_tensor_tensor),
+    aten.pow.Scalar: OpSamples(NUMERIC, pow_scalar_tensor),
+    aten.clamp.default: OpSamples(NUMERIC, clamp_samples),
+    aten.clamp.Tensor: OpSamples(NUMERIC, clamp_tensor),
+    aten.clamp_min.default: OpSamples(NUMERIC, clamp_bound),
+    aten.clamp_max.default: OpSamples(NUMERIC, clamp_bound),
+    aten.where.self: OpSamples(ALL, where_samples),
+    **{
+        op: OpSamples((torch.int64, torch.bool), partial(binary, other_dtype=torch.uint8))
+        for op in [aten.bitwise_and.Tensor, aten.bitwise_or.Tensor, aten.bitwise_xor.Tensor]
+    },
+    **{
+        op: OpSamples((torch.int64, torch.bool), partial(with_scalar, integral=True))
+        for op in [aten.bitwise_and.Scalar, aten.bitwise_or.Scalar, aten.bitwise_xor.Scalar]
+    },
+    **{
+        op: OpSamples(KINDS, binary if op._overloadname == "Tensor" else with_scalar)
+        for op in COMPARISONS
+    },
+    aten.threshold_backward.default: OpSamples(FLOATS, threshold_backward_samples),
+    # Copies and casts.
+    aten._to_copy.default: OpSamples(ALL, cast_samples, exact=True),
+    aten.clone.default: OpSamples(ALL, clone_samples),
+    aten.lift_fresh_copy.default: OpSamples(ALL, unary),
+    # Not on a target with a storage offset: eager's output keeps the offset, and so does
+    # FakeTensorMode's first call, but its cached calls give offset 0, so the layout that capture
+    # records depends on what the process traced before (PyTorch 2.13).
+    aten.copy.default: OpSamples(ALL, partial(copy_samples, offset_target=False)),
+    aten.cat.default: OpSamples(ALL, cat_samples),
+    # Matmuls.
+    aten.mm.default: OpSamples(NUMERIC, mm_samples),
+    aten.bmm.default: OpSamples(NUMERIC, bmm_samples),
+    aten.addmm.default: OpSamples(NUMERIC, addmm_samples),
+    # Reductions.
+    aten.sum.default: OpSamples(ALL, reduce_all_with_dtype),
+    aten.sum.dim_IntList: OpSamples(ALL, partial(reduce_dims, dtype_arg=True)),
+    aten.mean.default: OpSamples(FLOATS, reduce_all_with_dtype),
+    aten.mean.dim: OpSamples(FLOATS, partial(reduce_dims, dtype_arg=True)),
+    aten.amax.default: OpSamples(ALL, partial(reduce_dims, empty_dim=False)),
+    aten.amin.default: OpSamples(ALL, partial(reduce_dims, empty_dim=False)),
+    aten.max.default: OpSamples(ALL, partial(reduce_all, empty=False)),
+    aten.min.default: OpSamples(ALL, partial(reduce_all, empty=False)),
+    aten.var.correction: OpSamples(FLOATS, var_samples),
+    aten.std.correction: OpSamples(FLOATS, var_samples),
+    aten.var_mean.correction: OpSamples(FLOATS, var_samples),
+    # Creation.
+    aten.zeros.default: OpSamples(KINDS, sizes),
+    aten.ones.default: OpSamples(KINDS, sizes),
+    aten.empty.memory_format: OpSamples(KINDS, sizes, values=False),
+    aten.empty_strided.default: OpSamples(KINDS, empty_strided_samples, values=False),
+    aten.full.default: OpSamples(KINDS, full_samples),
+    aten.scalar_tensor.default: OpSamples(KINDS, scalar_tensor_samples),
+    aten.arange.default: OpSamples(NUMERIC_KINDS, arange_end),
+    aten.arange.start: OpSamples(NUMERIC_KINDS, arange_start),
+    aten.arange.start_step: OpSamples(NUMERIC_KINDS, arange_start_step),
+    aten.zeros_like.default: OpSamples(KINDS, like),
+    aten.ones_like.default: OpSamples(KINDS, like),
+    aten.empty_like.default: OpSamples(KINDS, like, values=False),
+    aten.full_like.default: OpSamples(KINDS, full_like_samples),
+    aten.fill.Scalar: OpSamples(KINDS, fill_samples),
+    aten.zero.default: OpSamples(KINDS, zero_samples),
+    aten.new_zeros.default: OpSamples(KINDS, new_samples),
+    aten.new_ones.default: OpSamples(KINDS, new_samples),
+    aten.new_empty.default: OpSamples(KINDS, new_samples, values=False),
+    aten.new_full.default: OpSamples(KINDS, lambda make: new_samples(make, make.scalar())),
+    # Views.
+    aten.view.default: OpSamples(KINDS, view_samples),
+    aten._unsafe_view.default: OpSamples(KINDS, view_samples),
+    aten.alias.default: OpSamples(KINDS, unary),
+    aten.detach.default: OpSamples(KINDS, unary),
+    aten.t.default: OpSamples(KINDS, t_samples),
+    aten.transpose.int: OpSamples(KINDS, transpose_samples),
+    aten.permute.default: OpSamples(KINDS, permute_samples),
+    aten.expand.default: OpSamples(KINDS, expand_samples),
+    aten.slice.Tensor: OpSamples(KINDS, slice_samples),
+    aten.select.int: OpSamples(KINDS, select_samples),
+    aten.unsqueeze.default: OpSamples(KINDS, unsqueeze_samples),
+    aten.squeeze.default: OpSamples(KINDS, squeeze_samples),
+    aten.squeeze.dim: OpSamples(KINDS, squeeze_dim_samples),
+    aten.squeeze.dims: OpSamples(KINDS, squeeze_dims_samples),
+    aten.split_with_sizes.default: OpSamples(KINDS, split_with_sizes_samples),
+    aten.split.Tensor: OpSamples(KINDS, split_samples),
+    aten.unbind.int: OpSamples(KINDS, unbind_samples),
+    aten.as_strided.default: OpSamples(KINDS, as_strided_samples),
+    # Effects.
+    aten.copy_.default: OpSamples(ALL, copy_samples),
+    aten.set_.source_Tensor: OpSamples(KINDS, set_samples),
+    torch.ops.inductor.resize_storage_bytes_.default: OpSamples(
+        KINDS, resize_storage_bytes_samples
+    ),
+}
+
+
+def _fits_in_place(functional, sample: Sample) -> bool:
+    """True when the functional op's result can be written into the sample's first argument."""
+    target = sample.args[0]
+    if not isinstance(target, torch.Tensor):
+        return False
+    result = functional(*sample.args, **sample.kwargs)
+    return result.shape == target.shape and torch.can_cast(result.dtype, target.dtype)
+
+
+def in_place(functional) -> OpSamples:
+    """`x.op_(...)`: the functional op's samples whose result fits into `x`.
+
+    An integer `x` takes no float result, so ops that promote integers are tested on floats.
+    """
+    spec = SAMPLES[functional]
+    promotes = functional in FLOAT_MATH or functional in (aten.div.Tensor, aten.div.Scalar)
+    # The write into `x` casts like any write: one float, one integer and one bool dtype suffice.
+    kinds = (torch.float32,) if promotes else (torch.float32, torch.int64, torch.bool)
+    dtypes = tuple(d for d in kinds if d in spec.dtypes)
+
+    def samples(make):
+        # The first few that fit: the functional op's test has seen all of them.
+        return islice((s for s in spec.samples(make) if _fits_in_place(functional, s)), 3)
+
+    return OpSamples(dtypes, samples)
+
+
+SAMPLES |= {op: in_place(functional) for op, functional in IN_PLACE_VARIANTS}
+
+
+# ---------------------------------------------------------------- checking samples
+
+
+def twin(value):
+    """A copy of every tensor in `value` on a storage of its own, with the very same layout."""
+
+    def copy(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage().clone()
+        return torch.empty(0, dtype=t.dtype).set_(storage, t.storage_offset(), t.shape, t.stride())
+
+    return pytree.tree_map_only(torch.Tensor, copy, value)
+
+
+def _tensors(value) -> list[torch.Tensor]:
+    return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, torch.Tensor)]
+
+
+def _others(value) -> list:
+    return [leaf for leaf in pytree.tree_leaves(value) if not isinstance(leaf, torch.Tensor)]
+
+
+def _world(inputs, outputs) -> dict[str, torch.Tensor]:
+    world = {f"in{i}": t for i, t in enumerate(_tensors(inputs))}
+    world |= {f"out{i}": t for i, t in enumerate(_tensors(outputs))}
+    return world
+
+
+def _identities(inputs, outputs) -> list[int | None]:
+    """For each output, the index of the input it is (the same object), or None."""
+    ins = _tensors(inputs)
+    return [next((i for i, t in enumerate(ins) if t is out), None) for out in _tensors(outputs)]
+
+
+def _call(op, sample: Sample, inputs):
+    return op(*inputs, **sample.kwargs)
+
+
+#: Ops whose eager kernel and meta kernel disagree on output strides when an operand is
+#: transposed: eager gives a contiguous output, the meta kernel the operand's dim order.
+#: r[ops.fresh-output] follows the meta kernel, so these are held to its strides.
+META_STRIDES = frozenset({aten.floor_divide.default, aten.div.Tensor_mode, aten.pow.Scalar})
+
+
+def _with_meta_strides(op, sample: Sample, expected):
+    """Eager's outputs, copied to the strides PyTorch's meta kernel gives for the same call."""
+    with FakeTensorMode() as mode:
+        fake = _call(op, sample, pytree.tree_map_only(torch.Tensor, mode.from_tensor, sample.args))
+
+    def relayout(value: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
+        return torch.empty_strided(value.shape, meta.stride(), dtype=value.dtype).copy_(value)
+
+    return pytree.tree_map(relayout, expected, fake)
+
+
+#: Ops whose eager CPU kernels round an intermediate to float16 or bfloat16: trunc division
+#: truncates the quotient after rounding it to the dtype, so 3.0 / -0.3 in float16 (-9.998 in
+#: float32 and float64) truncates to -10. The reference keeps r[ops.opmath], which agrees with
+#: float64 here, and is held to it: the same call on float32 copies, rounded once.
+OPMATH_ORACLE = frozenset(
+    {aten.div.Tensor_mode, aten.div.Scalar_mode, aten.div_.Tensor_mode, aten.div_.Scalar_mode}
+)
+
+
+def _round_once_from_float32(op, sample: Sample, expected_inputs, expected) -> None:
+    """Overwrite eager's values with those of the call on float32 copies, rounded once."""
+
+    def widen(t: torch.Tensor) -> torch.Tensor:
+        return t.float() if t.dtype in (torch.float16, torch.bfloat16) else t
+
+    wide_inputs = pytree.tree_map_only(torch.Tensor, widen, twin(sample.args))
+    wide = _call(op, sample, wide_inputs)
+    narrow = _tensors((expected_inputs, expected))
+    for target, value in zip(narrow, _tensors((wide_inputs, wide)), strict=True):
+        target.copy_(value)
+
+
+def _run_all(op, samples: list[Sample], inputs: list):
+    """All samples on the reference in one captured program: one capture per test."""
+
+    def call_all(inputs):
+        return [_call(op, one, args) for one, args in zip(samples, inputs, strict=True)]
+
+    try:
+        return run(call_all, inputs)
+    except Exception:
+        for one in samples:  # find the sample that fails alone, and name it
+            try:
+                run(partial(_call, op, one), twin(one.args))
+            except Exception as error:
+                error.add_note(f"sample: {qualified_name(op)}{one}")
+                raise
+        raise
+
+
+def check_samples(op, samples: list[Sample], spec: OpSamples) -> None:
+    actual_inputs = [twin(one.args) for one in samples]
+    result = _run_all(op, samples, actual_inputs)
+    assert op in {node.target for node in result.program.graph.nodes}, "op not in the graph"
+    for one, inputs, outputs in zip(samples, actual_inputs, result.outputs, strict=True):
+        expected_inputs = twin(one.args)
+        expected = _call(op, one, expected_inputs)
+        if op in META_STRIDES:
+            expected = _with_meta_strides(op, one, expected)
+        if op in OPMATH_ORACLE:
+            _round_once_from_float32(op, one, expected_inputs, expected)
+        where = f"{qualified_name(op)}{one}"
+        check_sample(op, spec, where, (expected_inputs, expected), (inputs, outputs))
+
+
+def check_sample(op, spec: OpSamples, where: str, expected, actual) -> None:
+    """One sample's (inputs afterwards, outputs): eager's, then the reference's."""
+    assert _others(expected[1]) == _others(actual[1]), where
+    mismatches = differences(observe(_world(*expected)), observe(_world(*actual)))
+    if not spec.values:
+        # Unspecified bytes: the outputs' layouts must agree, their values need not.
+        mismatches = [m for m in mismatches if not (m.startswith("out") and " values: " in m)]
+    assert [] == mismatches, where
+    assert _identities(*expected) == _identities(*actual), where
+    if spec.exact:
+        for want, got in zip(_tensors(expected[1]), _tensors(actual[1]), strict=True):
+            torch.testing.assert_close(
+                got, want, rtol=0, atol=0, equal_nan=True, msg=lambda detail: f"{where}\n{detail}"
+            )
+    if OP_TABLE[op].kind is OpKind.VIEW:
+        base = actual[0][0].untyped_storage()._cdata
+        assert all(base == out.untyped_storage()._cdata for out in _tensors(actual[1])), where
+
+
+# ---------------------------------------------------------------- tests
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+CASES = [(op, dtype) for op, spec in SAMPLES.items() for dtype in spec.dtypes]
+
+
+@pytest.mark.parametrize(
+    ("op", "dtype"),
+    CASES,
+    ids=[f"{qualified_name(op)}-{_dtype_name(dtype)}" for op, dtype in CASES],
+)
+def test_op_matches_eager(op, dtype):
+    """Every sample of the op, run on the reference, leaves what eager PyTorch leaves."""
+    spec = SAMPLES[op]
+    samples = list(spec.samples(Make(dtype)))
+    assert samples, f"{qualified_name(op)} has no sample for {dtype}"
+    check_samples(op, samples, spec)
+
+
+def test_every_table_entry_has_samples():
+    """A new op table entry needs samples in some dtype; samples of ops not in it are stale."""
+    tested = {op for op, _ in CASES}
+    missing = sorted(OP_TABLE[op].name for op in OP_TABLE.keys() - tested)
+    stale = sorted(qualified_name(op) for op in SAMPLES.keys() - OP_TABLE.keys())
+    assert ([], []) == (missing, stale), "add samples for the missing ops to SAMPLES"
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def _largest_error(values, exact) -> float:
+    pairs = zip(_tensors(values), _tensors(exact), strict=True)
+    return max((value.double() - truth).abs().max().item() for value, truth in pairs)
+
+
+def _assert_close_to_eager(fn, *args):
+    """Outputs and inputs afterwards, by value.
+
+    A program rounds at each op of its captured graph, eager sometimes inside one kernel: where the
+    two disagree, the reference must be no further than eager from the program run in float64.
+    """
+    expected_inputs, actual_inputs = twin(args), twin(args)
+    expected = fn(*expected_inputs)
+    actual = run(fn, *actual_inputs).outputs
+    try:
+        torch.testing.assert_close(
+            (actual_inputs, actual), (expected_inputs, expected), equal_nan=True
+        )
+    except AssertionError:
+        exact_inputs = [t.double() for t in twin(args)]
+        exact = (exact_inputs, fn(*exact_inputs))
+        eager_error = _largest_error((expected_inputs, expected), exact)
+        assert eager_error >= _largest_error((actual_inputs, actual), exact)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=_dtype_name)
+def test_mlp_matches_eager(dtype):
+    """A 2-layer MLP: F.linear (t + addmm), relu, sum."""
+    make = Make(dtype)
+
+    def mlp(x, w1, b1, w2, b2):
+        hidden = F.relu(F.linear(x, w1, b1))
+        return F.linear(hidden, w2, b2).sum()
+
+    weights = (make((32, 16)), make((32,)), make((4, 32)), make((4,)))
+    _assert_close_to_eager(mlp, make((8, 16)), *weights)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=_dtype_name)
+def test_attention_block_matches_eager(dtype):
+    """Single-head attention with a pre-norm and a residual: layer_norm, matmuls, softmax."""
+    make = Make(dtype)
+    dim = 8
+
+    def attention(x, weight, bias, wq, wk, wv):
+        h = F.layer_norm(x, (dim,), weight, bias)
+        q, k, v = h @ wq.t(), h @ wk.t(), h @ wv.t()
+        scores = q @ k.transpose(-2, -1) / math.sqrt(dim)
+        return torch.softmax(scores, dim=-1) @ v + x
+
+    norm = (make((dim,)), make((dim,)))
+    projections = (make((dim, dim)), make((dim, dim)), make((dim, dim)))
+    _assert_close_to_eager(attention, make((2, 5, dim)), *norm, *projections)
+
+
+#: One user-level call per composite op that capture decomposes (reference/capture.py DECOMPOSED).
+DECOMPOSED_USES = {
+    aten.native_layer_norm: lambda x: F.layer_norm(x, (5,), x[0], x[1]),
+    aten._softmax: lambda x: torch.softmax(x, -1),
+    aten._log_softmax: lambda x: F.log_softmax(x, 0),
+    aten.gelu: lambda x: (F.gelu(x), F.gelu(x, approximate="tanh")),
+    aten.silu: F.silu,
+    aten.stack: lambda x: torch.stack([x, 2 * x], 1),
+    aten.addcmul: lambda x: torch.addcmul(x, x, x, value=0.5),
+    aten.addcdiv: lambda x: torch.addcdiv(x, x, x.abs() + 1, value=2),
+    aten.lerp: lambda x: (torch.lerp(x, 2 * x, 0.3), torch.lerp(x, -x, x.sigmoid())),
+    aten.hardtanh: lambda x: F.hardtanh(x, -1.5, 0.5),
+    aten.leaky_relu: lambda x: F.leaky_relu(x, 0.1),
+    aten.softplus: lambda x: F.softplus(x, beta=2),
+    aten.mv: lambda x: x.t().mv(x[0]),
+    aten.dot: lambda x: x[0].dot(x[1]),
+    aten.square: torch.square,
+    aten.rsub: lambda x: torch.rsub(x, 1.5),
+    aten.masked_fill: lambda x: x.masked_fill(x > 0, -1.0),
+    aten.log_sigmoid_forward: F.logsigmoid,
+    aten.elu: F.elu,
+    aten.hardsigmoid: F.hardsigmoid,
+    aten.hardswish: F.hardswish,
+    aten.mish: F.mish,
+    aten.logsumexp: lambda x: x.logsumexp(1),
+    aten.mse_loss: lambda x: F.mse_loss(x, x.t().contiguous().view(x.shape)),
+    aten.silu_: lambda x: F.silu(x, inplace=True),
+    aten.masked_fill_: lambda x: x.masked_fill_(x < 0, 2.0),
+    aten.leaky_relu_: lambda x: F.leaky_relu(x, 0.2, inplace=True),
+    aten.hardtanh_: lambda x: F.hardtanh(x, inplace=True),
+    aten.elu_: lambda x: F.elu(x, inplace=True),
+    aten.hardsigmoid_: lambda x: F.hardsigmoid(x, inplace=True),
+    aten.hardswish_: lambda x: F.hardswish(x, inplace=True),
+    aten.mish_: lambda x: F.mish(x, inplace=True),
+    aten.addcmul_: lambda x: x.addcmul_(x, x),
+    aten.addcdiv_: lambda x: x.addcdiv_(x, x.abs() + 1),
+    aten.lerp_: lambda x: x.lerp_(2 * x, 0.25),
+}
+DECOMPOSED_CASES = [
+    (packet, dtype) for packet in DECOMPOSED_USES for dtype in (torch.float32, torch.float16)
+]
+
+
+@pytest.mark.parametrize(
+    ("packet", "dtype"),
+    DECOMPOSED_CASES,
+    ids=[f"aten.{packet.__name__}-{_dtype_name(dtype)}" for packet, dtype in DECOMPOSED_CASES],
+)
+def test_decomposed_op_matches_eager(packet, dtype):
+    """A composite op, decomposed at capture into table ops, computes what eager computes."""
+    _assert_close_to_eager(DECOMPOSED_USES[packet], Make(dtype)((5, 5), "transposed"))
+
+
+def test_every_decomposition_has_a_use():
+    """A new entry of DECOMPOSED needs a use in DECOMPOSED_USES."""
+    assert set(DECOMPOSED) == DECOMPOSED_USES.keys()
+
+
+# ---------------------------------------------------------------- outside the table
+
+
+def test_op_outside_table_is_rejected_at_capture():
+    """r[ops.table]: the error names the op and the user's line, and no input is touched."""
+
+    def uses_cumsum(x):
+        x.add_(1)
+        return torch.cumsum(x, 0)
+
+    x = torch.zeros(3)
+    line = inspect.getsourcelines(uses_cumsum)[1] + 2
+    with pytest.raises(UnsupportedError, match=r"aten\.cumsum") as raised:
+        run(uses_cumsum, x)
+    assert f"test_ops.py:{line}" in str(raised.value)
+    assert "ops.table" == raised.value.rule
+    torch.testing.assert_close(x, torch.zeros(3))
