@@ -171,7 +171,9 @@ def _fresh(values, meta, name: str):
     """r[ops.fresh-output]: new storages, laid out as the meta value says, holding `values`."""
     if isinstance(meta, (tuple, list)):
         return tuple(_fresh(v, m, f"{name}[{i}]") for i, (v, m) in enumerate(zip(values, meta, strict=True)))
-    out = Tensor(Storage.zeros(meta.untyped_storage().nbytes()), Layout.of(meta), name=name)
+    # Sized from the layout, not from the fake storage: tracing may have resized that one since.
+    layout = Layout.of(meta)
+    out = Tensor(Storage.zeros(layout.extent_bytes()), layout, name=name)
     out.write(values)
     return out
 
@@ -180,6 +182,6 @@ def _view(layouts, base: Tensor, meta, name: str):
     """r[aliasing.view.shares-storage]: the output reads the base's storage through a new layout."""
     if isinstance(layouts, tuple):
         return tuple(_view(layout, base, m, f"{name}[{i}]") for i, (layout, m) in enumerate(zip(layouts, meta, strict=True)))
-    if meta is not None and Layout.of(meta) != layouts:
+    if meta is not None and not layouts.addresses_like(Layout.of(meta)):
         raise InternalError(f"view rule of {name} gives {layouts}, PyTorch's meta kernel gives {Layout.of(meta)}")
     return Tensor(base.storage, layouts, name=name)

@@ -28,6 +28,13 @@ def set_(ledger: Ledger, t: Tensor, source: Tensor) -> Tensor:
     # shared t's old storage keep reading the old bytes.
     ledger.rebind(t, source.storage)
     t.layout = source.layout
+    # r[aliasing.set.grows-storage]: like eager's set_ (resize_impl_cpu_), a storage too small for
+    # the layout grows to its extent, keeping its bytes.
+    needed = t.layout.extent_bytes()
+    if t.storage.nbytes < needed:
+        old_nbytes = t.storage.nbytes
+        t.storage.resize(needed)
+        ledger.resized(t.storage, old_nbytes)
     return t
 
 

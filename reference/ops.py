@@ -678,21 +678,18 @@ def permute(layout: Layout, dims):
 
 @view(aten.expand.default)
 def expand(layout: Layout, size, implicit):
-    # New leading dims and expanded size-1 dims read one element again and again: stride 0.
+    # ATen's inferExpandGeometry, from the last dim back: an expanded dim (size 1 to n) reads one
+    # element again and again (stride 0); a new leading dim of size 1 steps over the dim after it.
     lead = len(size) - len(layout.sizes)
-    sizes, strides = [], []
-    for i, target in enumerate(size):
-        if i < lead:
-            sizes.append(target)
-            strides.append(0)
-            continue
-        old_size, old_stride = layout.sizes[i - lead], layout.strides[i - lead]
-        if target == -1 or target == old_size:
-            sizes.append(old_size)
-            strides.append(old_stride)
+    sizes, strides = [0] * len(size), [0] * len(size)
+    for i in reversed(range(len(size))):
+        if i >= lead:
+            old_size, stride = layout.sizes[i - lead], layout.strides[i - lead]
         else:
-            sizes.append(target)
-            strides.append(0)
+            old_size = 1
+            stride = sizes[i + 1] * strides[i + 1] if i + 1 < len(size) else 0
+        target = old_size if size[i] == -1 else size[i]
+        sizes[i], strides[i] = target, stride if target == old_size else 0
     return Layout(layout.dtype, sizes, strides, layout.offset)
 
 

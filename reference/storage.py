@@ -131,8 +131,21 @@ class Layout:
     def extent_bytes(self) -> int:
         return self.extent_elements() * self.itemsize
 
+    def addresses_like(self, other: Layout) -> bool:
+        """Same dtype, sizes, offset, and strides wherever a stride moves (size > 1).
+
+        Strides of size-1 dims address nothing; eager's view and its meta kernel disagree on them
+        (eager `empty_strided((1,), (2,)).view(1, 1)` has strides (2, 2), the meta kernel (1, 1)).
+        """
+        if (self.dtype, self.sizes, self.offset) != (other.dtype, other.sizes, other.offset):
+            return False
+        pairs = zip(self.sizes, self.strides, other.strides, strict=True)
+        return all(mine == theirs for size, mine, theirs in pairs if size > 1)
+
     def has_internal_overlap(self) -> bool:
         """True when two distinct elements share a memory location (an `expand`ed layout)."""
+        if self.numel == 0:
+            return False
         return any(s == 0 and n > 1 for n, s in zip(self.sizes, self.strides, strict=True))
 
 

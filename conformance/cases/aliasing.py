@@ -2,7 +2,7 @@
 
 import torch
 
-from ..case import Case, Layout, Raises, Separate, Shares, Values
+from ..case import Case, Layout, Raises, Separate, Shares, StorageBytes, Values
 
 set_ = torch.ops.aten.set_.source_Tensor
 
@@ -150,3 +150,26 @@ CASES = [
         ],
     ),
 ]
+
+
+def _shrunk_source():
+    source = torch.arange(6.0).reshape(2, 3)
+    torch.ops.inductor.resize_storage_bytes_(source, 8)  # keeps 2 of its 6 floats
+    return {"x": torch.zeros(4), "source": source}
+
+
+CASES.append(
+    Case(
+        name="aliasing.set-grows-a-shrunk-source-storage",
+        rules=["aliasing.set.grows-storage", "aliasing.set.rebinds"],
+        setup=_shrunk_source,
+        args=["x", "source"],
+        program=_set_to,
+        expect=[
+            StorageBytes("source", 24),
+            StorageBytes("x", 24),
+            Layout("x", shape=(2, 3), strides=(3, 1)),
+            Shares("x", "source"),
+        ],
+    )
+)
