@@ -361,6 +361,31 @@ def cat(tensors, dim):
     return np.concatenate(kept, axis=_dim(dim, kept[0].ndim))
 
 
+@compute(aten.as_strided_scatter.default)
+def as_strided_scatter(x, src, size, stride, storage_offset):
+    # A copy of x (contiguous, as its clone is) with src written where as_strided(copy, size,
+    # stride, storage_offset) reads: how functionalization expresses a write through a layout.
+    out = np.array(x, copy=True, order="C")
+    flat = out.reshape(-1)
+    itemsize = flat.dtype.itemsize
+    offset = 0 if storage_offset is None else storage_offset
+    window = np.lib.stride_tricks.as_strided(flat[offset:], size, [s * itemsize for s in stride])
+    window[...] = src
+    return out
+
+
+@compute(aten.index_put.default)
+def index_put(x, indices, values, accumulate):
+    # With accumulate, repeated indices add up (np.add.at), which a plain assignment would not.
+    out = np.array(x, copy=True)
+    index = tuple(slice(None) if i is None else i for i in indices)
+    if accumulate:
+        np.add.at(out, index, values)
+    else:
+        out[index] = values
+    return out
+
+
 # ---------------------------------------------------------------- matmuls
 
 

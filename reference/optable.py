@@ -106,6 +106,42 @@ def effect(overload, description: str):
     return register
 
 
+# ---------------------------------------------------------------- derivatives
+
+#: overload -> its vector-Jacobian product rule (see `derivative`).
+DERIVATIVES: dict[torch._ops.OpOverload, Callable] = {}
+#: overloads whose outputs carry no gradient (comparisons, creation, integer rounding, ...).
+NONDIFFERENTIABLE: set[torch._ops.OpOverload] = set()
+
+
+def derivative(*overloads):
+    """Register `rule(grad, out, *args)`, the vector-Jacobian product of each overload.
+
+    `grad` is the gradient flowing into the op's output (a tuple for multi-output ops, whose
+    entries may be None), `out` the op's output, `args` its schema arguments in order. The rule
+    returns a tuple with one entry per schema argument: the gradient for a tensor argument (same
+    shape and dtype as the argument), or None. Rules are written with torch ops on tensors, so
+    tracing them on fake tensors records the backward graph (`r[autograd.derivative-rules]`).
+    """
+
+    def register(rule):
+        for overload in overloads:
+            if overload in DERIVATIVES or overload in NONDIFFERENTIABLE:
+                raise ValueError(f"{qualified_name(overload)} has two derivative rules")
+            DERIVATIVES[overload] = rule
+        return rule
+
+    return register
+
+
+def nondifferentiable(*overloads) -> None:
+    """Declare that these ops' outputs never carry a gradient."""
+    for overload in overloads:
+        if overload in DERIVATIVES or overload in NONDIFFERENTIABLE:
+            raise ValueError(f"{qualified_name(overload)} has two derivative rules")
+        NONDIFFERENTIABLE.add(overload)
+
+
 def lookup(overload, where: str) -> OpEntry:
     """The table entry for `overload`, or UnsupportedError naming the op and the user's line."""
     if overload in OP_TABLE:

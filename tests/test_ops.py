@@ -293,6 +293,19 @@ def copy_samples(make: Make, *, offset_target=True) -> Iterable[Sample]:
     yield sample(target, make((4, 3), dtype=make.other))
 
 
+def as_strided_scatter_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((10,)), make((2, 2)), (2, 2), (4, 1), 1)
+    yield sample(make((3, 4)), make((2, 3), "transposed"), (2, 3), (1, 2), 0)
+    yield sample(make((6,)), make((0, 2)), (0, 2), (2, 1), None)
+
+
+def index_put_samples(make: Make) -> Iterable[Sample]:
+    positions = torch.tensor([0, 2, 2, 5])
+    yield sample(make((6,)), [positions], make((4,)), True)
+    yield sample(make((6,)), [torch.tensor([1, 4])], make((2,)), False)
+    yield sample(make((3, 4)), [torch.tensor([0, 2, 0])], make((3, 4)), True)
+
+
 def cat_samples(make: Make) -> Iterable[Sample]:
     yield sample([make((2, 3)), make((4, 3), "sliced")])
     yield sample([make((2, 3), "transposed"), make((2, 1))], -1)
@@ -689,6 +702,8 @@ SAMPLES: dict[torch._ops.OpOverload, OpSamples] = {
     # records depends on what the process traced before (PyTorch 2.13).
     aten.copy.default: OpSamples(ALL, partial(copy_samples, offset_target=False)),
     aten.cat.default: OpSamples(ALL, cat_samples),
+    aten.as_strided_scatter.default: OpSamples(FLOATS, as_strided_scatter_samples),
+    aten.index_put.default: OpSamples(FLOATS, index_put_samples),
     # Matmuls.
     aten.mm.default: OpSamples(NUMERIC, mm_samples),
     aten.bmm.default: OpSamples(NUMERIC, bmm_samples),
