@@ -1,9 +1,11 @@
 """aotspec: an executable specification of AOTAutograd's runtime semantics.
 
-`aotspec.reference` is the reference interpreter, `aotspec.fast` the fast backend, and
-`aotspec.conformance` the conformance suite. Errors: `UnsupportedError`, `SpecViolation`.
+`aotspec.compile(fn, backend="reference")` runs `fn` the way the specification says a compiled
+function must behave. `aotspec.reference` is the reference interpreter, `aotspec.fast` the fast
+backend, `aotspec.conformance` the conformance suite. Errors: `UnsupportedError`, `SpecViolation`.
 """
 
+from .api import CompiledFunction, compile
 from .errors import InternalError, SpecViolation, UnsupportedError
 
-__all__ = ["InternalError", "SpecViolation", "UnsupportedError"]
+__all__ = ["CompiledFunction", "InternalError", "SpecViolation", "UnsupportedError", "compile"]

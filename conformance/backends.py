@@ -1,27 +1,35 @@
 """Backends a conformance case runs on.
 
-A backend calls `program(*args)` its own way, leaving its effects on the caller's tensors, and
-returns `(outputs, ledger)`; the ledger is None for backends that keep none (memory expectations
-are then not checked there).
+A backend calls `case.program(*args)` its own way, leaving its effects on the caller's tensors,
+and returns `(outputs, ledger)`; the ledger is None for backends that keep none (memory
+expectations are then not checked there). Compiled backends honour `case.steal`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import aotspec
 import aotspec.reference
 
 
-def torch_eager(program: Callable, args: list):
-    return program(*args), None
+def torch_eager(case, args: list):
+    return case.program(*args), None
 
 
-def reference_eager(program: Callable, args: list):
-    run = aotspec.reference.run(program, *args)
+def reference_eager(case, args: list):
+    run = aotspec.reference.run(case.program, *args)
     return run.outputs, run.ledger
 
 
+def reference_compiled(case, args: list):
+    compiled = aotspec.compile(case.program, backend="reference", steal=case.steal)
+    outputs = compiled(*args)
+    return outputs, compiled.last_ledger
+
+
 BACKENDS: dict[str, Callable] = {
+    "reference": reference_compiled,
     "reference-eager": reference_eager,
     "torch-eager": torch_eager,
 }

@@ -153,6 +153,21 @@ class Separate(Expectation):
 
 
 @frozen
+class Length(Expectation):
+    """The non-tensor value `name` of the caller's world (a list) has `n` items after the call."""
+
+    name: str
+    n: int
+
+    def check(self, outcome):
+        if outcome.error is not None:
+            return f"the call raised {type(outcome.error).__name__}: {outcome.error}"
+        if len(outcome.world[self.name]) != self.n:
+            return f"{self.name} has {len(outcome.world[self.name])} items, expected {self.n}"
+        return None
+
+
+@frozen
 class Identical(Expectation):
     """`a` and `b` are the very same tensor object (an output that is an argument)."""
 
@@ -236,3 +251,14 @@ class Case:
     expect: tuple[Expectation, ...] = field(converter=tuple)
     #: backend name -> why the case cannot run there (for example: eager segfaults on it).
     skip: dict[str, str] = field(factory=dict)
+    #: Parameters whose list arguments a compiled backend steals (`r[boxed.steal]`).
+    steal: tuple[str, ...] = field(default=(), converter=tuple)
+
+
+#: Skip entries for cases that pin compiled semantics only (eager has no such notion).
+COMPILED_ONLY = {
+    "reference-eager": "pins a rule of compiled programs",
+    "torch-eager": "pins a rule of compiled programs",
+}
+#: Skip entries for cases that pin the eager interpreter's ledger steps (`r[memory.eager.last-use]`).
+EAGER_LEDGER = {"reference": "pins the eager interpreter's ledger steps; compiled graphs have other steps"}

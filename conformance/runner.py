@@ -27,7 +27,7 @@ def run_case(case: Case, backend: str) -> CaseResult:
     before = observe(world)
     outputs, ledger, error = None, None, None
     try:
-        outputs, ledger = run(case.program, [world[name] for name in case.args])
+        outputs, ledger = run(case, [world[name] for name in case.args])
     except Exception as raised:  # noqa: BLE001  (the expectations judge every error)
         error = raised
     if error is None:

@@ -117,7 +117,7 @@ def _constant(value: torch.Tensor, name: str) -> Tensor:
     return Tensor(storage_from_torch(value.untyped_storage()), Layout.of(value), name=name)
 
 
-def _bind(schema: torch.FunctionSchema, args, kwargs) -> list:
+def bind(schema: torch.FunctionSchema, args, kwargs) -> list:
     """The op's arguments in schema order, defaults filled in."""
     bound = []
     for i, argument in enumerate(schema.arguments):
@@ -138,7 +138,7 @@ def _call(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
         container, index = args
         return container[index]
     kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
-    bound = _bind(node.target._schema, args, kwargs)
+    bound = bind(node.target._schema, args, kwargs)
     meta = node.meta.get("val")
     try:
         if entry.kind is OpKind.COMPUTE:

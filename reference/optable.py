@@ -47,6 +47,8 @@ class OpEntry:
     rule: Callable
     #: What the op aliases or mutates, in words, for specs/ops.md.
     effect: str
+    #: For an in-place op, the functional op it writes back (`add` for `add_`).
+    functional: torch._ops.OpOverload | None = None
 
     @property
     def name(self) -> str:
@@ -62,10 +64,10 @@ def qualified_name(overload: torch._ops.OpOverload) -> str:
     return f"{packet._qualified_op_name.replace('::', '.')}.{overload._overloadname}"
 
 
-def _register(overload, kind: OpKind, rule: Callable, effect: str) -> None:
+def _register(overload, kind: OpKind, rule: Callable, effect: str, functional=None) -> None:
     if overload in OP_TABLE:
         raise ValueError(f"{qualified_name(overload)} is registered twice in the op table")
-    OP_TABLE[overload] = OpEntry(overload, kind, rule, effect)
+    OP_TABLE[overload] = OpEntry(overload, kind, rule, effect, functional)
 
 
 def compute(*overloads):
@@ -93,7 +95,7 @@ def view(*overloads):
 def inplace(inplace_overload, functional_overload) -> None:
     """`x.op_(...)` is `x.copy_(op(x, ...))`, returning `x` (`r[aliasing.inplace.writes-through]`)."""
     functional = OP_TABLE[functional_overload]
-    _register(inplace_overload, OpKind.INPLACE, functional.rule, "writes input 0, returns it")
+    _register(inplace_overload, OpKind.INPLACE, functional.rule, "writes input 0, returns it", functional_overload)
 
 
 def effect(overload, description: str):
@@ -121,7 +123,7 @@ def derivative(*overloads):
     entries may be None), `out` the op's output, `args` its schema arguments in order. The rule
     returns a tuple with one entry per schema argument: the gradient for a tensor argument (same
     shape and dtype as the argument), or None. Rules are written with torch ops on tensors, so
-    tracing them on fake tensors records the backward graph (`r[autograd.derivative-rules]`).
+    tracing them on fake tensors records the backward graph.
     """
 
     def register(rule):

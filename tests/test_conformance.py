@@ -1,4 +1,4 @@
-"""Every conformance case on every eager backend, plus the command line that runs them."""
+"""Every conformance case on every backend, plus the command line that runs them."""
 
 import pytest
 
@@ -7,10 +7,11 @@ from aotspec.conformance.backends import BACKENDS
 from aotspec.conformance.cases import ALL_CASES
 from aotspec.conformance.runner import run_case
 
+ALL_BACKENDS = list(BACKENDS)
 EAGER_BACKENDS = ["reference-eager", "torch-eager"]
 
 
-@pytest.mark.parametrize("backend", EAGER_BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 @pytest.mark.parametrize("case", ALL_CASES, ids=lambda case: case.name)
 def test_case(case, backend):
     result = run_case(case, backend)

@@ -2,7 +2,9 @@
 
 import torch
 
-from ..case import Case, Layout, Separate, Values
+from aotspec.errors import UnsupportedError
+
+from ..case import COMPILED_ONLY, Case, Layout, Raises, Separate, Values
 
 # A custom op pair registered with torch.library: schema, CPU kernel, fake kernel.
 
@@ -30,6 +32,10 @@ def _(x):
 def _opaque_program(x):
     torch.ops.aotspec_conformance.scale_(x, 3.0)
     return torch.ops.aotspec_conformance.doubled(x)
+
+
+def _functional_opaque_program(x):
+    return torch.ops.aotspec_conformance.doubled(x) + 1
 
 
 def _bfloat16_sum(x):
@@ -69,5 +75,23 @@ CASES = [
         args=["x"],
         program=_opaque_program,
         expect=[Values("x", [0.0, 3.0, 6.0]), Values("out0", [0.0, 6.0, 12.0]), Separate("x", "out0")],
+        skip={"reference": "compiled programs reject mutating custom ops (the next case)"},
+    ),
+    Case(
+        name="ops.compiled-rejects-a-mutating-custom-op",
+        rules=["functionalize.opaque-functional-only", "functionalize.errors-before-running"],
+        setup=lambda: {"x": torch.arange(3.0)},
+        args=["x"],
+        program=_opaque_program,
+        expect=[Raises(UnsupportedError, rule="functionalize.opaque-functional-only", match="scale_")],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="ops.functional-custom-op",
+        rules=["ops.opaque.schema"],
+        setup=lambda: {"x": torch.arange(3.0)},
+        args=["x"],
+        program=_functional_opaque_program,
+        expect=[Values("x", [0.0, 1.0, 2.0]), Values("out0", [1.0, 3.0, 5.0]), Separate("x", "out0")],
     ),
 ]

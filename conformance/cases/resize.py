@@ -2,7 +2,9 @@
 
 import torch
 
-from ..case import Case, Layout, Shares, StorageBytes, Values
+from aotspec.errors import UnsupportedError
+
+from ..case import COMPILED_ONLY, Case, Layout, Raises, Shares, StorageBytes, Values
 
 resize = torch.ops.inductor.resize_storage_bytes_
 
@@ -45,7 +47,7 @@ def _with_alias():
 CASES = [
     Case(
         name="resize.down-to-zero-seen-by-all-aliases",
-        rules=["resize.eager.all-aliases"],
+        rules=["resize.eager.all-aliases", "resize.compiled.epilogue", "functionalize.epilogue.resize"],
         setup=_with_alias,
         args=["x"],
         program=_down_to_zero,
@@ -64,10 +66,11 @@ CASES = [
         args=["x"],
         program=_shrink_keeps_prefix,
         expect=[Values("out0", [0.0, 1.0]), StorageBytes("x", 8), StorageBytes("x_alias", 8)],
+        skip={"reference": "compiled programs resize only from or to 0 bytes (resize.compiled-shrink-rejected)"},
     ),
     Case(
         name="resize.fsdp-up-fill-use-down",
-        rules=["resize.zero-then-back", "memory.storage", "aliasing.copy.writes-storage"],
+        rules=["resize.zero-then-back", "memory.storage", "aliasing.copy.writes-storage", "resize.compiled.epilogue"],
         setup=_zero_storage_parameter,
         args=["w", "src", "x"],
         program=_fsdp_pattern,
@@ -81,7 +84,7 @@ CASES = [
     ),
     Case(
         name="resize.up-from-zero-and-fill",
-        rules=["resize.zero-then-back", "resize.eager.all-aliases"],
+        rules=["resize.zero-then-back", "resize.eager.all-aliases", "resize.compiled.epilogue", "functionalize.epilogue.resize"],
         setup=_zero_storage_parameter,
         args=["w", "src", "x"],
         program=_up_and_fill,
@@ -92,5 +95,46 @@ CASES = [
             StorageBytes("w_alias", 16),
             Shares("w", "w_alias"),
         ],
+    ),
+]
+
+
+def _resize_intermediate(x):
+    y = x + 1
+    resize(y, 0)
+    return x * 2
+
+
+def _resize_view(x):
+    resize(x[1:], 0)
+
+
+CASES += [
+    Case(
+        name="resize.compiled-shrink-rejected",
+        rules=["resize.compiled.zero-only", "functionalize.errors-before-running"],
+        setup=_with_alias,
+        args=["x"],
+        program=_shrink_keeps_prefix,
+        expect=[Raises(UnsupportedError, rule="resize.compiled.zero-only", match="from 16 to 8 bytes")],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="resize.compiled-intermediate-rejected",
+        rules=["resize.compiled.inputs-only"],
+        setup=lambda: {"x": torch.arange(4.0)},
+        args=["x"],
+        program=_resize_intermediate,
+        expect=[Raises(UnsupportedError, rule="resize.compiled.inputs-only")],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="resize.compiled-view-rejected",
+        rules=["resize.compiled.base-only"],
+        setup=_with_alias,
+        args=["x"],
+        program=_resize_view,
+        expect=[Raises(UnsupportedError, rule="resize.compiled.base-only")],
+        skip=COMPILED_ONLY,
     ),
 ]

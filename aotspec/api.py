@@ -1,0 +1,147 @@
+"""`aotspec.compile`: the public contract of DESIGN.md section 3.
+
+The returned callable behaves like `fn` in eager PyTorch. It is specialized to what it has seen:
+each call computes a guard from its arguments (layouts, storage sharing and sizes, requires_grad,
+constants, grad mode) and compiles again when the guard is new.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Callable
+
+import torch
+import torch.utils._pytree as pytree
+
+BACKENDS = ("reference", "fast")
+HOOK_FILTERS = ("donated", "no_static", "all")
+
+
+def _resolve_backend(backend: str | None) -> str:
+    if backend is None:
+        backend = os.environ.get("AOTSPEC_BACKEND", "fast")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown aotspec backend {backend!r}; valid backends: {', '.join(map(repr, BACKENDS))}")
+    return backend
+
+
+def compile(fn: Callable, *, backend: str | None = None, steal=(), hooks_filter: str = "donated") -> CompiledFunction:
+    """Compile `fn` for `backend` (`"reference"` or `"fast"`; default `$AOTSPEC_BACKEND`, else `"fast"`)."""
+    backend = _resolve_backend(backend)
+    if hooks_filter not in HOOK_FILTERS:
+        raise ValueError(f"unknown hooks_filter {hooks_filter!r}; valid filters: {', '.join(map(repr, HOOK_FILTERS))}")
+    steal = (steal,) if isinstance(steal, str) else tuple(steal)
+    parameters = inspect.signature(fn).parameters
+    unknown = [name for name in steal if name not in parameters]
+    if unknown:
+        raise ValueError(
+            f"steal names {unknown}, which are not parameters of {getattr(fn, '__qualname__', fn)} "
+            f"(its parameters: {list(parameters)}) [rule boxed.steal]"
+        )
+    if backend == "fast":
+        raise NotImplementedError(
+            "the fast backend is not built yet (it lands with its own issue); pass backend='reference' "
+            "or set AOTSPEC_BACKEND=reference"
+        )
+    return CompiledFunction(fn, backend, steal, hooks_filter)
+
+
+def _constant_key(leaf):
+    try:
+        hash(leaf)
+        return (type(leaf), leaf)
+    except TypeError:
+        return (type(leaf), repr(leaf))
+
+
+class CompiledFunction:
+    """What `aotspec.compile` returns: call it like `fn`."""
+
+    def __init__(self, fn: Callable, backend: str, steal: tuple[str, ...], hooks_filter: str):
+        self.fn = fn
+        self.backend = backend
+        self.steal = steal
+        self.hooks_filter = hooks_filter
+        self._signature = inspect.signature(fn)
+        self._plans: dict = {}
+        self.last_ledger = None
+        self.__wrapped__ = fn
+        self.__name__ = getattr(fn, "__name__", "compiled")
+
+    @property
+    def compilations(self) -> int:
+        """How many specializations this callable holds."""
+        return len(self._plans)
+
+    def __call__(self, *args, **kwargs):
+        from aotspec.reference.capture import capture
+        from aotspec.reference.compiled import run_compiled
+        from aotspec.reference.functionalize import InputMeta, functionalize
+
+        stolen_lists = self._stolen_lists(args, kwargs)
+        leaves, in_spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+        tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        stolen = self._stolen_indices(leaves, stolen_lists)
+        constants = tuple(_constant_key(leaf) for leaf in leaves if not isinstance(leaf, torch.Tensor))
+        key = (in_spec, constants, InputMeta.of(tensors), torch.is_grad_enabled())
+        plan = self._plans.get(key)
+        if plan is None:
+            captured = capture(self.fn, args, kwargs)
+            plan = functionalize(captured, tensors)
+            _check_stolen(plan, stolen)
+            self._plans[key] = plan
+        del args, kwargs, leaves
+        for stolen_list in stolen_lists:
+            stolen_list.clear()  # r[boxed.steal]: the caller's list is emptied by the call
+        run = run_compiled(plan, tensors, stolen=stolen)
+        #: The ledger of the latest call, for memory facts (reference backend).
+        self.last_ledger = run.ledger
+        return plan.captured.unflatten_outputs(run.outputs)
+
+    def _stolen_lists(self, args, kwargs) -> list[list]:
+        if not self.steal:
+            return []
+        bound = self._signature.bind(*args, **kwargs)
+        lists = []
+        for name in self.steal:
+            value = bound.arguments.get(name)
+            if not isinstance(value, list) or not all(isinstance(t, torch.Tensor) for t in value):
+                raise TypeError(
+                    f"steal={self.steal!r}: argument {name!r} must be a list of tensors, got "
+                    f"{type(value).__name__} [rule boxed.steal]. Pass a list the call may empty, or drop "
+                    f"{name!r} from steal"
+                )
+            lists.append(value)
+        return lists
+
+    @staticmethod
+    def _stolen_indices(leaves, stolen_lists) -> frozenset[int]:
+        stolen_ids = {id(t) for stolen_list in stolen_lists for t in stolen_list}
+        tensor_leaves = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        return frozenset(i for i, t in enumerate(tensor_leaves) if id(t) in stolen_ids)
+
+
+def _check_stolen(plan, stolen: frozenset[int]) -> None:
+    """A stolen input is only read: the caller gave it away, so nothing may reach it afterwards."""
+    from aotspec.errors import UnsupportedError
+    from aotspec.reference.functionalize import CallerStorage, OutputIsInput, Rebind
+
+    touched = set()
+    for step in plan.epilogue:
+        touched.add(step.input_index)
+        if isinstance(step, Rebind) and isinstance(step.storage, CallerStorage):
+            touched.add(step.storage.input_index)
+    for output in plan.outputs:
+        if isinstance(output, OutputIsInput):
+            touched.add(output.input_index)
+        elif isinstance(output.storage, CallerStorage):
+            touched.add(output.storage.input_index)
+    storages_of_stolen = {plan.inputs[i].storage for i in stolen}
+    bad = sorted(i for i in touched if plan.inputs[i].storage in storages_of_stolen)
+    if bad:
+        raise UnsupportedError(
+            f"flat inputs {bad} of a stolen list are written, resized, rebound or returned",
+            rule="boxed.steal",
+            fix="steal only lists whose tensors the function reads (activations handed over to be freed)",
+        )

@@ -1,0 +1,428 @@
+"""Functionalization: a captured mutable graph becomes a functional graph plus an epilogue.
+
+The pass replays the mutable graph node by node on traced tensors, keeping for every storage its
+current contents as a value (`r[functionalize.storage-values]`), and `make_fx` records what the
+replay computes: a graph with no mutation in it. What the mutable program did to the caller's
+tensors comes out as data: an epilogue of storage writes, resizes and rebindings, applied after the
+graph, and a description of every output as a layout on a storage (`r[functionalize.outputs]`).
+
+Conventions: a `_Cell` is a tensor object of the program (`set_` rebinds it in place), a
+`_Storage` the bytes it reads; `value` is a traced torch tensor; `n` counts bytes.
+"""
+
+from __future__ import annotations
+
+from operator import getitem
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from attrs import define, field, frozen
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from aotspec.errors import SpecViolation, UnsupportedError
+
+from .capture import Program
+from .eager import bind
+from .optable import OpEntry, OpKind, lookup
+from .storage import Layout, numpy_dtype
+
+aten = torch.ops.aten
+
+# ---------------------------------------------------------------- what a compiled program assumes
+
+
+@frozen
+class InputMeta:
+    """What a compiled program assumes about one flat tensor input; a change means recompiling."""
+
+    layout: Layout
+    #: Inputs with equal `storage` share one storage (the index of the first input on it).
+    storage: int
+    storage_nbytes: int
+    requires_grad: bool
+    is_leaf: bool
+    #: The index of the first input that is this very object (its own index if none).
+    same_object: int
+
+    @classmethod
+    def of(cls, tensors: list[torch.Tensor]) -> tuple[InputMeta, ...]:
+        first_on_storage: dict[int, int] = {}
+        first_object: dict[int, int] = {}
+        metas = []
+        for i, t in enumerate(tensors):
+            storage = first_on_storage.setdefault(t.untyped_storage()._cdata, i)
+            same = first_object.setdefault(id(t), i)
+            nbytes = t.untyped_storage().nbytes()
+            metas.append(cls(Layout.of(t), storage, nbytes, t.requires_grad, t.is_leaf, same))
+        return tuple(metas)
+
+
+# ---------------------------------------------------------------- the result
+
+
+@frozen
+class CallerStorage:
+    """The caller's storage that flat input `input_index` reads at entry."""
+
+    input_index: int
+
+
+@frozen
+class GraphStorage:
+    """A storage the program made: graph output `output_index` holds its bytes as a 1-D tensor."""
+
+    output_index: int
+
+
+@frozen
+class WriteBack:
+    """r[functionalize.epilogue.data]: the caller's storage takes graph output `output_index`'s bytes."""
+
+    input_index: int
+    output_index: int
+
+
+@frozen
+class Resize:
+    """r[functionalize.epilogue.resize]: the caller's storage is resized to `nbytes`."""
+
+    input_index: int
+    nbytes: int
+
+
+@frozen
+class Rebind:
+    """r[functionalize.epilogue.set]: the caller's tensor object is set_ to `storage` and `layout`."""
+
+    input_index: int
+    storage: CallerStorage | GraphStorage
+    layout: Layout
+
+
+@frozen
+class OutputIsInput:
+    """The output is the caller's very tensor object `input_index` (after any rebinding)."""
+
+    input_index: int
+
+
+@frozen
+class OutputView:
+    """The output reads `storage` through `layout`: a real alias of whatever else reads it."""
+
+    storage: CallerStorage | GraphStorage
+    layout: Layout
+
+
+@frozen
+class FunctionalProgram:
+    graph_module: torch.fx.GraphModule
+    entries: dict[torch.fx.Node, OpEntry]
+    inputs: tuple[InputMeta, ...]
+    #: Applied in order after the graph: storage resizes and writes, then rebindings.
+    epilogue: tuple[WriteBack | Resize | Rebind, ...]
+    #: One per tensor the user's function returns, in pytree order.
+    outputs: tuple[OutputIsInput | OutputView, ...]
+    captured: Program
+
+    @property
+    def graph(self) -> torch.fx.Graph:
+        return self.graph_module.graph
+
+
+# ---------------------------------------------------------------- the replay state
+
+
+@define(eq=False)
+class _Storage:
+    dtype: torch.dtype
+    nbytes: int
+    #: The first flat input reading this storage, or None for a storage the program made.
+    caller: int | None
+    #: A traced value whose storage, read through `origin_layout`, is this storage at version 0.
+    origin: torch.Tensor
+    entry_nbytes: int = field(default=None)
+    #: The contents as a 1-D value, once the storage has been written or resized.
+    flat: torch.Tensor | None = None
+    version: int = 0
+    written: bool = False
+    resized: bool = False
+
+    def __attrs_post_init__(self):
+        if self.entry_nbytes is None:
+            self.entry_nbytes = self.nbytes
+
+    @property
+    def elements(self) -> int:
+        return self.nbytes // numpy_dtype(self.dtype).itemsize
+
+
+@define(eq=False)
+class _Cell:
+    storage: _Storage
+    layout: Layout
+    value: torch.Tensor | None
+    version: int = 0
+    #: For a tensor object the caller passed: its flat input index and its layout at entry.
+    input_index: int | None = None
+    entry_layout: Layout | None = None
+
+
+def _flat(storage: _Storage) -> torch.Tensor:
+    """The storage's whole contents as a 1-D value."""
+    if storage.flat is None:
+        # Version 0: the origin value's own storage holds the bytes (r[functionalize.storage-values]).
+        storage.flat = aten.as_strided(storage.origin, [storage.elements], [1], 0)
+    return storage.flat
+
+
+def _check_in_bounds(cell: _Cell, action: str, name: str) -> None:
+    needed = cell.layout.extent_bytes()
+    if needed > cell.storage.nbytes:
+        raise SpecViolation(
+            f"{action} of tensor {name} ({cell.layout.sizes}, {cell.layout.dtype}) needs {needed} bytes but "
+            f"its storage holds {cell.storage.nbytes} at that point of the program",
+            rule="memory.access-in-bounds",
+            fix="resize the storage up (resize_storage_bytes_) and fill it with copy_ before using the tensor",
+        )
+
+
+def _read(cell: _Cell, name: str) -> torch.Tensor:
+    """The cell's current value; after a write to its storage it is read back through its layout."""
+    if cell.value is not None and cell.version == cell.storage.version:
+        return cell.value
+    _check_in_bounds(cell, "read", name)
+    layout = cell.layout
+    cell.value = aten.as_strided(_flat(cell.storage), layout.sizes, layout.strides, layout.offset)
+    cell.version = cell.storage.version
+    return cell.value
+
+
+def _write(cell: _Cell, new: torch.Tensor, name: str) -> None:
+    """r[functionalize.writes]: a write through a layout is an as_strided_scatter into the contents."""
+    layout = cell.layout
+    if layout.has_internal_overlap():
+        raise RuntimeError(
+            "unsupported operation: more than one element of the written-to tensor refers to a single "
+            "memory location. Please clone() the tensor before performing the operation."
+        )
+    _check_in_bounds(cell, "write", name)
+    if new.dtype != layout.dtype:
+        new = aten._to_copy(new, dtype=layout.dtype)
+    if tuple(new.shape) != layout.sizes:
+        new = aten.expand(new, list(layout.sizes))
+    storage = cell.storage
+    storage.flat = aten.as_strided_scatter(_flat(storage), new, layout.sizes, layout.strides, layout.offset)
+    storage.version += 1
+    storage.written = True
+
+
+# ---------------------------------------------------------------- op by op
+
+
+def _resize(cell: _Cell, n: int, name: str) -> None:
+    storage = cell.storage
+    if storage.caller is None:
+        raise UnsupportedError(
+            f"resize_storage_bytes_ of {name}, a tensor the program made",
+            rule="resize.compiled.inputs-only",
+            fix="resize only storages of the function's inputs (FSDP's parameters)",
+        )
+    if cell.input_index is None or cell.layout != cell.entry_layout or storage.caller is None:
+        raise UnsupportedError(
+            f"resize_storage_bytes_ of {name}, which is a view or was rebound by set_",
+            rule="resize.compiled.base-only",
+            fix="resize the input tensor itself, not a view of it",
+        )
+    if n != 0 and storage.nbytes != 0 and n != storage.nbytes:
+        raise UnsupportedError(
+            f"resize_storage_bytes_ of {name} from {storage.nbytes} to {n} bytes",
+            rule="resize.compiled.zero-only",
+            fix="resize a storage only down to 0 bytes or up from 0 bytes, as FSDP does",
+        )
+    if n == storage.nbytes:
+        return
+    storage.nbytes = n
+    storage.resized = True
+    storage.version += 1
+    # r[resize.keeps-prefix] in a compiled program: from or to 0 bytes nothing is kept, and the
+    # bytes after a resize up are written before they are read.
+    storage.flat = aten.zeros([storage.elements], dtype=storage.dtype) if n else None
+
+
+@define
+class _Replay:
+    """Walks the mutable graph, keeping cells and storages, calling torch ops on traced values."""
+
+    program: Program
+    inputs: tuple[InputMeta, ...]
+    env: dict = field(factory=dict)
+    #: The cell of each flat input (the same cell for the same object passed twice).
+    placeholder_cells: list = field(factory=list)
+    #: The caller's storages, in the order of their first input.
+    caller_storages: list = field(factory=list)
+
+    def run(self, values: list[torch.Tensor]):
+        storages: dict[int, _Storage] = {}
+        cells: dict[int, _Cell] = {}
+        placeholders = [node for node in self.program.graph.nodes if node.op == "placeholder"]
+        for i, (node, value, meta) in enumerate(zip(placeholders, values, self.inputs, strict=True)):
+            if meta.same_object not in cells:
+                if meta.storage not in storages:
+                    storages[meta.storage] = _Storage(meta.layout.dtype, meta.storage_nbytes, meta.storage, value)
+                cells[meta.same_object] = _Cell(storages[meta.storage], meta.layout, value, 0, i, meta.layout)
+            self.env[node] = cells[meta.same_object]
+        self.placeholder_cells = [cells[meta.same_object] for meta in self.inputs]
+        self.caller_storages = list(storages.values())
+        for node in self.program.graph.nodes:
+            if node.op == "call_function":
+                self.env[node] = self.call(node)
+            elif node.op == "get_attr":
+                constant = getattr(self.program.graph_module, node.target)
+                self.env[node] = self.fresh(constant.clone())
+            elif node.op == "output":
+                return [self.env[value] for value in node.args[0]]
+        raise AssertionError("a captured graph ends with an output node")
+
+    def fresh(self, value: torch.Tensor) -> _Cell:
+        layout = Layout.of(value)
+        storage = _Storage(value.dtype, layout.extent_bytes(), None, value)
+        return _Cell(storage, layout, value)
+
+    def call(self, node: torch.fx.Node):
+        args = torch.fx.node.map_arg(node.args, self.env.__getitem__)
+        if node.target is getitem:
+            return args[0][args[1]]
+        kwargs = torch.fx.node.map_arg(node.kwargs, self.env.__getitem__)
+        entry = self.program.entries[node]
+        name = node.name
+
+        def read_all(tree):
+            return pytree.tree_map(lambda v: _read(v, name) if isinstance(v, _Cell) else v, tree)
+
+        if entry.kind is OpKind.COMPUTE:
+            return pytree.tree_map(self.fresh, node.target(*read_all(args), **read_all(kwargs)))
+        if entry.kind is OpKind.VIEW:
+            return self.view(node, entry, args, kwargs, read_all)
+        if entry.kind is OpKind.INPLACE:
+            target = args[0]
+            new = entry.functional(*read_all(args), **read_all(kwargs))
+            _write(target, new, name)
+            return target
+        if entry.kind is OpKind.EFFECT:
+            return self.effect(node, args, read_all)
+        if entry.kind is OpKind.OPAQUE:
+            return self.opaque(node, entry, args, kwargs, read_all)
+        raise AssertionError(f"op table entry of unknown kind: {entry}")
+
+    def view(self, node, entry: OpEntry, args, kwargs, read_all):
+        source: _Cell = args[0]
+        bound = bind(node.target._schema, args, kwargs)
+        layouts = entry.rule(source.layout, *bound[1:])
+        values = node.target(*read_all(args), **read_all(kwargs))
+        if isinstance(layouts, tuple):
+            return tuple(
+                _Cell(source.storage, layout, value, source.storage.version)
+                for layout, value in zip(layouts, values, strict=True)
+            )
+        return _Cell(source.storage, layouts, values, source.storage.version)
+
+    def effect(self, node, args, read_all):
+        if node.target is aten.copy_.default:
+            dst, src = args[0], args[1]
+            _write(dst, read_all(src), node.name)
+            return dst
+        if node.target is aten.set_.source_Tensor:
+            return self.set_(args[0], args[1], node.name)
+        if node.target is torch.ops.inductor.resize_storage_bytes_.default:
+            _resize(args[0], args[1], node.name)
+            return None
+        raise AssertionError(f"effect op without a functionalization rule: {node.target}")
+
+    def set_(self, cell: _Cell, source: _Cell, name: str) -> _Cell:
+        # r[functionalize.set.rebinds-cell]: the tensor object moves; its old storage keeps its contents.
+        if source.layout.extent_bytes() > source.storage.nbytes:
+            raise UnsupportedError(
+                f"set_ of {name} to a source whose storage is smaller than its layout",
+                rule="aliasing.set.grows-storage",
+                fix="compiled programs do not grow storages through set_; resize the source up first",
+            )
+        cell.storage = source.storage
+        cell.layout = source.layout
+        cell.value = source.value
+        cell.version = source.version
+        return cell
+
+    def opaque(self, node, entry: OpEntry, args, kwargs, read_all):
+        schema = node.target._schema
+        if any(a.alias_info is not None for a in schema.arguments) or any(
+            r.alias_info is not None for r in schema.returns
+        ):
+            raise UnsupportedError(
+                f"custom op {entry.name} mutates or aliases its arguments ({schema})",
+                rule="functionalize.opaque-functional-only",
+                fix="compiled programs call only functional custom ops; return a new tensor instead",
+            )
+        return pytree.tree_map(self.fresh, node.target(*read_all(args), **read_all(kwargs)))
+
+
+# ---------------------------------------------------------------- the pass
+
+
+def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalProgram:
+    """The functional graph and epilogue of `program`, specialized to these input tensors."""
+    inputs = InputMeta.of(tensors)
+    found: dict[str, object] = {}
+
+    def replay(*values):
+        state = _Replay(program, inputs)
+        output_cells = state.run(list(values))
+        graph_outputs: list[torch.Tensor] = []
+        index_of: dict[int, int] = {}
+
+        def graph_storage(storage: _Storage) -> int:
+            if id(storage) not in index_of:
+                index_of[id(storage)] = len(graph_outputs)
+                graph_outputs.append(_flat(storage))
+            return index_of[id(storage)]
+
+        def where(storage: _Storage):
+            if storage.caller is not None:
+                return CallerStorage(storage.caller)
+            return GraphStorage(graph_storage(storage))
+
+        epilogue: list = []
+        for storage in state.caller_storages:
+            if storage.nbytes != storage.entry_nbytes:
+                # r[resize.compiled.epilogue]: resized up or down overall: the caller's storage follows.
+                epilogue.append(Resize(storage.caller, storage.nbytes))
+            if storage.nbytes > 0 and storage.written:
+                epilogue.append(WriteBack(storage.caller, graph_storage(storage)))
+        seen: set[int] = set()
+        for i, cell in enumerate(state.placeholder_cells):
+            if id(cell) in seen:
+                continue
+            seen.add(id(cell))
+            if cell.storage.caller != inputs[i].storage or cell.layout != inputs[i].layout:
+                epilogue.append(Rebind(i, where(cell.storage), cell.layout))
+        outputs = []
+        for cell in output_cells:
+            if cell.input_index is not None and cell is state.placeholder_cells[cell.input_index]:
+                outputs.append(OutputIsInput(cell.input_index))
+            else:
+                outputs.append(OutputView(where(cell.storage), cell.layout))
+        found["epilogue"] = tuple(epilogue)
+        found["outputs"] = tuple(outputs)
+        return graph_outputs
+
+    graph_module = make_fx(replay, tracing_mode="fake")(*tensors)
+    graph_module.graph.eliminate_dead_code()  # the graph is functional: unused values go
+    graph_module.recompile()
+    entries = {
+        node: lookup(node.target, where=f"functional graph node {node.name}")
+        for node in graph_module.graph.nodes
+        if node.op == "call_function" and node.target is not getitem
+    }
+    return FunctionalProgram(graph_module, entries, inputs, found["epilogue"], found["outputs"], program)
+
