@@ -32,7 +32,7 @@ def compile(fn: Callable, *, backend: str | None = None, steal=(), hooks_filter:
     if hooks_filter not in HOOK_FILTERS:
         raise ValueError(f"unknown hooks_filter {hooks_filter!r}; valid filters: {', '.join(map(repr, HOOK_FILTERS))}")
     steal = (steal,) if isinstance(steal, str) else tuple(steal)
-    parameters = inspect.signature(fn).parameters
+    parameters = _parameters(fn) if steal else {}
     unknown = [name for name in steal if name not in parameters]
     if unknown:
         raise ValueError(
@@ -45,6 +45,13 @@ def compile(fn: Callable, *, backend: str | None = None, steal=(), hooks_filter:
             "or set AOTSPEC_BACKEND=reference"
         )
     return CompiledFunction(fn, backend, steal, hooks_filter)
+
+
+def _parameters(fn) -> dict:
+    try:
+        return dict(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):  # builtins without a signature: nothing can be stolen by name
+        return {}
 
 
 def _constant_key(leaf):
@@ -63,7 +70,6 @@ class CompiledFunction:
         self.backend = backend
         self.steal = steal
         self.hooks_filter = hooks_filter
-        self._signature = inspect.signature(fn)
         self._plans: dict = {}
         self.last_ledger = None
         self.__wrapped__ = fn
@@ -102,7 +108,7 @@ class CompiledFunction:
     def _stolen_lists(self, args, kwargs) -> list[list]:
         if not self.steal:
             return []
-        bound = self._signature.bind(*args, **kwargs)
+        bound = inspect.signature(self.fn).bind(*args, **kwargs)
         lists = []
         for name in self.steal:
             value = bound.arguments.get(name)

@@ -188,11 +188,15 @@ def _check_in_bounds(cell: _Cell, action: str, name: str) -> None:
         )
 
 
-def _read(cell: _Cell, name: str) -> torch.Tensor:
-    """The cell's current value; after a write to its storage it is read back through its layout."""
+def _read(cell: _Cell, name: str, *, for_view: bool = False) -> torch.Tensor:
+    """The cell's current value; after a write to its storage it is read back through its layout.
+
+    Taking a view reads no element, so a view of a zero-storage tensor is not an out-of-bounds read.
+    """
+    if not for_view:
+        _check_in_bounds(cell, "read", name)
     if cell.value is not None and cell.version == cell.storage.version:
         return cell.value
-    _check_in_bounds(cell, "read", name)
     layout = cell.layout
     cell.value = aten.as_strided(_flat(cell.storage), layout.sizes, layout.strides, layout.offset)
     cell.version = cell.storage.version
@@ -320,7 +324,7 @@ class _Replay:
         source: _Cell = args[0]
         bound = bind(node.target._schema, args, kwargs)
         layouts = entry.rule(source.layout, *bound[1:])
-        values = node.target(*read_all(args), **read_all(kwargs))
+        values = node.target(_read(source, node.name, for_view=True), *read_all(args[1:]), **read_all(kwargs))
         if isinstance(layouts, tuple):
             return tuple(
                 _Cell(source.storage, layout, value, source.storage.version)

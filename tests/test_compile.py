@@ -1,0 +1,114 @@
+"""aotspec.compile: the public contract of DESIGN.md section 3, on the reference backend."""
+
+import pytest
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+
+import aotspec
+
+resize = torch.ops.inductor.resize_storage_bytes_
+
+
+def test_backend_is_chosen_and_reported(monkeypatch):
+    assert aotspec.compile(torch.sin, backend="reference").backend == "reference"
+    monkeypatch.setenv("AOTSPEC_BACKEND", "reference")
+    assert aotspec.compile(torch.sin).backend == "reference"
+
+
+def test_an_unknown_backend_names_the_valid_ones():
+    with pytest.raises(ValueError, match="valid backends: 'reference', 'fast'"):
+        aotspec.compile(torch.sin, backend="inductor")
+
+
+def test_an_unknown_hooks_filter_names_the_valid_ones():
+    with pytest.raises(ValueError, match="'donated', 'no_static', 'all'"):
+        aotspec.compile(torch.sin, backend="reference", hooks_filter="some")
+
+
+def test_steal_must_name_a_parameter():
+    with pytest.raises(ValueError, match=r"not parameters of .*\[rule boxed.steal\]"):
+        aotspec.compile(lambda xs: xs[0], backend="reference", steal=("ys",))
+
+
+def test_a_stolen_argument_must_be_a_list_of_tensors():
+    compiled = aotspec.compile(lambda xs: xs[0] + 1, backend="reference", steal=("xs",))
+    with pytest.raises(TypeError, match=r"must be a list of tensors, got tuple \[rule boxed.steal\]"):
+        compiled((torch.ones(2),))
+
+
+def test_recompiles_when_input_metadata_changes():
+    compiled = aotspec.compile(lambda x: x * 2, backend="reference")
+    compiled(torch.ones(3))
+    compiled(torch.zeros(3))
+    assert compiled.compilations == 1
+    compiled(torch.ones(4))  # shape
+    compiled(torch.ones(3, dtype=torch.float64))  # dtype
+    compiled(torch.ones(6)[::2])  # strides
+    assert compiled.compilations == 4
+    base = torch.ones(3)
+    zero = torch.ones(3)
+    resize(zero, 0)
+    two = aotspec.compile(lambda a, b: b + 1, backend="reference")
+    two(base, torch.ones(3))
+    two(base, base)  # aliasing between arguments
+    two(zero, torch.ones(3))  # zero storage
+    assert two.compilations == 3
+
+
+def test_values_and_aliasing_match_eager_on_an_mlp():
+    torch.manual_seed(0)
+    x, w1, w2 = torch.randn(8, 4), torch.randn(16, 4), torch.randn(2, 16)
+
+    def mlp(x, w1, w2):
+        return torch.relu(x @ w1.t()) @ w2.t()
+
+    out = aotspec.compile(mlp, backend="reference")(x, w1, w2)
+    torch.testing.assert_close(out, mlp(x, w1, w2))
+
+
+def test_a_failed_compile_touches_nothing():
+    x = torch.arange(4.0)
+
+    def shrink_after_write(x):
+        x.add_(1)
+        resize(x, 8)
+
+    with pytest.raises(aotspec.UnsupportedError, match=r"rule resize.compiled.zero-only"):
+        aotspec.compile(shrink_after_write, backend="reference")(x)
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0] and x.untyped_storage().nbytes() == 16
+
+
+# r[boxed.steal], seed 000's test: a probe op inside the call sees the stolen activation freed.
+
+_probe_saw: list[bool] = []
+_watched: list[StorageWeakRef] = []
+
+
+@torch.library.custom_op("aotspec_tests::probe", mutates_args=())
+def probe(x: torch.Tensor) -> torch.Tensor:
+    _probe_saw.append(all(ref.expired() for ref in _watched))
+    return x.clone()
+
+
+@probe.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+def _uses_activation_then_probes(activations):
+    out = activations[0] + 1
+    return torch.ops.aotspec_tests.probe(out)
+
+
+@pytest.mark.parametrize("stolen", [True, False])
+def test_a_stolen_list_is_freed_before_a_later_op(stolen):
+    compiled = aotspec.compile(
+        _uses_activation_then_probes, backend="reference", steal=("activations",) if stolen else ()
+    )
+    activations = [torch.ones(1000)]
+    _watched[:] = [StorageWeakRef(activations[0].untyped_storage())]
+    _probe_saw.clear()
+    out = compiled(activations)
+    assert out.tolist() == [2.0] * 1000
+    assert _probe_saw == [stolen]
+    assert len(activations) == (0 if stolen else 1)
