@@ -72,6 +72,7 @@ class CompiledFunction:
         self.hooks_filter = hooks_filter
         self._plans: dict = {}
         self.last_ledger = None
+        self.last_run = None
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", "compiled")
 
@@ -81,9 +82,8 @@ class CompiledFunction:
         return len(self._plans)
 
     def __call__(self, *args, **kwargs):
-        from aotspec.reference.capture import capture
         from aotspec.reference.compiled import run_compiled
-        from aotspec.reference.functionalize import InputMeta, functionalize
+        from aotspec.reference.functionalize import InputMeta
 
         stolen_lists = self._stolen_lists(args, kwargs)
         leaves, in_spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
@@ -93,17 +93,16 @@ class CompiledFunction:
         key = (in_spec, constants, InputMeta.of(tensors), torch.is_grad_enabled())
         plan = self._plans.get(key)
         if plan is None:
-            captured = capture(self.fn, args, kwargs)
-            plan = functionalize(captured, tensors)
-            _check_stolen(plan, stolen)
+            plan = _build_plan(self.fn, args, kwargs, tensors, stolen)
             self._plans[key] = plan
         del args, kwargs, leaves
         for stolen_list in stolen_lists:
             stolen_list.clear()  # r[boxed.steal]: the caller's list is emptied by the call
         run = run_compiled(plan, tensors, stolen=stolen)
-        #: The ledger of the latest call, for memory facts (reference backend).
+        #: The latest call's run (its ledgers: memory facts of the reference backend).
+        self.last_run = run
         self.last_ledger = run.ledger
-        return plan.captured.unflatten_outputs(run.outputs)
+        return _functional(plan).captured.unflatten_outputs(run.outputs)
 
     def _stolen_lists(self, args, kwargs) -> list[list]:
         if not self.steal:
@@ -126,6 +125,35 @@ class CompiledFunction:
         stolen_ids = {id(t) for stolen_list in stolen_lists for t in stolen_list}
         tensor_leaves = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         return frozenset(i for i, t in enumerate(tensor_leaves) if id(t) in stolen_ids)
+
+
+def _functional(plan):
+    from aotspec.reference.autograd import TrainingPlan
+
+    return plan.functional if isinstance(plan, TrainingPlan) else plan
+
+
+def _build_plan(fn, args, kwargs, tensors, stolen):
+    """Capture, functionalize, and with autograd build the forward and backward graphs."""
+    from aotspec.errors import UnsupportedError
+    from aotspec.reference.autograd import build_training_plan
+    from aotspec.reference.capture import capture
+    from aotspec.reference.functionalize import Rebind, functionalize
+
+    program = functionalize(capture(fn, args, kwargs), tensors)
+    _check_stolen(program, stolen)
+    needs_grad = [i for i, meta in enumerate(program.inputs) if meta.requires_grad]
+    if not (torch.is_grad_enabled() and needs_grad):
+        return program
+    rebound = {step.input_index for step in program.epilogue if isinstance(step, Rebind)}
+    mutated = sorted(i for i in needs_grad if program.inputs[i].storage in program.touched_storages or i in rebound)
+    if mutated:
+        raise UnsupportedError(
+            f"flat inputs {mutated} require grad and the program writes, resizes or rebinds their storage",
+            rule="autograd.mutated-grad-input",
+            fix="mutate such inputs outside the compiled function, or call it under torch.no_grad()",
+        )
+    return build_training_plan(program, tensors)
 
 
 def _check_stolen(plan, stolen: frozenset[int]) -> None:

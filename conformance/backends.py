@@ -1,8 +1,10 @@
 """Backends a conformance case runs on.
 
 A backend calls `case.program(*args)` its own way, leaving its effects on the caller's tensors,
-and returns `(outputs, ledger)`; the ledger is None for backends that keep none (memory
-expectations are then not checked there). Compiled backends honour `case.steal`.
+and returns `(outputs, run)`: `run.ledger` is the reference ledger of the call (and, for compiled
+backends, `run.backward_ledger` the backward's once it ran), or `run` is None for backends that
+keep no ledger (memory expectations are then not checked there). Compiled backends honour
+`case.steal`.
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ def torch_eager(case, args: list):
 
 def reference_eager(case, args: list):
     run = aotspec.reference.run(case.program, *args)
-    return run.outputs, run.ledger
+    return run.outputs, run
 
 
 def reference_compiled(case, args: list):
     compiled = aotspec.compile(case.program, backend="reference", steal=case.steal)
     outputs = compiled(*args)
-    return outputs, compiled.last_ledger
+    return outputs, compiled.last_run
 
 
 BACKENDS: dict[str, Callable] = {

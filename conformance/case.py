@@ -27,7 +27,7 @@ class Outcome:
     after: Observation
     before: Observation
     error: BaseException | None
-    #: The reference ledger, for backends that keep one (memory expectations need it).
+    #: The run of a backend that keeps ledgers (`.ledger`, maybe `.backward_ledger`), else None.
     ledger: object | None
 
 
@@ -153,6 +153,41 @@ class Separate(Expectation):
 
 
 @frozen
+class SavedFreedDuringBackward(Expectation):
+    """Every saved value's storage died during the backward, before its last step, unless the
+    backward returned it (`r[autograd.saved-freed-in-backward]`)."""
+
+    needs_ledger = True
+
+    def check(self, outcome):
+        if outcome.error is not None:
+            return f"the call raised {type(outcome.error).__name__}: {outcome.error}"
+        ledger = getattr(outcome.ledger, "backward_ledger", None)
+        if ledger is None:
+            return "no backward ran (or the backend keeps no backward ledger)"
+        freed_before_end = {e.storage for e in ledger.events if e.kind == "free" and e.step < ledger.step}
+        returned = ledger.probes[-1].alive
+        kept = sorted(outcome.ledger.saved_storages - freed_before_end - returned)
+        if kept:
+            return f"backward inputs (storages {kept}) were still alive at the backward's last step"
+        return None
+
+
+@frozen
+class Absent(Expectation):
+    """`name` is not in the world after the call (for example `x.grad` when x gets no gradient)."""
+
+    name: str
+
+    def check(self, outcome):
+        if outcome.error is not None:
+            return f"the call raised {type(outcome.error).__name__}: {outcome.error}"
+        if self.name in outcome.world:
+            return f"{self.name} should not exist after the call"
+        return None
+
+
+@frozen
 class Length(Expectation):
     """The non-tensor value `name` of the caller's world (a list) has `n` items after the call."""
 
@@ -217,8 +252,8 @@ class PeakBytes(Expectation):
     def check(self, outcome):
         if outcome.error is not None:
             return f"the call raised {type(outcome.error).__name__}: {outcome.error}"
-        if outcome.ledger.peak_bytes != self.nbytes:
-            return f"peak live bytes {outcome.ledger.peak_bytes}, expected {self.nbytes}"
+        if outcome.ledger.ledger.peak_bytes != self.nbytes:
+            return f"peak live bytes {outcome.ledger.ledger.peak_bytes}, expected {self.nbytes}"
         return None
 
 
@@ -233,9 +268,10 @@ class LiveBytesAfter(Expectation):
     def check(self, outcome):
         if outcome.error is not None:
             return f"the call raised {type(outcome.error).__name__}: {outcome.error}"
-        probes = [p for p in outcome.ledger.probes if p.node == self.step]
+        all_probes = outcome.ledger.ledger.probes
+        probes = [p for p in all_probes if p.node == self.step]
         if not probes:
-            return f"no step named {self.step}; steps are {[p.node for p in outcome.ledger.probes]}"
+            return f"no step named {self.step}; steps are {[p.node for p in all_probes]}"
         if probes[0].live_bytes != self.nbytes:
             return f"live bytes after {self.step} are {probes[0].live_bytes}, expected {self.nbytes}"
         return None
@@ -253,6 +289,9 @@ class Case:
     skip: dict[str, str] = field(factory=dict)
     #: Parameters whose list arguments a compiled backend steals (`r[boxed.steal]`).
     steal: tuple[str, ...] = field(default=(), converter=tuple)
+    #: After the call, backpropagate the sum of every output that requires grad; each world tensor
+    #: with a gradient then has it in the world as `name.grad`.
+    backward: bool = False
 
 
 #: Skip entries for cases that pin compiled semantics only (eager has no such notion).
@@ -260,5 +299,7 @@ COMPILED_ONLY = {
     "reference-eager": "pins a rule of compiled programs",
     "torch-eager": "pins a rule of compiled programs",
 }
+#: Skip entries for cases that need autograd, which the eager interpreter does not have yet.
+NEEDS_AUTOGRAD = {"reference-eager": "the eager interpreter has no autograd yet (the saved-tensor hooks issue adds it)"}
 #: Skip entries for cases that pin the eager interpreter's ledger steps (`r[memory.eager.last-use]`).
 EAGER_LEDGER = {"reference": "pins the eager interpreter's ledger steps; compiled graphs have other steps"}

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import re
+
+import torch
 from attrs import frozen
 
 from .backends import get_backend
@@ -32,6 +35,11 @@ def run_case(case: Case, backend: str) -> CaseResult:
         error = raised
     if error is None:
         world = world_of(world, outputs)
+        if case.backward:
+            try:
+                _backpropagate(world)
+            except Exception as raised:  # noqa: BLE001
+                error = raised
     outcome = Outcome(world, observe(world), before, error, ledger)
     if error is not None and not any(isinstance(e, Raises) for e in case.expect):
         message = f"the call raised {type(error).__name__}: {error}"
@@ -48,6 +56,16 @@ def run_case(case: Case, backend: str) -> CaseResult:
         return CaseResult(case, backend, "fail", tuple(failures))
     note = (f"{unobservable} memory expectation(s) not observable without a ledger",) if unobservable else ()
     return CaseResult(case, backend, "pass", note)
+
+
+def _backpropagate(world: dict) -> None:
+    outputs = [t for name, t in world.items() if re.fullmatch(r"out\d+", name) and isinstance(t, torch.Tensor)]
+    losses = [t.sum() for t in outputs if t.requires_grad]
+    if losses:
+        torch.stack(losses).sum().backward()
+    for name, t in list(world.items()):
+        if isinstance(t, torch.Tensor) and t.is_leaf and t.grad is not None:
+            world[f"{name}.grad"] = t.grad
 
 
 def run_cases(cases: list[Case], backends: list[str]) -> list[CaseResult]:

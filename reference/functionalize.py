@@ -125,6 +125,8 @@ class FunctionalProgram:
     #: One per tensor the user's function returns, in pytree order.
     outputs: tuple[OutputIsInput | OutputView, ...]
     captured: Program
+    #: Caller storages (by first input) the program wrote or resized at some point.
+    touched_storages: frozenset[int] = frozenset()
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -416,6 +418,7 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
                 outputs.append(OutputIsInput(cell.input_index))
             else:
                 outputs.append(OutputView(where(cell.storage), cell.layout))
+        found["touched"] = frozenset(s.caller for s in state.caller_storages if s.written or s.resized)
         found["epilogue"] = tuple(epilogue)
         found["outputs"] = tuple(outputs)
         return graph_outputs
@@ -428,5 +431,7 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
         for node in graph_module.graph.nodes
         if node.op == "call_function" and node.target is not getitem
     }
-    return FunctionalProgram(graph_module, entries, inputs, found["epilogue"], found["outputs"], program)
+    return FunctionalProgram(
+        graph_module, entries, inputs, found["epilogue"], found["outputs"], program, found["touched"]
+    )
 

@@ -1,0 +1,99 @@
+"""Cases for specs/autograd.md: gradients of compiled programs, saved values, the detach rule.
+
+Expected gradients are worked out by hand from the chain rule, or computed by eager PyTorch on
+private copies; never taken from the reference.
+"""
+
+import torch
+
+from aotspec.errors import UnsupportedError
+
+from ..case import COMPILED_ONLY, NEEDS_AUTOGRAD, Absent, Case, Raises, SavedFreedDuringBackward, Values
+
+torch.manual_seed(0)
+_X, _W1, _W2 = torch.randn(5, 4), torch.randn(8, 4), torch.randn(3, 8)
+
+
+def _product(x, w):
+    return x * w
+
+
+def _leaves(**tensors):
+    return {name: t.clone().requires_grad_() for name, t in tensors.items()}
+
+
+def _mlp(x, w1, w2):
+    return torch.relu(x @ w1.t()) @ w2.t()
+
+
+def _eager_mlp_grads():
+    x, w1, w2 = (t.clone().requires_grad_() for t in (_X, _W1, _W2))
+    _mlp(x, w1, w2).sum().backward()
+    return x.grad, w1.grad, w2.grad
+
+
+_MLP_GRADS = _eager_mlp_grads()
+
+
+def _non_leaf_world():
+    x = torch.arange(3.0, requires_grad=True)
+    return {"x": x, "y": x * 2, "z": torch.ones(3, requires_grad=True)}
+
+
+def _ignores_y(y, z):
+    return z * 2 + y.detach()
+
+
+def _mutates_grad_input(y, z):
+    y.mul_(2)
+    return y * z
+
+
+CASES = [
+    Case(
+        name="autograd.grad-of-a-product",
+        rules=["autograd.joint", "autograd.derivative-rules", "autograd.requires-grad"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0]), w=torch.tensor([4.0, 5.0, 6.0])),
+        args=["x", "w"],
+        program=_product,
+        backward=True,
+        # d/dx sum(x * w) = w and d/dw = x
+        expect=[Values("out0", [4.0, 10.0, 18.0]), Values("x.grad", [4.0, 5.0, 6.0]), Values("w.grad", [1.0, 2.0, 3.0])],
+        skip=NEEDS_AUTOGRAD,
+    ),
+    Case(
+        name="autograd.mlp-grads-match-eager",
+        rules=["autograd.partition.saved", "autograd.partition.recompute-views", "autograd.saved-freed-in-backward"],
+        setup=lambda: _leaves(x=_X, w1=_W1, w2=_W2),
+        args=["x", "w1", "w2"],
+        program=_mlp,
+        backward=True,
+        expect=[
+            Values("out0", _mlp(_X, _W1, _W2)),
+            Values("x.grad", _MLP_GRADS[0]),
+            Values("w1.grad", _MLP_GRADS[1]),
+            Values("w2.grad", _MLP_GRADS[2]),
+            SavedFreedDuringBackward(),
+        ],
+        skip=NEEDS_AUTOGRAD,
+    ),
+    Case(
+        name="autograd.no-gradient-for-a-detached-input",
+        rules=["autograd.detach-no-grad-inputs"],
+        setup=_non_leaf_world,
+        args=["y", "z"],
+        program=_ignores_y,
+        backward=True,
+        expect=[Values("out0", [2.0, 4.0, 6.0]), Values("z.grad", [2.0, 2.0, 2.0]), Absent("x.grad")],
+        skip=NEEDS_AUTOGRAD,
+    ),
+    Case(
+        name="autograd.mutating-a-grad-input-is-rejected",
+        rules=["autograd.mutated-grad-input"],
+        setup=_non_leaf_world,
+        args=["y", "z"],
+        program=_mutates_grad_input,
+        expect=[Raises(UnsupportedError, rule="autograd.mutated-grad-input")],
+        skip=COMPILED_ONLY,
+    ),
+]

@@ -1,0 +1,245 @@
+"""Autograd for compiled programs: the joint graph and its partition (`specs/autograd.md`).
+
+1. The joint graph (`r[autograd.joint]`): the functional graph is replayed on traced tensors, then
+   walked backwards, applying each op's derivative rule (registered beside the op in
+   `reference/ops.py`) to the gradients flowing into it; `make_fx` records both halves.
+2. The partition (`r[autograd.partition.saved]`): nodes that depend on a tangent form the backward
+   graph, the rest the forward graph; forward values the backward reads are saved, except views,
+   which the backward recomputes from their saved base (`r[autograd.partition.recompute-views]`).
+Both passes visit each node a bounded number of times.
+
+Conventions: `primals` are the functional graph's inputs, `tangents` the gradients of its
+differentiable outputs, `grads` maps a value (node) to the gradient accumulated for it.
+"""
+
+from __future__ import annotations
+
+from operator import getitem
+
+import torch
+import torch.fx
+from attrs import frozen
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from aotspec.errors import UnsupportedError
+
+from .eager import bind
+from .functionalize import FunctionalProgram, GraphStorage, OutputView
+from .optable import DERIVATIVES, NONDIFFERENTIABLE, OpEntry, OpKind, lookup, qualified_name
+
+
+@frozen
+class GraphProgram:
+    """A graph the reference interpreter runs, with the op table entry of each node."""
+
+    graph_module: torch.fx.GraphModule
+    entries: dict[torch.fx.Node, OpEntry]
+
+    @property
+    def graph(self) -> torch.fx.Graph:
+        return self.graph_module.graph
+
+    @classmethod
+    def of(cls, graph_module: torch.fx.GraphModule) -> GraphProgram:
+        entries = {
+            node: lookup(node.target, where=f"graph node {node.name}")
+            for node in graph_module.graph.nodes
+            if node.op == "call_function" and node.target is not getitem
+        }
+        return cls(graph_module, entries)
+
+
+@frozen
+class TrainingPlan:
+    functional: FunctionalProgram
+    #: inputs: the functional graph's inputs; outputs: its outputs, then the saved values.
+    forward: GraphProgram
+    #: inputs: the saved values, then one tangent per differentiable output; outputs: `grad_inputs`' grads.
+    backward: GraphProgram
+    #: Indices of the functional graph's outputs that gradients flow into.
+    differentiable_outputs: tuple[int, ...]
+    #: Indices of the inputs that receive a gradient, in the backward graph's output order.
+    grad_inputs: tuple[int, ...]
+    num_saved: int
+
+
+def differentiable_outputs(program: FunctionalProgram, requires_grad: list[bool]) -> tuple[int, ...]:
+    """Graph outputs holding storages of user outputs that may carry gradients (floating point)."""
+    flows = _requires_grad_nodes(program.graph, requires_grad)
+    output_node = next(iter(reversed(program.graph.nodes)))
+    user_storages = {o.storage.output_index for o in program.outputs if isinstance(o, OutputView) and isinstance(o.storage, GraphStorage)}
+    return tuple(
+        k
+        for k, node in enumerate(output_node.args[0])
+        if k in user_storages and node in flows and node.meta["val"].dtype.is_floating_point
+    )
+
+
+def _requires_grad_nodes(graph: torch.fx.Graph, requires_grad: list[bool]) -> set[torch.fx.Node]:
+    """r[autograd.requires-grad]: a value needs a gradient when a differentiable op computed it from
+    one that does; inputs need one when they require grad."""
+    flows: set[torch.fx.Node] = set()
+    placeholders = iter(requires_grad)
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            if next(placeholders):
+                flows.add(node)
+        elif node.op == "call_function":
+            if node.target is not getitem and node.target in NONDIFFERENTIABLE:
+                continue
+            if any(used in flows for used in node.all_input_nodes):
+                flows.add(node)
+    return flows
+
+
+def build_training_plan(program: FunctionalProgram, tensors: list[torch.Tensor]) -> TrainingPlan:
+    requires_grad = [meta.requires_grad for meta in program.inputs]
+    graph = program.graph
+    flows = _requires_grad_nodes(graph, requires_grad)
+    outputs_node = next(iter(reversed(graph.nodes)))
+    differentiable = differentiable_outputs(program, requires_grad)
+    grad_inputs = tuple(i for i, r in enumerate(requires_grad) if r)
+    n_inputs = len(requires_grad)
+    received: dict[str, tuple[int, ...]] = {}
+
+    def joint(*values):
+        primals, tangents = values[:n_inputs], values[n_inputs:]
+        env: dict[torch.fx.Node, object] = {}
+        placeholders = iter(primals)
+        for node in graph.nodes:
+            if node.op == "placeholder":
+                env[node] = next(placeholders)
+            elif node.op == "call_function":
+                args = torch.fx.node.map_arg(node.args, env.__getitem__)
+                kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+                env[node] = node.target(*args, **kwargs)
+        outputs = [env[node] for node in outputs_node.args[0]]
+        grads = _backward_pass(graph, env, flows, {outputs_node.args[0][k]: t for k, t in zip(differentiable, tangents, strict=True)})
+        placeholder_nodes = [node for node in graph.nodes if node.op == "placeholder"]
+        got = [i for i in grad_inputs if placeholder_nodes[i] in grads]
+        received["grad_inputs"] = tuple(got)
+        return outputs, [grads[placeholder_nodes[i]] for i in got]
+
+    tangent_examples = [torch.zeros_like(_meta_value(outputs_node.args[0][k])) for k in differentiable]
+    joint_module = make_fx(joint, tracing_mode="fake")(*tensors, *tangent_examples)
+    forward, backward, num_saved = partition(joint_module, n_inputs, len(outputs_node.args[0]))
+    return TrainingPlan(program, forward, backward, differentiable, received["grad_inputs"], num_saved)
+
+
+def _meta_value(node: torch.fx.Node) -> torch.Tensor:
+    value = node.meta["val"]
+    return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype)
+
+
+def _backward_pass(graph, env, flows, seeds) -> dict[torch.fx.Node, torch.Tensor]:
+    """Reverse mode over the functional graph with the table's derivative rules."""
+    grads: dict[torch.fx.Node, object] = dict(seeds)
+    for node in reversed(list(graph.nodes)):
+        if node.op != "call_function" or node not in grads or node not in flows:
+            continue
+        grad = grads.pop(node)
+        if node.target is getitem:
+            source, index = node.args
+            parts = grads.setdefault(source, {})
+            parts[index] = grad if index not in parts else parts[index] + grad
+            continue
+        if isinstance(grad, dict):  # the gradients of a multi-output op, by output index
+            grad = tuple(grad.get(i) for i in range(len(env[node])))
+        rule = DERIVATIVES.get(node.target)
+        if rule is None:
+            raise UnsupportedError(
+                f"op {qualified_name(node.target)} has no derivative rule",
+                rule="autograd.derivative-rules",
+                fix="add a @derivative rule beside the op in reference/ops.py, or compute this part under torch.no_grad()",
+            )
+        args = torch.fx.node.map_arg(node.args, env.__getitem__)
+        kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+        bound_values = bind(node.target._schema, args, kwargs)
+        bound_nodes = bind(node.target._schema, node.args, node.kwargs)
+        for arg_nodes, arg_grads in zip(bound_nodes, rule(grad, env[node], *bound_values), strict=True):
+            for arg_node, arg_grad in _pairs(arg_nodes, arg_grads):
+                if isinstance(arg_node, torch.fx.Node) and arg_node in flows and arg_grad is not None:
+                    grads[arg_node] = arg_grad if arg_node not in grads else grads[arg_node] + arg_grad
+    return grads
+
+
+def _pairs(arg_nodes, arg_grads):
+    """(node, gradient) pairs of one schema argument: a tensor, or a list of them (cat's)."""
+    if isinstance(arg_nodes, (list, tuple)):
+        return [] if arg_grads is None else zip(arg_nodes, arg_grads, strict=True)
+    return [(arg_nodes, arg_grads)]
+
+
+def partition(joint_module: torch.fx.GraphModule, n_inputs: int, n_outputs: int):
+    """Split the joint graph into forward and backward graphs and the values between them."""
+    joint = joint_module.graph
+    placeholders = [node for node in joint.nodes if node.op == "placeholder"]
+    primals, tangents = placeholders[:n_inputs], placeholders[n_inputs:]
+    output_node = next(iter(reversed(joint.nodes)))
+    forward_outputs = list(output_node.args[0][0])
+    grads = [g for g in output_node.args[0][1]]
+    backward_nodes = _descendants(joint, tangents)
+    saved = []
+    for node in joint.nodes:
+        if node in backward_nodes or node.op == "output":
+            continue
+        if any(user in backward_nodes for user in node.users):
+            saved.append(node)
+    saved = _save_bases_of_views(saved)
+    forward = _extract(joint, primals, forward_outputs + saved)
+    backward = _extract(joint, saved + tangents, grads)
+    return GraphProgram.of(forward), GraphProgram.of(backward), len(saved)
+
+
+def _descendants(graph: torch.fx.Graph, roots: list[torch.fx.Node]) -> set[torch.fx.Node]:
+    found = set(roots)
+    for node in graph.nodes:
+        if any(used in found for used in node.all_input_nodes):
+            found.add(node)
+    return found
+
+
+def _save_bases_of_views(saved: list[torch.fx.Node]) -> list[torch.fx.Node]:
+    """r[autograd.partition.recompute-views]: a saved view is replaced by its base, recursively."""
+    bases: list[torch.fx.Node] = []
+    for node in saved:
+        while node.op == "call_function" and node.target is not getitem and _is_view(node):
+            node = node.args[0]
+        if node not in bases:
+            bases.append(node)
+    return bases
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    entry = lookup(node.target, where=node.name)
+    return entry.kind is OpKind.VIEW
+
+
+def _extract(graph: torch.fx.Graph, inputs: list[torch.fx.Node], outputs: list[torch.fx.Node]) -> torch.fx.GraphModule:
+    """A graph computing `outputs` from `inputs`, copying the nodes in between in their order."""
+    needed: set[torch.fx.Node] = set()
+    stack = [o for o in outputs if isinstance(o, torch.fx.Node)]
+    input_set = set(inputs)
+    while stack:
+        node = stack.pop()
+        if node in needed or node in input_set:
+            continue
+        needed.add(node)
+        stack.extend(node.all_input_nodes)
+    new = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in inputs:
+        env[node] = new.placeholder(node.name)
+        env[node].meta = dict(node.meta)
+    for node in graph.nodes:
+        if node in needed:
+            if node.op == "placeholder":
+                raise UnsupportedError(
+                    f"the backward graph reads {node.name}, which is neither saved nor a tangent",
+                    rule="autograd.partition.saved",
+                    fix="this is a bug in the partition; please report the program",
+                )
+            env[node] = new.node_copy(node, env.__getitem__)
+    new.output([env[o] for o in outputs])
+    module = torch.fx.GraphModule(torch.nn.Module(), new)
+    return module
