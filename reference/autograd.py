@@ -201,13 +201,12 @@ def _descendants(graph: torch.fx.Graph, roots: list[torch.fx.Node]) -> set[torch
 
 def _save_bases_of_views(saved: list[torch.fx.Node]) -> list[torch.fx.Node]:
     """r[autograd.partition.recompute-views]: a saved view is replaced by its base, recursively."""
-    bases: list[torch.fx.Node] = []
+    bases: dict[torch.fx.Node, None] = {}  # ordered, with O(1) membership
     for node in saved:
         while node.op == "call_function" and node.target is not getitem and _is_view(node):
             node = node.args[0]
-        if node not in bases:
-            bases.append(node)
-    return bases
+        bases[node] = None
+    return list(bases)
 
 
 def _is_view(node: torch.fx.Node) -> bool:

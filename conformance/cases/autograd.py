@@ -44,6 +44,11 @@ def _ignores_y(y, z):
     return z * 2 + y.detach()
 
 
+def _inplace_on_leaf(w):
+    w.add_(1)
+    return w * 2
+
+
 def _mutates_grad_input(y, z):
     y.mul_(2)
     return y * z
@@ -95,5 +100,13 @@ CASES = [
         program=_mutates_grad_input,
         expect=[Raises(UnsupportedError, rule="autograd.mutated-grad-input")],
         skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="autograd.inplace-on-a-grad-leaf-raises",
+        rules=["autograd.eager-errors", "boundary.failed-call"],
+        setup=lambda: {"w": torch.ones(3, requires_grad=True)},
+        args=["w"],
+        program=_inplace_on_leaf,
+        expect=[Raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place operation")],
     ),
 ]
