@@ -5,6 +5,12 @@ Conventions: `x`, `y` are numpy arrays (the op's `self` and `other`), `layout` i
 change the values (layout, device, pin_memory, memory_format) are named `*_` and ignored, because
 fresh outputs take their dtype and strides from the captured meta value (`r[ops.fresh-output]`).
 
+Beside each compute or view rule sits its derivative (`r[autograd.derivative-rules]`): a
+vector-Jacobian product `rule(grad, out, *args)` in torch ops, following PyTorch's
+tools/autograd/derivatives.yaml and torch/csrc/autograd/FunctionsManual.cpp, or a declaration that
+the op's outputs carry no gradient. Derivatives use only ops of this table, so tracing one on fake
+tensors gives a backward graph the reference runs; they never write to a tensor.
+
 Rules for `copy_`, `set_` and `resize_storage_bytes_` live in `reference/effects.py`.
 """
 
@@ -16,7 +22,7 @@ import sys
 import numpy as np
 import torch
 
-from .optable import compute, inplace, view
+from .optable import compute, derivative, inplace, nondifferentiable, view
 from .storage import REDUCED_FLOATS, Layout, contiguous_strides, numpy_dtype
 
 aten = torch.ops.aten
@@ -37,6 +43,67 @@ def _axes(dims, ndim: int):
     return tuple(sorted({_dim(d, ndim) for d in dims}))
 
 
+# ---------------------------------------------------------------- derivative helpers
+
+
+def _sum_to_shape(grad, shape):
+    """`grad` summed over the dims that broadcasting to its shape added or stretched from 1."""
+    lead = grad.dim() - len(shape)
+    stretched = [d for d in range(lead, grad.dim()) if shape[d - lead] == 1 and grad.shape[d] != 1]
+    dims = [*range(lead), *stretched]
+    if dims:
+        grad = grad.sum(dims, keepdim=True)
+    return grad.reshape(shape) if lead else grad
+
+
+def _grad_like(grad, x):
+    """`grad` as the gradient of argument `x`: summed to x's shape, then cast to x's dtype.
+
+    The autograd engine does this to every gradient (validate_outputs in
+    torch/csrc/autograd/engine.cpp). None where `x` is a number or a tensor whose dtype carries no
+    gradient (integers, bool).
+    """
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        return None
+    grad = _sum_to_shape(grad, x.shape)
+    return grad if grad.dtype == x.dtype else grad.to(x.dtype)
+
+
+def _scaled(grad, factor):
+    """maybe_multiply: `grad * factor`, skipped when the factor is 1."""
+    return grad if factor == 1 else grad * factor
+
+
+def _unreduce(t, dims, ndim: int, keepdim: bool):
+    """`t`, reduced from an ndim-dim tensor over `dims`, with the reduced dims back as size 1.
+
+    A reduction over every dim (dims None or empty) needs nothing: its 0-dim result broadcasts.
+    """
+    if keepdim or not dims or ndim == 0:
+        return t
+    for d in sorted({_dim(d, ndim) for d in dims}):
+        t = t.unsqueeze(d)
+    return t
+
+
+def _views_into_zeros(grads, x, windows):
+    """The gradient of `x` from the gradients of views of it: zeros with each gradient written
+    where its view reads. `windows` are the views' layouts on a contiguous `x`; a None gradient
+    (an output nobody used) stays zero.
+    """
+    result = next(g for g in grads if g is not None).new_zeros(x.shape)
+    for grad, window in zip(grads, windows, strict=True):
+        if grad is not None:
+            result = aten.as_strided_scatter(
+                result, grad, window.sizes, window.strides, window.offset
+            )
+    return result
+
+
+def _contiguous_layout(x) -> Layout:
+    return Layout.contiguous(x.dtype, x.shape)
+
+
 # ---------------------------------------------------------------- pointwise unary
 
 _erf = np.frompyfunc(math.erf, 1, 1)
@@ -47,9 +114,19 @@ def abs_(x):
     return np.abs(x)
 
 
+@derivative(aten.abs.default)
+def abs_backward(grad, out, x):
+    return (_grad_like(grad * torch.sign(x), x),)
+
+
 @compute(aten.neg.default)
 def neg(x):
     return np.negative(x)
+
+
+@derivative(aten.neg.default)
+def neg_backward(grad, out, x):
+    return (_grad_like(-grad, x),)
 
 
 @compute(aten.exp.default)
@@ -57,9 +134,19 @@ def exp(x):
     return np.exp(x)
 
 
+@derivative(aten.exp.default)
+def exp_backward(grad, out, x):
+    return (_grad_like(grad * out, x),)
+
+
 @compute(aten.log.default)
 def log(x):
     return np.log(x)
+
+
+@derivative(aten.log.default)
+def log_backward(grad, out, x):
+    return (_grad_like(grad / x, x),)
 
 
 @compute(aten.log1p.default)
@@ -67,9 +154,19 @@ def log1p(x):
     return np.log1p(x)
 
 
+@derivative(aten.log1p.default)
+def log1p_backward(grad, out, x):
+    return (_grad_like(grad / (x + 1), x),)
+
+
 @compute(aten.expm1.default)
 def expm1(x):
     return np.expm1(x)
+
+
+@derivative(aten.expm1.default)
+def expm1_backward(grad, out, x):
+    return (_grad_like(grad * (out + 1), x),)
 
 
 @compute(aten.log2.default)
@@ -77,9 +174,19 @@ def log2(x):
     return np.log2(x)
 
 
+@derivative(aten.log2.default)
+def log2_backward(grad, out, x):
+    return (_grad_like(grad / (x * 0.6931471805599453), x),)
+
+
 @compute(aten.log10.default)
 def log10(x):
     return np.log10(x)
+
+
+@derivative(aten.log10.default)
+def log10_backward(grad, out, x):
+    return (_grad_like(grad / (x * 2.3025850929940456), x),)
 
 
 @compute(aten.exp2.default)
@@ -87,9 +194,19 @@ def exp2(x):
     return np.exp2(x)
 
 
+@derivative(aten.exp2.default)
+def exp2_backward(grad, out, x):
+    return (_grad_like(grad * out * math.log(2), x),)
+
+
 @compute(aten.sin.default)
 def sin(x):
     return np.sin(x)
+
+
+@derivative(aten.sin.default)
+def sin_backward(grad, out, x):
+    return (_grad_like(grad * torch.cos(x), x),)
 
 
 @compute(aten.cos.default)
@@ -97,9 +214,19 @@ def cos(x):
     return np.cos(x)
 
 
+@derivative(aten.cos.default)
+def cos_backward(grad, out, x):
+    return (_grad_like(grad * -torch.sin(x), x),)
+
+
 @compute(aten.tan.default)
 def tan(x):
     return np.tan(x)
+
+
+@derivative(aten.tan.default)
+def tan_backward(grad, out, x):
+    return (_grad_like(grad * (1 + out.pow(2)), x),)
 
 
 @compute(aten.tanh.default)
@@ -107,9 +234,21 @@ def tanh(x):
     return np.tanh(x)
 
 
+@derivative(aten.tanh.default)
+def tanh_backward(grad, out, x):
+    # 1 - out * out, written without aten.rsub, which is not in the table.
+    return (_grad_like(grad * (-(out * out) + 1), x),)
+
+
 @compute(aten.sigmoid.default)
 def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
+
+
+@derivative(aten.sigmoid.default)
+def sigmoid_backward(grad, out, x):
+    # grad * (1 - out) * out, written without aten.rsub, which is not in the table.
+    return (_grad_like(grad * (-out + 1) * out, x),)
 
 
 @compute(aten.relu.default)
@@ -118,9 +257,20 @@ def relu(x):
     return np.maximum(x, 0)
 
 
+@derivative(aten.relu.default)
+def relu_backward(grad, out, x):
+    # Zero where the output is <= 0, so the gradient at 0 is 0 and a NaN output passes it.
+    return (_grad_like(aten.threshold_backward(grad, out, 0), x),)
+
+
 @compute(aten.sqrt.default)
 def sqrt(x):
     return np.sqrt(x)
+
+
+@derivative(aten.sqrt.default)
+def sqrt_backward(grad, out, x):
+    return (_grad_like(grad / (2 * out), x),)
 
 
 @compute(aten.rsqrt.default)
@@ -128,14 +278,29 @@ def rsqrt(x):
     return 1.0 / np.sqrt(x)
 
 
+@derivative(aten.rsqrt.default)
+def rsqrt_backward(grad, out, x):
+    return (_grad_like(-0.5 * grad * out.pow(3), x),)
+
+
 @compute(aten.reciprocal.default)
 def reciprocal(x):
     return 1.0 / x
 
 
+@derivative(aten.reciprocal.default)
+def reciprocal_backward(grad, out, x):
+    return (_grad_like(-grad * (out * out), x),)
+
+
 @compute(aten.erf.default)
 def erf(x):
     return np.asarray(_erf(x), dtype=np.float64)
+
+
+@derivative(aten.erf.default)
+def erf_backward(grad, out, x):
+    return (_grad_like(2.0 / math.sqrt(math.pi) * torch.exp(-x.pow(2)) * grad, x),)
 
 
 @compute(aten.sign.default)
@@ -165,6 +330,19 @@ def round_(x):
     return np.round(x)
 
 
+@derivative(
+    aten.sign.default,
+    aten.floor.default,
+    aten.ceil.default,
+    aten.trunc.default,
+    aten.round.default,
+)
+def zero_backward(grad, out, x):
+    # Locally constant in x. PyTorch's formula is zeros_like(grad), not non_differentiable: the
+    # output requires grad, and x gets a zero gradient (not none).
+    return (_grad_like(torch.zeros_like(grad), x),)
+
+
 @compute(aten.isnan.default)
 def isnan(x):
     return np.isnan(x)
@@ -180,6 +358,9 @@ def bitwise_not(x):
     return np.invert(x)
 
 
+nondifferentiable(aten.isnan.default, aten.logical_not.default, aten.bitwise_not.default)
+
+
 # ---------------------------------------------------------------- pointwise binary
 
 
@@ -188,9 +369,19 @@ def add(x, y, alpha):
     return x + alpha * y if alpha != 1 else x + y
 
 
+@derivative(aten.add.Tensor, aten.add.Scalar)
+def add_backward(grad, out, x, y, alpha):
+    return _grad_like(grad, x), _grad_like(_scaled(grad, alpha), y), None
+
+
 @compute(aten.sub.Tensor, aten.sub.Scalar)
 def sub(x, y, alpha):
     return x - alpha * y if alpha != 1 else x - y
+
+
+@derivative(aten.sub.Tensor, aten.sub.Scalar)
+def sub_backward(grad, out, x, y, alpha):
+    return _grad_like(grad, x), _grad_like(_scaled(-grad, alpha), y), None
 
 
 @compute(aten.mul.Tensor, aten.mul.Scalar)
@@ -198,9 +389,19 @@ def mul(x, y):
     return x * y
 
 
+@derivative(aten.mul.Tensor, aten.mul.Scalar)
+def mul_backward(grad, out, x, y):
+    return _grad_like(grad * y, x), _grad_like(grad * x, y)
+
+
 @compute(aten.div.Tensor, aten.div.Scalar)
 def div(x, y):
     return np.true_divide(x, y)
+
+
+@derivative(aten.div.Tensor, aten.div.Scalar)
+def div_backward(grad, out, x, y):
+    return _grad_like(grad / y, x), _grad_like(-grad * ((x / y) / y), y)
 
 
 @compute(aten.div.Tensor_mode, aten.div.Scalar_mode)
@@ -213,11 +414,27 @@ def div_mode(x, y, rounding_mode):
     return np.trunc(quotient) if rounding_mode == "trunc" else quotient
 
 
+@derivative(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def div_mode_backward(grad, out, x, y, rounding_mode):
+    if rounding_mode is None:
+        return (*div_backward(grad, out, x, y), None)
+    # A rounded quotient is piecewise constant: zero gradients (zeros_like(grad)), as for floor.
+    zeros = torch.zeros_like(grad)
+    return _grad_like(zeros, x), _grad_like(zeros, y), None
+
+
 @compute(aten.floor_divide.default, aten.floor_divide.Scalar)
 def floor_divide(x, y):
     # Not floor(x / y): like Python's //, PyTorch (div_floor_floating) and numpy derive the
     # quotient from fmod, so 1.0 // 0.1 is 9.0 although 1.0 / 0.1 rounds to 10.0.
     return np.floor_divide(x, y)
+
+
+@derivative(aten.floor_divide.default, aten.floor_divide.Scalar)
+def floor_divide_backward(grad, out, x, y):
+    # derivatives.yaml has no entry: the output requires grad, and a backward through it raises
+    # (in eager, and when AOTAutograd traces the joint graph).
+    raise RuntimeError("derivative for aten::floor_divide is not implemented")
 
 
 @compute(aten.remainder.Tensor, aten.remainder.Scalar)
@@ -226,9 +443,48 @@ def remainder(x, y):
     return np.remainder(x, y)
 
 
+@derivative(aten.remainder.Tensor, aten.remainder.Scalar)
+def remainder_backward(grad, out, x, y):
+    # x % y is x - floor(x / y) * y, with the floor piecewise constant.
+    return _grad_like(grad, x), _grad_like(-grad * torch.div(x, y, rounding_mode="floor"), y)
+
+
 @compute(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
 def pow_(x, exponent):
     return np.power(x, exponent)
+
+
+@derivative(aten.pow.Tensor_Scalar)
+def pow_tensor_scalar_backward(grad, out, x, exponent):
+    if exponent == 0:
+        return _grad_like(torch.zeros_like(grad), x), None
+    exponent = float(exponent)
+    return _grad_like(grad * (exponent * x.pow(exponent - 1)), x), None
+
+
+def _log(base: float) -> float:
+    """C++'s std::log of a number: -inf at 0 and NaN below, where math.log raises."""
+    if base > 0:
+        return math.log(base)
+    return -math.inf if base == 0 else math.nan
+
+
+@derivative(aten.pow.Tensor_Tensor)
+def pow_tensor_tensor_backward(grad, out, x, exponent):
+    # FunctionsManual.cpp pow_backward_self and pow_backward_exponent: an exponent of 0 passes no
+    # gradient to x, and d(x**e)/de is taken as 0 where x == 0 and e >= 0.
+    dx = torch.where(exponent == 0.0, 0.0, grad * (exponent * x.pow(exponent - 1)))
+    at_zero = torch.logical_and(x == 0, exponent >= 0)
+    de = grad * torch.where(at_zero, 0.0, out * x.to(out.dtype).log())
+    return _grad_like(dx, x), _grad_like(de, exponent)
+
+
+@derivative(aten.pow.Scalar)
+def pow_scalar_backward(grad, out, base, exponent):
+    log_base = out * _log(base)
+    if base == 0:
+        log_base = torch.where(exponent >= 0, 0.0, log_base)
+    return None, _grad_like(grad * log_base, exponent)
 
 
 @compute(aten.maximum.default)
@@ -236,9 +492,24 @@ def maximum(x, y):
     return np.maximum(x, y)
 
 
+@derivative(aten.maximum.default)
+def maximum_backward(grad, out, x, y):
+    # A tie splits the gradient in half; where either is NaN, both get all of it.
+    shared = torch.where(x == y, grad / 2, grad)
+    x_grad = torch.where(x < y, 0.0, shared)
+    return _grad_like(x_grad, x), _grad_like(torch.where(x > y, 0.0, shared), y)
+
+
 @compute(aten.minimum.default)
 def minimum(x, y):
     return np.minimum(x, y)
+
+
+@derivative(aten.minimum.default)
+def minimum_backward(grad, out, x, y):
+    shared = torch.where(x == y, grad / 2, grad)
+    x_grad = torch.where(x > y, 0.0, shared)
+    return _grad_like(x_grad, x), _grad_like(torch.where(x < y, 0.0, shared), y)
 
 
 @compute(aten.clamp.default, aten.clamp.Tensor)
@@ -251,9 +522,45 @@ def clamp(x, low, high):
     return x
 
 
+def _clamp_self_grad(grad, x, low, high):
+    # FunctionsManual.cpp clamp_backward: the gradient passes where low <= x <= high, bounds
+    # included (subgradient 1), and stops at NaN.
+    if low is not None:
+        grad = torch.where(x >= low, grad, 0.0)
+    if high is not None:
+        grad = torch.where(x <= high, grad, 0.0)
+    return grad
+
+
+@derivative(aten.clamp.default)
+def clamp_backward(grad, out, x, low, high):
+    return _grad_like(_clamp_self_grad(grad, x, low, high), x), None, None
+
+
+@derivative(aten.clamp.Tensor)
+def clamp_tensor_backward(grad, out, x, low, high):
+    # clamp_backward_min_max: a bound gets the gradient where clamp returned it; with low > high,
+    # clamp returns high, so low gets nothing there.
+    to_low = None if low is None else x < low
+    to_high = None if high is None else x > high
+    if low is not None and high is not None:
+        to_low = torch.logical_and(to_low, low < high)
+        to_high = torch.logical_or(to_high, high < low)
+    return (
+        _grad_like(_clamp_self_grad(grad, x, low, high), x),
+        None if low is None else _grad_like(torch.where(to_low, grad, 0.0), low),
+        None if high is None else _grad_like(torch.where(to_high, grad, 0.0), high),
+    )
+
+
 @compute(aten.clamp_min.default)
 def clamp_min(x, low):
     return np.maximum(x, low)
+
+
+@derivative(aten.clamp_min.default)
+def clamp_min_backward(grad, out, x, low):
+    return _grad_like(_clamp_self_grad(grad, x, low, None), x), None
 
 
 @compute(aten.clamp_max.default)
@@ -261,9 +568,20 @@ def clamp_max(x, high):
     return np.minimum(x, high)
 
 
+@derivative(aten.clamp_max.default)
+def clamp_max_backward(grad, out, x, high):
+    return _grad_like(_clamp_self_grad(grad, x, None, high), x), None
+
+
 @compute(aten.where.self)
 def where(condition, x, y):
     return np.where(condition.astype(bool), x, y)
+
+
+@derivative(aten.where.self)
+def where_backward(grad, out, condition, x, y):
+    x_grad = torch.where(condition, grad, 0.0)
+    return None, _grad_like(x_grad, x), _grad_like(torch.where(condition, 0.0, grad), y)
 
 
 @compute(aten.logical_and.default)
@@ -289,6 +607,18 @@ def bitwise_or(x, y):
 @compute(aten.bitwise_xor.Tensor, aten.bitwise_xor.Scalar)
 def bitwise_xor(x, y):
     return np.bitwise_xor(x, y)
+
+
+nondifferentiable(
+    aten.logical_and.default,
+    aten.logical_or.default,
+    aten.bitwise_and.Tensor,
+    aten.bitwise_and.Scalar,
+    aten.bitwise_or.Tensor,
+    aten.bitwise_or.Scalar,
+    aten.bitwise_xor.Tensor,
+    aten.bitwise_xor.Scalar,
+)
 
 
 @compute(aten.eq.Tensor, aten.eq.Scalar)
@@ -321,9 +651,31 @@ def ge(x, y):
     return np.greater_equal(x, y)
 
 
+nondifferentiable(
+    aten.eq.Tensor,
+    aten.eq.Scalar,
+    aten.ne.Tensor,
+    aten.ne.Scalar,
+    aten.lt.Tensor,
+    aten.lt.Scalar,
+    aten.le.Tensor,
+    aten.le.Scalar,
+    aten.gt.Tensor,
+    aten.gt.Scalar,
+    aten.ge.Tensor,
+    aten.ge.Scalar,
+)
+
+
 @compute(aten.threshold_backward.default)
 def threshold_backward(grad, x, threshold):
     return np.where(x <= threshold, np.zeros_like(grad), grad)
+
+
+@derivative(aten.threshold_backward.default)
+def threshold_backward_backward(grad, out, grad_output, x, threshold):
+    grad_output_grad = aten.threshold_backward(grad, x, threshold)
+    return _grad_like(grad_output_grad, grad_output), _grad_like(torch.zeros_like(grad), x), None
 
 
 # ---------------------------------------------------------------- copies and casts
@@ -342,14 +694,33 @@ def to_copy(x, dtype, *_):
     return x
 
 
+@derivative(aten._to_copy.default)
+def pass_backward(grad, out, x, *options):
+    # The gradient passes unchanged, then _grad_like sums it to x's shape (expand) and casts it
+    # to x's dtype (_to_copy). A cast to an integer or bool dtype has no gradient at all
+    # (derivatives.yaml: output_differentiability), as for any output of such a dtype.
+    return (_grad_like(grad, x), *(None for _ in options))
+
+
 @compute(aten.clone.default, aten.lift_fresh_copy.default)
 def clone(x, *_):
     return x
 
 
+derivative(aten.clone.default, aten.lift_fresh_copy.default)(pass_backward)
+
+
 @compute(aten.copy.default)
 def copy(x, src, non_blocking):
     return np.broadcast_to(src, x.shape)
+
+
+@derivative(aten.copy.default)
+def copy_backward(grad, out, x, src, non_blocking):
+    # copy_'s CopyBackwards (torch/csrc/autograd/functions/tensor.cpp): x gets zeros, src the
+    # gradient cast to its dtype first, then summed to its shape. (Eager has no formula for the
+    # functional copy; it only appears in functionalized graphs.)
+    return _grad_like(torch.zeros_like(grad), x), _grad_like(grad.to(src.dtype), src), None
 
 
 @compute(aten.cat.default)
@@ -359,6 +730,22 @@ def cat(tensors, dim):
     if not kept:
         return tensors[0]
     return np.concatenate(kept, axis=_dim(dim, kept[0].ndim))
+
+
+@derivative(aten.cat.default)
+def cat_backward(grad, out, tensors, dim):
+    # FunctionsManual.cpp cat_tensors_backward: each input's slice of grad; a skipped 1-D empty
+    # input gets an empty gradient.
+    kept = [t for t in tensors if not (t.dim() == 1 and t.shape[0] == 0)]
+    dim = _dim(dim, kept[0].dim()) if kept else 0
+    grads, start = [], 0
+    for t in tensors:
+        if t.dim() == 1 and t.shape[0] == 0:
+            grads.append(_grad_like(grad.new_zeros((0,)), t))
+        else:
+            grads.append(_grad_like(grad.narrow(dim, start, t.shape[dim]), t))
+            start += t.shape[dim]
+    return grads, None
 
 
 @compute(aten.as_strided_scatter.default)
@@ -374,6 +761,17 @@ def as_strided_scatter(x, src, size, stride, storage_offset):
     return out
 
 
+@derivative(aten.as_strided_scatter.default)
+def as_strided_scatter_backward(grad, out, x, src, size, stride, storage_offset):
+    # Through the same window of a contiguous copy: x's gradient is grad with the window zeroed
+    # (its values were overwritten), src's is grad read through the window. PyTorch 2.13's formula
+    # for x instead keeps only the window (as_strided_scatter_backward in FunctionsManual.cpp).
+    flat = grad.clone(memory_format=torch.contiguous_format)
+    x_grad = aten.as_strided_scatter(flat, grad.new_zeros(size), size, stride, storage_offset)
+    src_grad = flat.as_strided(size, stride, storage_offset)
+    return _grad_like(x_grad, x), _grad_like(src_grad, src), None, None, None
+
+
 @compute(aten.index_put.default)
 def index_put(x, indices, values, accumulate):
     # With accumulate, repeated indices add up (np.add.at), which a plain assignment would not.
@@ -386,6 +784,15 @@ def index_put(x, indices, values, accumulate):
     return out
 
 
+@derivative(aten.index_put.default)
+def index_put_backward(grad, out, x, indices, values, accumulate):
+    # Overwritten positions pass nothing to x; values get grad read at the indices (summed where
+    # they were broadcast). aten.index is not in the table yet, so this backward cannot run on
+    # the reference.
+    x_grad = grad if accumulate else aten.index_put(grad, indices, torch.zeros_like(values))
+    return _grad_like(x_grad, x), None, _grad_like(aten.index.Tensor(grad, indices), values), None
+
+
 # ---------------------------------------------------------------- matmuls
 
 
@@ -394,11 +801,33 @@ def matmul(x, y):
     return np.matmul(x, y)
 
 
+@derivative(aten.mm.default)
+def mm_backward(grad, out, x, y):
+    return _grad_like(grad.mm(y.t()), x), _grad_like(x.t().mm(grad), y)
+
+
+@derivative(aten.bmm.default)
+def bmm_backward(grad, out, x, y):
+    return _grad_like(grad.bmm(y.transpose(1, 2)), x), _grad_like(x.transpose(1, 2).bmm(grad), y)
+
+
 @compute(aten.addmm.default)
 def addmm(bias, x, y, beta, alpha):
     product = np.matmul(x, y)
     # With beta == 0 the bias is ignored, NaNs included.
     return alpha * product if beta == 0 else beta * bias + alpha * product
+
+
+@derivative(aten.addmm.default)
+def addmm_backward(grad, out, bias, x, y, beta, alpha):
+    # The bias gets grad * beta even when beta == 0 (zeros, or NaN where grad is not finite).
+    return (
+        _grad_like(_scaled(grad, beta), bias),
+        _grad_like(_scaled(grad.mm(y.t()), alpha), x),
+        _grad_like(_scaled(x.t().mm(grad), alpha), y),
+        None,
+        None,
+    )
 
 
 # ---------------------------------------------------------------- reductions
@@ -416,10 +845,20 @@ def sum_all(x, dtype):
     return np.sum(_accumulate(x, dtype))
 
 
+@derivative(aten.sum.default)
+def sum_all_backward(grad, out, x, dtype):
+    return _grad_like(grad.expand(x.shape), x), None
+
+
 @compute(aten.sum.dim_IntList)
 def sum_dims(x, dims, keepdim, dtype):
     axes = _axes(dims, x.ndim)
     return np.sum(_accumulate(x, dtype), axis=axes, keepdims=keepdim and x.ndim > 0)
+
+
+@derivative(aten.sum.dim_IntList)
+def sum_dims_backward(grad, out, x, dims, keepdim, dtype):
+    return _grad_like(_unreduce(grad, dims, x.dim(), keepdim).expand(x.shape), x), None, None, None
 
 
 def _count(x, axes) -> int:
@@ -434,14 +873,37 @@ def _mean(x, dims, keepdim):
     return np.sum(x, axis=axes, keepdims=keepdim and x.ndim > 0) / _count(x, axes)
 
 
+def _mean_backward(grad, x, dims, keepdim):
+    # FunctionsManual.cpp mean_backward: the count is x's numel for a reduction over every dim.
+    count = x.numel() if not dims else _safe_size(x.shape, dims)
+    return _unreduce(grad, dims, x.dim(), keepdim).expand(x.shape) / count
+
+
+def _safe_size(sizes, dims) -> int:
+    """FunctionsManual.cpp _safe_size: how many elements a reduction over `dims` sees, or 1."""
+    if len(sizes) == 0:
+        return 1
+    return math.prod(sizes[_dim(d, len(sizes))] for d in dims)
+
+
 @compute(aten.mean.default)
 def mean_all(x, dtype):
     return _mean(_accumulate(x, dtype), None, False)
 
 
+@derivative(aten.mean.default)
+def mean_all_backward(grad, out, x, dtype):
+    return _grad_like(_mean_backward(grad, x, None, False), x), None
+
+
 @compute(aten.mean.dim)
 def mean_dims(x, dims, keepdim, dtype):
     return _mean(_accumulate(x, dtype), dims, keepdim)
+
+
+@derivative(aten.mean.dim)
+def mean_dims_backward(grad, out, x, dims, keepdim, dtype):
+    return _grad_like(_mean_backward(grad, x, dims, keepdim), x), None, None, None
 
 
 @compute(aten.amax.default)
@@ -454,6 +916,15 @@ def amin(x, dims, keepdim):
     return np.min(x, axis=_axes(dims, x.ndim), keepdims=keepdim and x.ndim > 0)
 
 
+@derivative(aten.amax.default, aten.amin.default)
+def amax_backward(grad, out, x, dims, keepdim):
+    # FunctionsManual.cpp scale_grad_by_count: tied extremes share the gradient equally. A NaN
+    # extreme matches nothing, so its slice gets (grad / 0) * 0, NaN.
+    hits = _unreduce(out, dims, x.dim(), keepdim) == x
+    share = _unreduce(grad, dims, x.dim(), keepdim) / hits.sum(dims, keepdim=True)
+    return _grad_like(share * hits, x), None, None
+
+
 @compute(aten.max.default)
 def max_all(x):
     return np.max(x)
@@ -462,6 +933,14 @@ def max_all(x):
 @compute(aten.min.default)
 def min_all(x):
     return np.min(x)
+
+
+@derivative(aten.max.default, aten.min.default)
+def max_all_backward(grad, out, x):
+    # FunctionsManual.cpp evenly_distribute_backward: tied extremes share the gradient equally,
+    # and a NaN extreme shares it among the NaNs.
+    hits = torch.logical_or(x == out, torch.logical_and(torch.isnan(x), torch.isnan(out)))
+    return (_grad_like(torch.where(hits, grad / hits.sum(), 0.0), x),)
 
 
 def _correction(correction) -> float:
@@ -482,9 +961,49 @@ def std(x, dims, correction, keepdim):
     return np.sqrt(var(x, dims, correction, keepdim))
 
 
+def _var_backward(grad, x, dims, correction, keepdim):
+    # FunctionsManual.cpp var_backward: 2 / (n - correction) * grad * (x - mean). An empty dim
+    # list is taken as n = 1 there (not as every dim, as the forward does), so its gradient is
+    # inf or NaN; this follows PyTorch.
+    correction = _correction(correction)
+    if x.dim() == 0 or dims is None:
+        dof = x.numel() - correction
+        if dof <= 0:
+            # 2 / dof is infinite: inf * 0 is NaN where x is the mean, inf elsewhere.
+            return grad * torch.where(x == x.mean(), math.nan, math.inf)
+        return (2.0 / dof) * grad * (x - x.mean())
+    dof = _safe_size(x.shape, dims) - correction
+    scale = 2.0 / dof if dof != 0 else math.inf
+    grad = _unreduce(grad, dims, x.dim(), keepdim)
+    return scale * grad * (x - x.mean(dims, keepdim=True))
+
+
+@derivative(aten.var.correction)
+def var_backward(grad, out, x, dims, correction, keepdim):
+    return _grad_like(_var_backward(grad, x, dims, correction, keepdim), x), None, None, None
+
+
+@derivative(aten.std.correction)
+def std_backward(grad, out, x, dims, correction, keepdim):
+    # std = sqrt(var); where std is 0 the gradient is 0, not inf (masked_fill in std_backward).
+    var_grad = torch.where(out == 0, 0.0, grad / (out * 2))
+    return _grad_like(_var_backward(var_grad, x, dims, correction, keepdim), x), None, None, None
+
+
 @compute(aten.var_mean.correction)
 def var_mean(x, dims, correction, keepdim):
     return var(x, dims, correction, keepdim), _mean(x, dims, keepdim)
+
+
+@derivative(aten.var_mean.correction)
+def var_mean_backward(grads, outs, x, dims, correction, keepdim):
+    # Either output's gradient may be missing (None); the rule runs when one is there.
+    var_grad, mean_grad = grads
+    x_grad = None if var_grad is None else _var_backward(var_grad, x, dims, correction, keepdim)
+    if mean_grad is not None:
+        from_mean = _mean_backward(mean_grad, x, dims, keepdim)
+        x_grad = from_mean if x_grad is None else x_grad + from_mean
+    return _grad_like(x_grad, x), None, None, None
 
 
 # ---------------------------------------------------------------- creation
@@ -531,9 +1050,28 @@ def arange_start_step(start, end, step, *_):
     return np.arange(start, end, step)
 
 
+nondifferentiable(
+    aten.zeros.default,
+    aten.empty.memory_format,
+    aten.empty_strided.default,
+    aten.ones.default,
+    aten.full.default,
+    aten.scalar_tensor.default,
+    aten.arange.default,
+    aten.arange.start,
+    aten.arange.start_step,
+)
+
+
 @compute(aten.zeros_like.default, aten.empty_like.default, aten.zero.default)
 def zeros_like(x, *_):
     return np.zeros(x.shape)
+
+
+# *_like ops read only x's metadata, so they carry no gradient; zero and fill overwrite x's values
+# and pass a zero gradient (zeros_like(grad) in derivatives.yaml).
+nondifferentiable(aten.zeros_like.default, aten.empty_like.default)
+derivative(aten.zero.default)(zero_backward)
 
 
 @compute(aten.ones_like.default)
@@ -541,9 +1079,20 @@ def ones_like(x, *_):
     return np.ones(x.shape)
 
 
+nondifferentiable(aten.ones_like.default)
+
+
 @compute(aten.full_like.default, aten.fill.Scalar)
 def full_like(x, fill_value, *_):
     return np.full(x.shape, fill_value)
+
+
+nondifferentiable(aten.full_like.default)
+
+
+@derivative(aten.fill.Scalar)
+def fill_backward(grad, out, x, value):
+    return (*zero_backward(grad, out, x), None)
 
 
 @compute(aten.new_zeros.default, aten.new_empty.default)
@@ -559,6 +1108,11 @@ def new_ones(x, size, *_):
 @compute(aten.new_full.default)
 def new_full(x, size, fill_value, *_):
     return np.full(size, fill_value)
+
+
+nondifferentiable(
+    aten.new_zeros.default, aten.new_empty.default, aten.new_ones.default, aten.new_full.default
+)
 
 
 # ---------------------------------------------------------------- in-place variants
@@ -672,9 +1226,19 @@ def view_(layout: Layout, size):
     return Layout(layout.dtype, new_sizes, new_strides, layout.offset)
 
 
+@derivative(aten.view.default, aten._unsafe_view.default)
+def reshape_backward(grad, out, x, *args):
+    # For every view that keeps the elements in order (view, squeeze, unsqueeze).
+    return (_grad_like(grad.reshape(x.shape), x), *(None for _ in args))
+
+
 @view(aten.alias.default, aten.detach.default)
 def alias(layout: Layout):
     return layout
+
+
+derivative(aten.alias.default)(pass_backward)
+nondifferentiable(aten.detach.default)
 
 
 @view(aten.t.default)
@@ -682,6 +1246,11 @@ def t(layout: Layout):
     if len(layout.sizes) < 2:
         return layout
     return transpose(layout, 0, 1)
+
+
+@derivative(aten.t.default)
+def t_backward(grad, out, x):
+    return (_grad_like(grad.t(), x),)
 
 
 @view(aten.transpose.int)
@@ -693,12 +1262,25 @@ def transpose(layout: Layout, dim0, dim1):
     return permute(layout, [dim1 if d == dim0 else dim0 if d == dim1 else d for d in range(ndim)])
 
 
+@derivative(aten.transpose.int)
+def transpose_backward(grad, out, x, dim0, dim1):
+    return _grad_like(grad.transpose(dim0, dim1), x), None, None
+
+
 @view(aten.permute.default)
 def permute(layout: Layout, dims):
     dims = [_dim(d, len(layout.sizes)) for d in dims]
     sizes = tuple(layout.sizes[d] for d in dims)
     strides = tuple(layout.strides[d] for d in dims)
     return Layout(layout.dtype, sizes, strides, layout.offset)
+
+
+@derivative(aten.permute.default)
+def permute_backward(grad, out, x, dims):
+    inverse = [0] * len(dims)
+    for i, d in enumerate(dims):
+        inverse[_dim(d, len(dims))] = i
+    return _grad_like(grad.permute(inverse), x), None
 
 
 @view(aten.expand.default)
@@ -718,6 +1300,10 @@ def expand(layout: Layout, size, implicit):
     return Layout(layout.dtype, sizes, strides, layout.offset)
 
 
+# The gradient of an expand is grad summed back to x's shape, as _grad_like does for every rule.
+derivative(aten.expand.default)(pass_backward)
+
+
 @view(aten.slice.Tensor)
 def slice_(layout: Layout, dim, start, end, step):
     dim = _dim(dim, len(layout.sizes))
@@ -733,6 +1319,12 @@ def slice_(layout: Layout, dim, start, end, step):
     return Layout(layout.dtype, sizes, strides, layout.offset + start * layout.strides[dim])
 
 
+@derivative(aten.slice.Tensor)
+def slice_backward(grad, out, x, dim, start, end, step):
+    window = slice_(_contiguous_layout(x), dim, start, end, step)
+    return _grad_like(_views_into_zeros([grad], x, [window]), x), None, None, None, None
+
+
 @view(aten.select.int)
 def select(layout: Layout, dim, index):
     dim = _dim(dim, len(layout.sizes))
@@ -745,6 +1337,12 @@ def select(layout: Layout, dim, index):
     return Layout(layout.dtype, sizes, strides, layout.offset + index * layout.strides[dim])
 
 
+@derivative(aten.select.int)
+def select_backward(grad, out, x, dim, index):
+    window = select(_contiguous_layout(x), dim, index)
+    return _grad_like(_views_into_zeros([grad], x, [window]), x), None, None
+
+
 @view(aten.unsqueeze.default)
 def unsqueeze(layout: Layout, dim):
     ndim = len(layout.sizes)
@@ -754,6 +1352,9 @@ def unsqueeze(layout: Layout, dim):
     sizes = layout.sizes[:dim] + (1,) + layout.sizes[dim:]
     strides = layout.strides[:dim] + (stride,) + layout.strides[dim:]
     return Layout(layout.dtype, sizes, strides, layout.offset)
+
+
+derivative(aten.unsqueeze.default)(reshape_backward)
 
 
 def _squeeze(layout: Layout, dims) -> Layout:
@@ -782,10 +1383,19 @@ def squeeze_dims(layout: Layout, dims):
     return _squeeze(layout, {_dim(d, len(layout.sizes)) for d in dims})
 
 
+derivative(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims)(reshape_backward)
+
+
 @view(aten.split_with_sizes.default)
 def split_with_sizes(layout: Layout, split_sizes, dim):
     starts = np.cumsum([0, *split_sizes])
     return tuple(slice_(layout, dim, int(a), int(b), 1) for a, b in zip(starts[:-1], starts[1:]))
+
+
+@derivative(aten.split_with_sizes.default)
+def split_with_sizes_backward(grads, outs, x, split_sizes, dim):
+    windows = split_with_sizes(_contiguous_layout(x), split_sizes, dim)
+    return _grad_like(_views_into_zeros(grads, x, windows), x), None, None
 
 
 @view(aten.split.Tensor)
@@ -796,10 +1406,22 @@ def split(layout: Layout, split_size, dim):
     return split_with_sizes(layout, sizes, dim)
 
 
+@derivative(aten.split.Tensor)
+def split_backward(grads, outs, x, split_size, dim):
+    windows = split(_contiguous_layout(x), split_size, dim)
+    return _grad_like(_views_into_zeros(grads, x, windows), x), None, None
+
+
 @view(aten.unbind.int)
 def unbind(layout: Layout, dim):
     size = layout.sizes[_dim(dim, len(layout.sizes))]
     return tuple(select(layout, dim, i) for i in range(size))
+
+
+@derivative(aten.unbind.int)
+def unbind_backward(grads, outs, x, dim):
+    windows = unbind(_contiguous_layout(x), dim)
+    return _grad_like(_views_into_zeros(grads, x, windows), x), None
 
 
 @view(aten.as_strided.default)
@@ -807,3 +1429,44 @@ def as_strided(layout: Layout, size, stride, storage_offset):
     # The offset is absolute within the storage, not relative to the input's offset.
     offset = layout.offset if storage_offset is None else storage_offset
     return Layout(layout.dtype, size, stride, offset)
+
+
+def _may_overlap(layout: Layout) -> bool:
+    """FunctionsManual.cpp _maybe_overlapping_memory: False only if no two elements share a
+    location. Dims in increasing stride order; each stride must step past all the dims before it.
+    """
+    reach = 0
+    for size, stride in sorted(zip(layout.sizes, layout.strides, strict=True), key=lambda p: p[1]):
+        if size == 1:
+            continue
+        if stride <= reach:
+            return True
+        reach += stride * (size - 1)
+    return False
+
+
+@derivative(aten.as_strided.default)
+def as_strided_backward(grad, out, x, size, stride, storage_offset):
+    # FunctionsManual.cpp as_strided_backward: a zero buffer stands for the storage both layouts
+    # read (from the lower of their offsets). grad is added at the locations the output reads, so
+    # a location it reads twice gets both; then x reads its own locations, and a location that
+    # several elements of x share is split evenly among them.
+    inputs = Layout.of(x)
+    output = as_strided(inputs, size, stride, storage_offset)
+    if inputs.numel == 0 or output.numel == 0:
+        return _grad_like(grad.new_zeros(x.shape), x), None, None, None
+    base = min(inputs.offset, output.offset)
+    length = max(inputs.extent_elements(), output.extent_elements()) - base
+    locations = torch.arange(length, device=grad.device)
+
+    def read(layout: Layout):
+        return locations.as_strided(layout.sizes, layout.strides, layout.offset - base).reshape(-1)
+
+    buffer = aten.index_put(grad.new_zeros(length), [read(output)], grad.reshape(-1), True)
+    if _may_overlap(inputs):
+        shared = read(inputs)
+        ones = torch.ones_like(shared, dtype=grad.dtype)
+        count = aten.index_put(grad.new_zeros(length), [shared], ones, True)
+        buffer = buffer / count
+    x_grad = buffer.as_strided(inputs.sizes, inputs.strides, inputs.offset - base)
+    return _grad_like(x_grad, x), None, None, None
