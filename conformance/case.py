@@ -15,7 +15,7 @@ from collections.abc import Callable
 import torch
 from attrs import field, frozen
 
-from .observe import Observation, TensorFacts, differences
+from .observe import Observation, TensorFacts, addressing_strides, differences
 
 
 @frozen
@@ -81,7 +81,8 @@ class Values(Expectation):
 
 @frozen
 class Layout(Expectation):
-    """`name` has this dtype, shape, strides and offset (any left as None is not checked)."""
+    """`name` has this dtype, shape, strides and offset (any left as None is not checked); strides
+    are compared where they address elements (`r[memory.layout.unaddressed-strides]`)."""
 
     name: str
     dtype: torch.dtype | None = None
@@ -93,10 +94,14 @@ class Layout(Expectation):
         facts = _facts(outcome, self.name)
         if isinstance(facts, str):
             return facts
-        for attribute in ("dtype", "shape", "strides", "offset"):
+        for attribute in ("dtype", "shape", "offset"):
             want = getattr(self, attribute)
             if want is not None and tuple_or(want) != tuple_or(getattr(facts, attribute)):
                 return f"{self.name}.{attribute} is {getattr(facts, attribute)}, expected {want}"
+        if self.strides is not None:
+            expected = addressing_strides(facts.shape, self.strides)
+            if expected != addressing_strides(facts.shape, facts.strides):
+                return f"{self.name}.strides is {facts.strides}, expected {self.strides}"
         return None
 
 

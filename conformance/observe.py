@@ -59,6 +59,14 @@ def observe(world: dict[str, object]) -> Observation:
     return Observation(tensors, sharing)
 
 
+def addressing_strides(shape, strides) -> tuple:
+    """The strides that address elements (`r[memory.layout.unaddressed-strides]`): those of dims of
+    size > 1 in a non-empty tensor; the others are shown as None."""
+    if 0 in shape:
+        return tuple(None for _ in shape)
+    return tuple(s if n > 1 else None for n, s in zip(shape, strides, strict=True))
+
+
 def _close(expected: torch.Tensor, actual: torch.Tensor) -> str | None:
     try:
         torch.testing.assert_close(actual, expected, equal_nan=True, check_stride=False)
@@ -74,9 +82,11 @@ def differences(expected: Observation, actual: Observation) -> list[str]:
         found.append(f"names differ: expected {sorted(expected.tensors)}, got {sorted(actual.tensors)}")
     for name in sorted(expected.tensors.keys() & actual.tensors.keys()):
         want, got = expected.tensors[name], actual.tensors[name]
-        for field_name in ("dtype", "shape", "strides", "offset", "storage_nbytes"):
+        for field_name in ("dtype", "shape", "offset", "storage_nbytes"):
             if getattr(want, field_name) != getattr(got, field_name):
                 found.append(f"{name}.{field_name}: expected {getattr(want, field_name)}, got {getattr(got, field_name)}")
+        if addressing_strides(want.shape, want.strides) != addressing_strides(got.shape, got.strides):
+            found.append(f"{name}.strides: expected {want.strides}, got {got.strides}")
         if (want.values is None) != (got.values is None):
             found.append(f"{name}: readable in one world only (expected readable={want.values is not None})")
         elif want.values is not None and want.shape == got.shape and want.dtype == got.dtype:

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from attrs import define, field
 
-from .autograd import GraphProgram, TrainingPlan
+from .autograd import TrainingPlan
 from .boundary import Boundary, set_within, tensor_on
 from .eager import interpret
 from .functionalize import CallerStorage, FunctionalProgram, OutputIsInput, Rebind, Resize, WriteBack

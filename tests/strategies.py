@@ -26,9 +26,6 @@ eager only in strides that address nothing, which validity never depends on), an
   resize-and-fill above, or with a resize back to zero; and it never pairs such a source with a
   tensor of the very same sizes and strides (eager raises there).
 
-Divergences found and not settled yet are listed in `KNOWN_DIVERGENCES`; the tests steer around
-them (AOTSPEC_FUZZ_ALLOW brings them back).
-
 Conventions: `lay` is a `Strided` layout, `v` a variable name, `obj` an index into the model's
 objects, `st` an index into its storages, `xs` a list of x.
 """
@@ -38,7 +35,6 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -55,27 +51,6 @@ set_source_tensor = torch.ops.aten.set_.source_Tensor
 BASE_SHAPES = [(4,), (2, 3), (2, 2, 2), (3, 2)]
 SCALARS = [2.0, -1.0, 0.5, 3.0, 0.0]
 CLAMP_BOUNDS = [None, -1.0, 0.0, 1.0, 10.0]
-
-#: Divergences this fuzzer found that are not settled yet. The generator steers around each one
-#: so the rest of the space stays tested. Delete an entry once the reference (or the spec)
-#: settles it; until then AOTSPEC_FUZZ_ALLOW=key,key (or =all) generates those cases again.
-KNOWN_DIVERGENCES = {
-    "strides-addressing-nothing": (
-        "strides of size-1 dims, and of every dim of an empty tensor, address no element, and "
-        "eager CPU, the meta kernels and the fake tensors the reference takes fresh layouts from "
-        "disagree on them: arange(4.).as_strided((4, 1), (1, 4)).add(2.0) has strides (1, 4) in "
-        "eager and (1, 1) on meta and in the reference; arange(4.)[2:2:2].view(0) has (2,) in "
-        "eager, (1,) in the reference. Avoided in the comparison, not in the generator: the "
-        "differential test sets these strides to 0 on both sides before comparing"
-    ),
-}
-_ALLOW = os.environ.get("AOTSPEC_FUZZ_ALLOW", "")
-ALLOWED = set(KNOWN_DIVERGENCES) if _ALLOW == "all" else {k for k in _ALLOW.split(",") if k}
-if ALLOWED - KNOWN_DIVERGENCES.keys():
-    unknown = sorted(ALLOWED - KNOWN_DIVERGENCES.keys())
-    raise ValueError(f"AOTSPEC_FUZZ_ALLOW: unknown {unknown}; known: {sorted(KNOWN_DIVERGENCES)}")
-AVOIDED = frozenset(KNOWN_DIVERGENCES.keys() - ALLOWED)
-
 
 # ---------------------------------------------------------------- program data
 

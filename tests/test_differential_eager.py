@@ -4,9 +4,8 @@ reference eager interpreter (DESIGN.md section 7).
 Eager PyTorch is the oracle for values, mutations and aliasing. Each program runs once on eager
 and once through `aotspec.reference.run`, each time on freshly built caller tensors, and every
 observable is compared (DESIGN.md section 5): outputs, every caller tensor after the call (the
-arguments and the aliases the caller kept), their storage sizes, and which of them share storage;
-strides that address no element are left out while that divergence is open (see
-`_without_unaddressed_strides`). A failure prints the program as Python and hypothesis's
+arguments and the aliases the caller kept), their storage sizes, and which of them share storage
+(strides that address no element are not observables: `r[memory.layout.unaddressed-strides]`). A failure prints the program as Python and hypothesis's
 `@reproduce_failure` blob, and writes a standalone `repros/repro_<hash>.py`.
 
 Run: `.venv/bin/python -m pytest tests/test_differential_eager.py`
@@ -17,7 +16,6 @@ from __future__ import annotations
 
 import traceback
 
-import attrs
 import torch
 from hypothesis import event, given, settings
 from hypothesis.control import current_build_context
@@ -25,7 +23,7 @@ from hypothesis.control import current_build_context
 from aotspec.conformance.observe import Observation, differences, observe, world_of
 from aotspec.reference import run
 from repro import write_repro
-from strategies import AVOIDED, Program, as_function, build_inputs, programs, source
+from strategies import Program, as_function, build_inputs, programs, source
 
 
 def eager_observation(program: Program) -> Observation:
@@ -36,24 +34,6 @@ def eager_observation(program: Program) -> Observation:
 def reference_observation(program: Program) -> Observation:
     named, args = build_inputs(program.setup)
     return observe(world_of(named, run(as_function(program), *args).outputs))
-
-
-def _without_unaddressed_strides(observation: Observation) -> Observation:
-    """Strides that address no element (size-1 dims, empty tensors) set to 0.
-
-    Known divergence `strides-addressing-nothing` (tests/strategies.py): eager CPU and PyTorch's
-    meta and fake kernels disagree on these strides, and the reference follows the fake ones.
-    """
-    if "strides-addressing-nothing" not in AVOIDED:
-        return observation
-
-    def canonical(facts):
-        empty = 0 in facts.shape
-        strides = tuple(0 if empty or n == 1 else s for n, s in zip(facts.shape, facts.strides))
-        return attrs.evolve(facts, strides=strides)
-
-    tensors = {name: canonical(facts) for name, facts in observation.tensors.items()}
-    return attrs.evolve(observation, tensors=tensors)
 
 
 def divergence(program: Program) -> list[str]:
@@ -76,7 +56,6 @@ def divergence(program: Program) -> list[str]:
     except Exception as error:  # noqa: BLE001 (any error of the reference is a divergence)
         notes = "".join(f"\n  {note}" for note in getattr(error, "__notes__", ()))
         return [f"the reference raised {type(error).__name__}: {error}{notes}"]
-    expected, actual = map(_without_unaddressed_strides, (expected, actual))
     return differences(expected, actual)
 
 

@@ -23,6 +23,10 @@ def _chain(x):
     return b.exp()
 
 
+def _pointwise_on_size_one_dim(x):
+    return x.as_strided((4, 1), (1, 4)).add(2.0)
+
+
 def _strided_view(x):
     return torch.as_strided(x, (2, 2), (4, 1), 5)
 
@@ -154,3 +158,15 @@ CASES += [
         skip=COMPILED_ONLY,
     ),
 ]
+
+CASES.append(
+    Case(
+        name="memory.size-one-strides-are-not-observed",
+        rules=["memory.layout.unaddressed-strides"],
+        setup=lambda: {"x": torch.arange(4.0)},
+        args=["x"],
+        program=_pointwise_on_size_one_dim,
+        # eager gives strides (1, 4), PyTorch's meta kernel (1, 1): only the first one addresses.
+        expect=[Values("out0", [[2.0], [3.0], [4.0], [5.0]]), Layout("out0", shape=(4, 1), strides=(1, 1))],
+    )
+)
