@@ -122,6 +122,7 @@ def build_training_plan(program: FunctionalProgram, tensors: list[torch.Tensor])
 
     tangent_examples = [torch.zeros_like(_meta_value(outputs_node.args[0][k])) for k in differentiable]
     joint_module = make_fx(joint, tracing_mode="fake")(*tensors, *tangent_examples)
+    joint_module.graph.eliminate_dead_code()  # rules may compute gradients nobody needs
     forward, backward, num_saved = partition(joint_module, n_inputs, len(outputs_node.args[0]))
     return TrainingPlan(program, forward, backward, differentiable, received["grad_inputs"], num_saved)
 

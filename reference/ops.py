@@ -1462,7 +1462,11 @@ def as_strided_backward(grad, out, x, size, stride, storage_offset):
     def read(layout: Layout):
         return locations.as_strided(layout.sizes, layout.strides, layout.offset - base).reshape(-1)
 
-    buffer = aten.index_put(grad.new_zeros(length), [read(output)], grad.reshape(-1), True)
+    if _may_overlap(output):
+        buffer = aten.index_put(grad.new_zeros(length), [read(output)], grad.reshape(-1), True)
+    else:  # each location read once: a plain scatter, no index arithmetic
+        window = (output.sizes, output.strides, output.offset - base)
+        buffer = aten.as_strided_scatter(grad.new_zeros(length), grad, *window)
     if _may_overlap(inputs):
         shared = read(inputs)
         ones = torch.ones_like(shared, dtype=grad.dtype)
