@@ -784,11 +784,23 @@ def index_put(x, indices, values, accumulate):
     return out
 
 
+@compute(aten.index.Tensor)
+def index(x, indices):
+    # Advanced indexing, numpy's rules, which PyTorch follows: a None index keeps its dim whole.
+    return x[tuple(slice(None) if i is None else i for i in indices)]
+
+
+@derivative(aten.index.Tensor)
+def index_backward(grad, out, x, indices):
+    # Each element read goes back to where it was read from; an element read twice gets both.
+    x_grad = aten.index_put(grad.new_zeros(x.shape), indices, grad, True)
+    return _grad_like(x_grad, x), None
+
+
 @derivative(aten.index_put.default)
 def index_put_backward(grad, out, x, indices, values, accumulate):
     # Overwritten positions pass nothing to x; values get grad read at the indices (summed where
-    # they were broadcast). aten.index is not in the table yet, so this backward cannot run on
-    # the reference.
+    # they were broadcast).
     x_grad = grad if accumulate else aten.index_put(grad, indices, torch.zeros_like(values))
     return _grad_like(x_grad, x), None, _grad_like(aten.index.Tensor(grad, indices), values), None
 

@@ -26,7 +26,6 @@ import torch.utils._pytree as pytree
 from attrs import field, frozen
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from aotspec import UnsupportedError
 from aotspec.reference import run
 from aotspec.reference.eager import bind
 from aotspec.reference.optable import (
@@ -286,6 +285,10 @@ SAMPLES: dict[torch._ops.OpOverload, list[Sample]] = {
         sample(make((10,)), make((2, 2)), (2, 2), (4, 1), 1),
         sample(make((3, 4)), make((2, 3), "transposed"), (2, 3), (1, 2), 0),
         sample(make((6,)), make((3,), "sliced"), (3,), (2,), None),
+    ],
+    aten.index.Tensor: [
+        sample(make((6,)), [tensor([0, 2, 2, 5], torch.int64)]),
+        sample(make((3, 4), "transposed"), [None, tensor([3, 1, 3], torch.int64)]),
     ],
     aten.index_put.default: [
         sample(make((6,)), [tensor([0, 2, 2, 5], torch.int64)], make((4,)), True),
@@ -671,20 +674,12 @@ PURE_OPS = {e.name for e in OP_TABLE.values() if e.kind in (OpKind.COMPUTE, OpKi
 @pytest.mark.parametrize(("op", "index"), CASES, ids=CASE_IDS)
 def test_rule_traces_to_compute_and_view_ops(op, index):
     """A rule's backward graph uses only compute and view ops of the table: no in-place op, no
-    effect, no op the reference lacks (index_put's backward needs aten.index)."""
+    effect, no op the reference lacks."""
     outside = _traced_ops(op, _rule_case(op, index)) - PURE_OPS
-    assert ({"aten.index.Tensor"} if op is aten.index_put.default else set()) == outside
+    assert set() == outside
 
 
-def _on_reference(op, index):
-    marks = []
-    if op is aten.index_put.default:
-        reason = "its backward reads grad at the indices with aten.index, not in the op table"
-        marks = [pytest.mark.xfail(raises=UnsupportedError, strict=True, reason=reason)]
-    return pytest.param(op, index, marks=marks, id=f"{qualified_name(op)}-{index}")
-
-
-@pytest.mark.parametrize(("op", "index"), [_on_reference(op, i) for op, i in CASES])
+@pytest.mark.parametrize(("op", "index"), CASES, ids=CASE_IDS)
 def test_rule_runs_on_the_reference(op, index):
     """Captured and run on the reference, the rule gives the gradients it gives on real tensors."""
     arguments = _rule_case(op, index)

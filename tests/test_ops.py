@@ -299,6 +299,12 @@ def as_strided_scatter_samples(make: Make) -> Iterable[Sample]:
     yield sample(make((6,)), make((0, 2)), (0, 2), (2, 1), None)
 
 
+def index_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((6,)), [torch.tensor([0, 2, 2, 5])])
+    yield sample(make((3, 4), "transposed"), [None, torch.tensor([3, 1])])
+    yield sample(make((3, 4)), [torch.tensor([2, 0]), torch.tensor([1, 3])])
+
+
 def index_put_samples(make: Make) -> Iterable[Sample]:
     positions = torch.tensor([0, 2, 2, 5])
     yield sample(make((6,)), [positions], make((4,)), True)
@@ -704,6 +710,7 @@ SAMPLES: dict[torch._ops.OpOverload, OpSamples] = {
     aten.cat.default: OpSamples(ALL, cat_samples),
     aten.as_strided_scatter.default: OpSamples(FLOATS, as_strided_scatter_samples),
     aten.index_put.default: OpSamples(FLOATS, index_put_samples),
+    aten.index.Tensor: OpSamples(ALL, index_samples),
     # Matmuls.
     aten.mm.default: OpSamples(NUMERIC, mm_samples),
     aten.bmm.default: OpSamples(NUMERIC, bmm_samples),
