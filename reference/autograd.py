@@ -23,9 +23,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from aotspec.errors import UnsupportedError
 
-from .eager import bind
 from .functionalize import FunctionalProgram, GraphStorage, OutputView
-from .optable import DERIVATIVES, NONDIFFERENTIABLE, OpEntry, OpKind, lookup, qualified_name
+from .optable import DERIVATIVES, NONDIFFERENTIABLE, OpEntry, OpKind, bind, lookup, qualified_name
 
 
 @frozen

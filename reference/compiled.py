@@ -8,10 +8,8 @@ A compiled call (`specs/boxed-calls.md`, `specs/functionalization.md`):
    With autograd, the forward also returns the saved values, which the backward takes as one list
    and frees at their last use (`r[autograd.saved-freed-in-backward]`).
    The unboxed convention (argument list alive until return) is simulated on request, to compare.
-3. The epilogue acts on the caller's own tensors: storage resizes and writes first, then rebindings.
-4. Outputs are built as layouts on storages: views of the caller's tensors for outputs that alias
-   inputs, views of the graph's results for the rest (`r[functionalize.outputs]`), so autograd
-   reaches them through ordinary torch views.
+3. The epilogue acts on the caller's own tensors and the outputs are built as views
+   (`reference/epilogue.py`, shared with the fast backend).
 """
 
 from __future__ import annotations
@@ -21,9 +19,10 @@ import torch
 from attrs import define, field
 
 from .autograd import TrainingPlan
-from .boundary import Boundary, set_within, tensor_on
+from .boundary import Boundary, tensor_on
 from .eager import interpret
-from .functionalize import CallerStorage, FunctionalProgram, OutputIsInput, Rebind, Resize, WriteBack
+from .epilogue import apply_epilogue, build_outputs, detached_where_needed
+from .functionalize import FunctionalProgram
 from .ledger import Ledger
 from .storage import Tensor
 
@@ -87,7 +86,7 @@ def run_compiled(
     if isinstance(plan, TrainingPlan):
         program = plan.functional
         run = CompiledRun([], Ledger())
-        flats = _Forward.apply(_TrainingCall(plan, stolen, boxed, run), *_detached_where_needed(plan, tensors))
+        flats = _Forward.apply(_TrainingCall(plan, stolen, boxed, run), *detached_where_needed(plan, tensors))
         flats = list(flats)
     else:
         program = plan
@@ -95,19 +94,9 @@ def run_compiled(
         results = runner.run(plan, _import(tensors, stolen), [i not in stolen for i in range(len(tensors))])
         flats = _export(results)
         run = CompiledRun([], runner.ledger)
-    _apply_epilogue(program, tensors, caller_storages, flats)
-    run.outputs = _outputs(program, tensors, caller_storages, flats)
+    apply_epilogue(program, tensors, caller_storages, flats)
+    run.outputs = build_outputs(program, tensors, caller_storages, flats)
     return run
-
-
-def _detached_where_needed(plan: TrainingPlan, tensors: list) -> list:
-    """r[autograd.detach-no-grad-inputs]: a non-leaf input that statically gets no gradient is
-    detached, so autograd does not walk the graph behind it (PyTorch #134193); leaves are not."""
-    detached = []
-    for i, (t, meta) in enumerate(zip(tensors, plan.functional.inputs, strict=True)):
-        needs_detach = meta.requires_grad and not meta.is_leaf and i not in plan.grad_inputs
-        detached.append(t.detach() if needs_detach else t)
-    return detached
 
 
 @define
@@ -151,51 +140,3 @@ class _Forward(torch.autograd.Function):
         for i, grad in zip(plan.grad_inputs, _export(results), strict=True):
             input_grads[i] = grad
         return (None, *input_grads)
-
-
-def _apply_epilogue(program: FunctionalProgram, tensors, caller_storages, flats: list[torch.Tensor]) -> None:
-    for step in program.epilogue:
-        if isinstance(step, Resize):
-            caller_storages[step.input_index].resize_(step.nbytes)
-        elif isinstance(step, WriteBack):
-            target = torch.empty(0, dtype=flats[step.output_index].dtype).set_(caller_storages[step.input_index])
-            with torch.no_grad():
-                target.copy_(flats[step.output_index])
-        elif isinstance(step, Rebind):
-            storage = _storage_of(step.storage, caller_storages, flats)
-            with torch.no_grad():
-                set_within(tensors[step.input_index], storage, step.layout)
-
-
-def _storage_of(where, caller_storages, flats) -> torch.UntypedStorage:
-    if isinstance(where, CallerStorage):
-        return caller_storages[where.input_index]
-    return flats[where.output_index].untyped_storage()
-
-
-def _outputs(program: FunctionalProgram, tensors, caller_storages, flats) -> list[torch.Tensor]:
-    on_storage = {}
-    for t in tensors:
-        if t is not None:
-            on_storage.setdefault((t.untyped_storage()._cdata, t.dtype), t)
-    outputs = []
-    for output in program.outputs:
-        if isinstance(output, OutputIsInput):
-            outputs.append(tensors[output.input_index])
-        elif isinstance(output.storage, CallerStorage):
-            outputs.append(_view_of_caller(output, on_storage, caller_storages))
-        else:
-            layout = output.layout
-            flat = flats[output.storage.output_index]
-            outputs.append(flat.as_strided(layout.sizes, layout.strides, layout.offset))
-    return outputs
-
-
-def _view_of_caller(output, on_storage: dict, caller_storages) -> torch.Tensor:
-    """A view of the caller's storage; through a caller tensor still on it, so autograd sees it."""
-    layout = output.layout
-    storage = caller_storages[output.storage.input_index]
-    through = on_storage.get((storage._cdata, layout.dtype))
-    if through is not None and layout.extent_bytes() <= storage.nbytes():
-        return through.as_strided(layout.sizes, layout.strides, layout.offset)
-    return tensor_on(storage, layout)

@@ -25,7 +25,7 @@ from aotspec.errors import InternalError
 from .boundary import Boundary, storage_from_torch
 from .capture import Program, capture
 from .ledger import Ledger
-from .optable import OpEntry, OpKind
+from .optable import OpEntry, OpKind, bind
 from .storage import REDUCED_FLOATS, Layout, Storage, Tensor
 
 
@@ -115,21 +115,6 @@ def _each_tensor(value, action) -> None:
 
 def _constant(value: torch.Tensor, name: str) -> Tensor:
     return Tensor(storage_from_torch(value.untyped_storage()), Layout.of(value), name=name)
-
-
-def bind(schema: torch.FunctionSchema, args, kwargs) -> list:
-    """The op's arguments in schema order, defaults filled in."""
-    bound = []
-    for i, argument in enumerate(schema.arguments):
-        if i < len(args) and not argument.kwarg_only:
-            bound.append(args[i])
-        elif argument.name in kwargs:
-            bound.append(kwargs[argument.name])
-        elif argument.has_default_value():
-            bound.append(argument.default_value)
-        else:
-            bound.append(None)
-    return bound
 
 
 def _call(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):

@@ -23,8 +23,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from aotspec.errors import SpecViolation, UnsupportedError
 
 from .capture import Program
-from .eager import bind
-from .optable import OpEntry, OpKind, lookup
+from .optable import OpEntry, OpKind, bind, lookup
 from .storage import Layout, numpy_dtype
 
 aten = torch.ops.aten

@@ -144,6 +144,21 @@ def nondifferentiable(*overloads) -> None:
         NONDIFFERENTIABLE.add(overload)
 
 
+def bind(schema: torch.FunctionSchema, args, kwargs) -> list:
+    """The op's arguments in schema order, defaults filled in."""
+    bound = []
+    for i, argument in enumerate(schema.arguments):
+        if i < len(args) and not argument.kwarg_only:
+            bound.append(args[i])
+        elif argument.name in kwargs:
+            bound.append(kwargs[argument.name])
+        elif argument.has_default_value():
+            bound.append(argument.default_value)
+        else:
+            bound.append(None)
+    return bound
+
+
 def lookup(overload, where: str) -> OpEntry:
     """The table entry for `overload`, or UnsupportedError naming the op and the user's line."""
     if overload in OP_TABLE:

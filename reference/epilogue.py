@@ -1,0 +1,77 @@
+"""What a compiled call does around its graph, on the caller's real tensors (both backends).
+
+After the forward graph has produced its outputs (`flats`, one 1-D tensor per storage the graph
+made or wrote), the epilogue acts on the caller's tensors: storage resizes and writes first, then
+rebindings (`r[functionalize.epilogue.data]`, `r[functionalize.epilogue.resize]`,
+`r[functionalize.epilogue.set]`), and the outputs are built as views: of the caller's tensors
+for outputs that alias inputs, of the flats for the rest (`r[functionalize.outputs]`), so
+autograd reaches them through ordinary torch views. No reference interpreter here: the fast
+backend uses this module as it is.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .autograd import TrainingPlan
+from .boundary import set_within, tensor_on
+from .functionalize import CallerStorage, FunctionalProgram, OutputIsInput, Rebind, Resize, WriteBack
+
+
+def detached_where_needed(plan: TrainingPlan, tensors: list) -> list:
+    """r[autograd.detach-no-grad-inputs]: a non-leaf input that statically gets no gradient is
+    detached, so autograd does not walk the graph behind it (PyTorch #134193); leaves are not."""
+    detached = []
+    for i, (t, meta) in enumerate(zip(tensors, plan.functional.inputs, strict=True)):
+        needs_detach = meta.requires_grad and not meta.is_leaf and i not in plan.grad_inputs
+        detached.append(t.detach() if needs_detach else t)
+    return detached
+
+
+
+def apply_epilogue(program: FunctionalProgram, tensors, caller_storages, flats: list[torch.Tensor]) -> None:
+    for step in program.epilogue:
+        if isinstance(step, Resize):
+            caller_storages[step.input_index].resize_(step.nbytes)
+        elif isinstance(step, WriteBack):
+            target = torch.empty(0, dtype=flats[step.output_index].dtype).set_(caller_storages[step.input_index])
+            with torch.no_grad():
+                target.copy_(flats[step.output_index])
+        elif isinstance(step, Rebind):
+            storage = _storage_of(step.storage, caller_storages, flats)
+            with torch.no_grad():
+                set_within(tensors[step.input_index], storage, step.layout)
+
+
+def _storage_of(where, caller_storages, flats) -> torch.UntypedStorage:
+    if isinstance(where, CallerStorage):
+        return caller_storages[where.input_index]
+    return flats[where.output_index].untyped_storage()
+
+
+def build_outputs(program: FunctionalProgram, tensors, caller_storages, flats) -> list[torch.Tensor]:
+    on_storage = {}
+    for t in tensors:
+        if t is not None:
+            on_storage.setdefault((t.untyped_storage()._cdata, t.dtype), t)
+    outputs = []
+    for output in program.outputs:
+        if isinstance(output, OutputIsInput):
+            outputs.append(tensors[output.input_index])
+        elif isinstance(output.storage, CallerStorage):
+            outputs.append(_view_of_caller(output, on_storage, caller_storages))
+        else:
+            layout = output.layout
+            flat = flats[output.storage.output_index]
+            outputs.append(flat.as_strided(layout.sizes, layout.strides, layout.offset))
+    return outputs
+
+
+def _view_of_caller(output, on_storage: dict, caller_storages) -> torch.Tensor:
+    """A view of the caller's storage; through a caller tensor still on it, so autograd sees it."""
+    layout = output.layout
+    storage = caller_storages[output.storage.input_index]
+    through = on_storage.get((storage._cdata, layout.dtype))
+    if through is not None and layout.extent_bytes() <= storage.nbytes():
+        return through.as_strided(layout.sizes, layout.strides, layout.offset)
+    return tensor_on(storage, layout)
