@@ -39,11 +39,6 @@ def compile(fn: Callable, *, backend: str | None = None, steal=(), hooks_filter:
             f"steal names {unknown}, which are not parameters of {getattr(fn, '__qualname__', fn)} "
             f"(its parameters: {list(parameters)}) [rule boxed.steal]"
         )
-    if backend == "fast":
-        raise NotImplementedError(
-            "the fast backend is not built yet (it lands with its own issue); pass backend='reference' "
-            "or set AOTSPEC_BACKEND=reference"
-        )
     return CompiledFunction(fn, backend, steal, hooks_filter)
 
 
@@ -94,15 +89,25 @@ class CompiledFunction:
         plan = self._plans.get(key)
         if plan is None:
             plan = _build_plan(self.fn, args, kwargs, tensors, stolen)
+            if self.backend == "fast":
+                from aotspec.fast.runtime import FastPlan
+
+                plan = FastPlan.of(plan)
             self._plans[key] = plan
         del args, kwargs, leaves
         for stolen_list in stolen_lists:
             stolen_list.clear()  # r[boxed.steal]: the caller's list is emptied by the call
-        run = run_compiled(plan, tensors, stolen=stolen)
-        #: The latest call's run (its ledgers: memory facts of the reference backend).
-        self.last_run = run
-        self.last_ledger = run.ledger
-        return _functional(plan).captured.unflatten_outputs(run.outputs)
+        if self.backend == "fast":
+            from aotspec.fast.runtime import run_fast
+
+            outputs = run_fast(plan, tensors, stolen)
+        else:
+            run = run_compiled(plan, tensors, stolen=stolen)
+            #: The latest call's run (its ledgers: memory facts of the reference backend).
+            self.last_run = run
+            self.last_ledger = run.ledger
+            outputs = run.outputs
+        return _functional(plan).captured.unflatten_outputs(outputs)
 
     def _stolen_lists(self, args, kwargs) -> list[list]:
         if not self.steal:
@@ -128,9 +133,7 @@ class CompiledFunction:
 
 
 def _functional(plan):
-    from aotspec.reference.autograd import TrainingPlan
-
-    return plan.functional if isinstance(plan, TrainingPlan) else plan
+    return plan.functional if hasattr(plan, "functional") else plan
 
 
 def _build_plan(fn, args, kwargs, tensors, stolen):

@@ -30,7 +30,12 @@ def reference_compiled(case, args: list):
     return outputs, compiled.last_run
 
 
+def fast_compiled(case, args: list):
+    return aotspec.compile(case.program, backend="fast", steal=case.steal)(*args), None
+
+
 BACKENDS: dict[str, Callable] = {
+    "fast": fast_compiled,
     "reference": reference_compiled,
     "reference-eager": reference_eager,
     "torch-eager": torch_eager,

@@ -304,6 +304,11 @@ COMPILED_ONLY = {
     "reference-eager": "pins a rule of compiled programs",
     "torch-eager": "pins a rule of compiled programs",
 }
+def eager_only(reason: str) -> dict[str, str]:
+    """Skip entries for a case whose program compiled backends reject by rule (`reason`)."""
+    return {"reference": reason, "fast": reason}
+
+
 #: Skip entries for cases that need autograd, which the eager interpreter does not have yet.
 NEEDS_AUTOGRAD = {"reference-eager": "the eager interpreter has no autograd yet (the saved-tensor hooks issue adds it)"}
 #: Skip entries for cases that pin the eager interpreter's ledger steps (`r[memory.eager.last-use]`).

@@ -11,6 +11,8 @@ resize = torch.ops.inductor.resize_storage_bytes_
 
 def test_backend_is_chosen_and_reported(monkeypatch):
     assert aotspec.compile(torch.sin, backend="reference").backend == "reference"
+    monkeypatch.delenv("AOTSPEC_BACKEND", raising=False)
+    assert aotspec.compile(torch.sin).backend == "fast"
     monkeypatch.setenv("AOTSPEC_BACKEND", "reference")
     assert aotspec.compile(torch.sin).backend == "reference"
 
@@ -100,10 +102,11 @@ def _uses_activation_then_probes(activations):
     return torch.ops.aotspec_tests.probe(out)
 
 
+@pytest.mark.parametrize("backend", ["reference", "fast"])
 @pytest.mark.parametrize("stolen", [True, False])
-def test_a_stolen_list_is_freed_before_a_later_op(stolen):
+def test_a_stolen_list_is_freed_before_a_later_op(stolen, backend):
     compiled = aotspec.compile(
-        _uses_activation_then_probes, backend="reference", steal=("activations",) if stolen else ()
+        _uses_activation_then_probes, backend=backend, steal=("activations",) if stolen else ()
     )
     activations = [torch.ones(1000)]
     _watched[:] = [StorageWeakRef(activations[0].untyped_storage())]

@@ -1,0 +1,98 @@
+"""The fast backend's runtime: the reference's plans, executed by real torch ops, boxed.
+
+The plans (functional forward graph, backward graph, saved values, epilogue, outputs) come from
+the reference's passes; only their execution differs. Each graph is an fx GraphModule whose code
+takes one list, clears it on entry, and drops every value right after its last use (torch.fx's
+boxed codegen), so on real tensors:
+- an input dies inside the call once its last use has passed, unless the caller still holds it
+  (`r[boxed.args-cleared]`); a stolen list is emptied before the call (`r[boxed.steal]`);
+- the backward takes the saved tensors in one list and frees each at its last use
+  (`r[autograd.saved-freed-in-backward]`).
+Nothing here imports the reference interpreter: the numbers are torch's own.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+from attrs import define
+
+from aotspec.reference.autograd import TrainingPlan
+from aotspec.reference.epilogue import apply_epilogue, build_outputs, detached_where_needed
+from aotspec.reference.functionalize import FunctionalProgram
+
+
+def boxed(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """A copy of `graph_module` whose forward takes one list and clears it (PyTorch's _BoxedCodeGen)."""
+    module = torch.fx.GraphModule(graph_module, graph_module.graph)
+    module.graph.set_codegen(torch.fx.graph._BoxedCodeGen())
+    module.recompile()
+    return module
+
+
+@define
+class FastPlan:
+    """A plan with its graphs compiled to boxed Python code."""
+
+    plan: FunctionalProgram | TrainingPlan
+    forward: torch.fx.GraphModule
+    backward: torch.fx.GraphModule | None
+
+    @classmethod
+    def of(cls, plan: FunctionalProgram | TrainingPlan) -> FastPlan:
+        if isinstance(plan, TrainingPlan):
+            return cls(plan, boxed(plan.forward.graph_module), boxed(plan.backward.graph_module))
+        return cls(plan, boxed(plan.graph_module), None)
+
+    @property
+    def functional(self) -> FunctionalProgram:
+        return self.plan.functional if isinstance(self.plan, TrainingPlan) else self.plan
+
+    @property
+    def source(self) -> str:
+        """The generated code, forward then backward, for reading."""
+        parts = [self.forward.code] + ([self.backward.code] if self.backward is not None else [])
+        return "\n".join(parts)
+
+
+def run_fast(fast: FastPlan, tensors: list, stolen: frozenset[int] = frozenset()) -> list[torch.Tensor]:
+    """Run `fast` on the caller's `tensors` (the runtime's own list; stolen entries are dropped
+    from it, so the graph's list holds their last references); returns the outputs."""
+    program = fast.functional
+    caller_storages = [None if i in stolen else t.untyped_storage() for i, t in enumerate(tensors)]
+    if fast.backward is not None:
+        flats = list(_Forward.apply(fast, *detached_where_needed(fast.plan, tensors)))
+    else:
+        arguments = list(tensors)
+        for i in stolen:
+            tensors[i] = None  # a stolen input is only read; the graph frees it at its last use
+        flats = fast.forward(arguments)  # clears `arguments`
+    apply_epilogue(program, tensors, caller_storages, flats)
+    return build_outputs(program, tensors, caller_storages, flats)
+
+
+class _Forward(torch.autograd.Function):
+    """The compiled forward as one autograd node; its backward runs the boxed backward graph."""
+
+    @staticmethod
+    def forward(ctx, fast: FastPlan, *tensors):
+        plan: TrainingPlan = fast.plan
+        results = fast.forward(list(tensors))
+        n_outputs = len(results) - plan.num_saved
+        ctx.fast = fast
+        ctx.saved = results[n_outputs:]  # plain references: handed over whole to the backward
+        flats = results[:n_outputs]
+        ctx.mark_non_differentiable(*[f for k, f in enumerate(flats) if k not in plan.differentiable_outputs])
+        return tuple(flats)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        fast: FastPlan = ctx.fast
+        plan: TrainingPlan = fast.plan
+        arguments = ctx.saved + [grads[k] for k in plan.differentiable_outputs]
+        ctx.saved = None  # the list below is now the only holder of the saved tensors
+        results = fast.backward(arguments)  # clears `arguments`: saved tensors die at last use
+        input_grads: list = [None] * len(plan.functional.inputs)
+        for i, grad in zip(plan.grad_inputs, results, strict=True):
+            input_grads[i] = grad
+        return (None, *input_grads)
