@@ -43,6 +43,9 @@ def _time(step, inputs, repeats: int) -> tuple[float, float]:
 
 
 def main() -> None:
+    # One intra-op thread: on a 2-core machine with anything else running, OpenMP's second thread
+    # makes every backend's timing swing by an order of magnitude.
+    torch.set_num_threads(1)
     inputs = _inputs()
     steps = {
         "torch eager": (mlp_step, 50),

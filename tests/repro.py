@@ -1,14 +1,17 @@
 """Standalone reproductions of differential failures, written to `repros/` (gitignored).
 
 A repro file rebuilds the caller's tensors, runs the program on eager PyTorch and on the
-reference, and asserts that every observable agrees. It imports only torch and aotspec, so it
-runs alone: `.venv/bin/python repros/repro_<hash>.py`.
+reference (`repro_<hash>.py`: the eager interpreter; `repro_compiled_<hash>.py`:
+`aotspec.compile`, with the backward), and asserts that every observable agrees. It imports only
+torch and aotspec, so it runs alone: `.venv/bin/python repros/repro_<hash>.py`.
 """
 
 from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+
+from hypothesis.control import current_build_context
 
 from strategies import Program, source
 
@@ -45,19 +48,97 @@ if __name__ == "__main__":
 '''
 
 
+_COMPILED_TEMPLATE = '''\
+"""Differential repro: eager PyTorch and aotspec.compile(backend="reference") disagree on
+`program` below.
+
+Found by tests/test_differential_compiled.py. Run alone: .venv/bin/python {path}
+Eager PyTorch is the oracle for values, mutations, aliasing and gradients (DESIGN.md section 5).
+When found:
+{found}
+"""
+
+import torch
+
+import aotspec
+from aotspec.conformance.observe import differences, observe, world_of
+
+{source}
+
+def run(fn):
+    """Call, observe, backpropagate the sum of the outputs that require grad, observe again."""
+    named, args = make_inputs()
+    outputs = fn(*args)
+    world = world_of(named, outputs)
+    seen = observe(world)
+    requires_grad = {{name: t.requires_grad for name, t in world.items()}}
+    losses = [out.sum() for out in outputs if out.requires_grad]
+    if losses:
+        sum(losses).backward()
+    grads = {{name: t.grad for name, t in named.items() if t.is_leaf and t.requires_grad}}
+    return seen, observe(world), requires_grad, grads
+
+
+def main():
+    seen, _, requires_grad, grads = run(program)
+    got, after_backward, got_requires_grad, got_grads = run(aotspec.compile(program, backend="reference"))
+    found = differences(seen, got)
+    found += [f"changed by the compiled backward: {{line}}" for line in differences(got, after_backward)]
+    for name, want in requires_grad.items():
+        if got_requires_grad[name] != want:
+            found.append(f"{{name}}.requires_grad: expected {{want}}, got {{got_requires_grad[name]}}")
+    for name, want in grads.items():
+        if (want is None) != (got_grads[name] is None):
+            found.append(f"{{name}}.grad: expected {{want}}, got {{got_grads[name]}}")
+        elif want is not None:
+            try:
+                torch.testing.assert_close(got_grads[name], want, equal_nan=True, check_stride=False)
+            except AssertionError as error:
+                found.append(f"{{name}}.grad: {{error}}")
+    assert not found, "eager and aotspec.compile disagree:\\n" + "\\n".join(found)
+    print("eager and aotspec.compile agree")
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def is_final_run() -> bool:
+    """True on hypothesis's last replay of the minimal failing example (write the repro once)."""
+    try:
+        return current_build_context().is_final
+    except Exception:  # noqa: BLE001 (outside hypothesis, e.g. called by hand)
+        return True
+
+
 def repro_source(program: Program, found: list[str], path: str) -> str:
     found_lines = "\n".join(f"    {line}" for line in found)
     return _TEMPLATE.format(path=path, found=found_lines, source=source(program))
 
 
-def write_repro(program: Program, found: list[str], directory: Path = REPRO_DIR) -> Path:
-    """Write `repro_<hash>.py` for `program` (the hash of its source) and return its path."""
+def compiled_repro_source(program: Program, found: list[str], path: str) -> str:
+    found_lines = "\n".join(f"    {line}" for line in found)
+    return _COMPILED_TEMPLATE.format(path=path, found=found_lines, source=source(program))
+
+
+def _write(program: Program, found: list[str], directory: Path, prefix: str, render) -> Path:
     digest = hashlib.sha256(source(program).encode()).hexdigest()[:12]
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"repro_{digest}.py"
+    path = directory / f"{prefix}_{digest}.py"
     try:
         shown = path.relative_to(Path.cwd())
     except ValueError:
         shown = path
-    path.write_text(repro_source(program, found, str(shown)))
+    path.write_text(render(program, found, str(shown)))
     return path
+
+
+def write_repro(program: Program, found: list[str], directory: Path = REPRO_DIR) -> Path:
+    """Write `repro_<hash>.py` for `program` (the hash of its source) and return its path."""
+    return _write(program, found, directory, "repro", repro_source)
+
+
+def write_compiled_repro(program: Program, found: list[str], directory: Path = REPRO_DIR) -> Path:
+    """Write `repro_compiled_<hash>.py` for `program` (eager against aotspec.compile)."""
+    return _write(program, found, directory, "repro_compiled", compiled_repro_source)

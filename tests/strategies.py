@@ -67,12 +67,14 @@ class Var:
 
 @frozen
 class Base:
-    """A contiguous float32 tensor the caller makes; `zeroed`: its storage resized to 0 bytes."""
+    """A contiguous float32 tensor the caller makes; `zeroed`: its storage resized to 0 bytes;
+    `requires_grad`: a leaf that requires grad (views the caller makes of it do not leaf)."""
 
     name: str
     shape: tuple[int, ...]
     values: tuple[float, ...]
     zeroed: bool = False
+    requires_grad: bool = False
 
 
 @frozen
@@ -156,6 +158,10 @@ def _call(qualified: str, fn: Callable) -> Op:
     return Op(fn, lambda *args: f"{qualified}({', '.join(map(repr, args))})")
 
 
+def _render_cat(dim, *xs) -> str:
+    return f"torch.cat([{', '.join(map(repr, xs))}], {dim})"
+
+
 OPS: dict[str, Op] = {
     # views
     **{name: _method(name) for name in ("view", "reshape", "t", "transpose", "permute")},
@@ -174,17 +180,30 @@ OPS: dict[str, Op] = {
     **{name: _method(name) for name in ("add", "sub", "mul", "neg", "abs", "clamp")},
     "maximum": _call("torch.maximum", torch.maximum),
     "full": _call("torch.full", torch.full),
+    # programs with backward: views, fresh outputs, masks
+    "squeeze": _method("squeeze"),
+    **{name: _method(name) for name in ("relu", "sigmoid", "tanh", "exp", "log", "pow", "clone")},
+    **{name: _method(name) for name in ("sum", "mean", "amax", "mm", "gt", "lt")},
+    "matmul": _call("torch.matmul", torch.matmul),
+    "where": _call("torch.where", torch.where),
+    # torch.cat([xs...], dim), with the dim first among the arguments
+    "cat": Op(lambda dim, *xs: torch.cat(xs, dim), _render_cat),
 }
 
 
 # ---------------------------------------------------------------- running and rendering
 
 
-def build_inputs(setup: Setup) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
-    """Fresh caller tensors for `setup`: every named tensor, and the argument list."""
+def build_inputs(
+    setup: Setup, dtype: torch.dtype = torch.float32
+) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+    """Fresh caller tensors for `setup`: every named tensor, and the argument list.
+
+    `dtype`: float64 only to rerun a program as a numeric oracle (DESIGN.md section 5)."""
     world: dict[str, torch.Tensor] = {}
     for base in setup.bases:
-        world[base.name] = torch.tensor(base.values, dtype=torch.float32).reshape(base.shape)
+        t = torch.tensor(base.values, dtype=dtype).reshape(base.shape)
+        world[base.name] = t.requires_grad_() if base.requires_grad else t
     for view in setup.views:
         world[view.name] = world[view.base].as_strided(view.sizes, view.strides, view.offset)
     # Views first: as_strided checks bounds, and a zero-byte storage holds nothing.
@@ -228,7 +247,8 @@ def setup_source(setup: Setup) -> str:
     lines = ["def make_inputs():"]
     for base in setup.bases:
         values = list(base.values)
-        lines.append(f"    {base.name} = torch.tensor({values!r}).reshape({base.shape!r})")
+        grad = ".requires_grad_()" if base.requires_grad else ""
+        lines.append(f"    {base.name} = torch.tensor({values!r}).reshape({base.shape!r}){grad}")
     for view in setup.views:
         layout = f"{view.sizes!r}, {view.strides!r}, {view.offset}"
         lines.append(f"    {view.name} = {view.base}.as_strided({layout})")
@@ -305,6 +325,14 @@ class Strided:
 class _Storage:
     full: int  # bytes while allocated
     nbytes: int  # bytes now: `full`, or 0 after a resize to zero
+    # The rest is for programs with backward (`grad_programs`); a storage there is one view family,
+    # so these hold for every tensor on it.
+    caller: bool = False  # an argument's storage
+    requires_grad: bool = False
+    #: Autograd saved a tensor on it for the backward: writing it now makes eager's backward
+    #: raise ("modified by an inplace operation"), so nothing writes it any more.
+    saved: bool = False
+    positive: bool = False  # every value on it is > 0 (log and fractional powers may read it)
 
 
 @define
@@ -313,6 +341,8 @@ class _Object:
 
     storage: int
     lay: Strided
+    param: bool = False  # an object the caller passed
+    rebound: bool = False  # set_ moved it to another storage or layout
 
 
 @define
@@ -321,13 +351,17 @@ class Model:
     objects: list[_Object] = field(factory=list)
     names: dict[str, int] = field(factory=dict)  # variable -> object
     counter: itertools.count = field(factory=itertools.count)
+    #: Draw only what `aotspec.compile` accepts (specs/storage-resize.md, "In compiled programs").
+    compiled: bool = False
+    #: Boolean masks of programs with backward (for `where`), by name: their shapes.
+    masks: dict[str, tuple[int, ...]] = field(factory=dict)
 
-    def new_storage(self, nbytes: int) -> int:
-        self.storages.append(_Storage(nbytes, nbytes))
+    def new_storage(self, nbytes: int, **flags) -> int:
+        self.storages.append(_Storage(nbytes, nbytes, **flags))
         return len(self.storages) - 1
 
-    def bind(self, name: str, storage: int, lay: Strided) -> None:
-        self.objects.append(_Object(storage, lay))
+    def bind(self, name: str, storage: int, lay: Strided, param: bool = False) -> None:
+        self.objects.append(_Object(storage, lay, param))
         self.names[name] = len(self.objects) - 1
 
     def new_name(self) -> str:
@@ -522,8 +556,8 @@ def _draw_caller_view(draw, lay: Strided) -> Strided:
     return lay
 
 
-def _initial_model(setup: Setup) -> Model:
-    model = Model()
+def _initial_model(setup: Setup, compiled: bool = False) -> Model:
+    model = Model(compiled=compiled)
     storage_of = {}
     lays = {}
     for base in setup.bases:
@@ -542,7 +576,7 @@ def _initial_model(setup: Setup) -> Model:
             model.names[param] = model.names[first_param[name]]
         else:
             first_param[name] = param
-            model.bind(param, storage_of[name], lays[name])
+            model.bind(param, storage_of[name], lays[name], param=True)
     return model
 
 
@@ -613,7 +647,10 @@ def _step_copy(draw, model: Model) -> list[Instr]:
 
 def _set_sources(model: Model, dst: str) -> list[str]:
     # A source out of bounds (on a zero storage) grows its storage, unless it has dst's very
-    # sizes and strides: then eager raises instead (resize_impl_cpu_ returns early).
+    # sizes and strides: then eager raises instead (resize_impl_cpu_ returns early). Compiled
+    # programs reject the growing set_ (rule aliasing.set.grows-storage).
+    if model.compiled:
+        return [v for v in model.names if model.in_bounds(v)]
     return [v for v in model.names if model.in_bounds(v) or model.lay(v) != model.lay(dst)]
 
 
@@ -622,6 +659,7 @@ def _step_set(draw, model: Model) -> list[Instr]:
     src = draw(st.sampled_from(_set_sources(model, dst)))
     obj, source = model.obj(dst), model.obj(src)
     grows = not model.in_bounds(src)
+    obj.rebound |= (obj.storage, obj.lay) != (source.storage, source.lay)
     obj.storage, obj.lay = source.storage, source.lay
     set_ = Instr("set_", (), (Var(dst), Var(src)))
     if not grows:
@@ -633,8 +671,15 @@ def _step_set(draw, model: Model) -> list[Instr]:
     return [set_, Instr("resize_storage_bytes_", (), (Var(src), 0))]
 
 
+def _resize_allowed(model: Model, v: str) -> bool:
+    """Compiled programs resize only through an argument object itself, never one set_ moved
+    (rules resize.compiled.inputs-only and resize.compiled.base-only): so only input storages."""
+    obj = model.obj(v)
+    return not model.compiled or (obj.param and not obj.rebound)
+
+
 def _resizable_down(model: Model) -> list[str]:
-    return [v for v in model.names if model.storage(v).nbytes > 0]
+    return [v for v in model.names if model.storage(v).nbytes > 0 and _resize_allowed(model, v)]
 
 
 def _covers(model: Model, storage: int) -> list[str]:
@@ -648,6 +693,7 @@ def _resizable_up(model: Model) -> list[str]:
         for v in model.names
         if model.storage(v).nbytes == 0
         and model.storage(v).full > 0
+        and _resize_allowed(model, v)
         and _covers(model, model.obj(v).storage)
     ]
 
@@ -722,10 +768,15 @@ STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
 
 
 @st.composite
-def programs(draw, max_steps: int = 10) -> Program:
-    """A valid program over a random setup (see the module docstring for what valid means)."""
+def programs(draw, max_steps: int = 10, compiled: bool = False) -> Program:
+    """A valid program over a random setup (see the module docstring for what valid means).
+
+    `compiled`: only programs `aotspec.compile` accepts: resizes (to or from zero, as always)
+    only of argument objects that set_ has not moved, and no set_ to a source its storage cannot
+    hold (specs/storage-resize.md, "In compiled programs"; rule aliasing.set.grows-storage).
+    """
     setup = draw(setups())
-    model = _initial_model(setup)
+    model = _initial_model(setup, compiled)
     body: list[Instr] = []
     for _ in range(draw(st.integers(1, max_steps))):
         kinds = [(name, step) for name, step, allowed in STEPS if allowed(model)]
@@ -739,3 +790,312 @@ def programs(draw, max_steps: int = 10) -> Program:
         # Everything: every effect of the program lands somewhere the observer looks.
         returns = names
     return Program(setup, tuple(body), tuple(returns))
+
+
+# ---------------------------------------------------------------- programs with backward
+#
+# `grad_programs`: float32 leaves that require grad and buffers that do not, a chain of
+# differentiable ops, in-place ops and copy_ into intermediates (through views too), and
+# buffer writes from values computed without grad. Validity for eager autograd, on top of the
+# rules above, is kept per storage (one view family here, so one version counter):
+#
+# - nothing writes an argument that requires grad or a view of one (eager raises for leaves,
+#   and aotspec.compile rejects it: rule autograd.mutated-grad-input);
+# - a buffer is written only from values that do not require grad;
+# - nothing writes a storage once autograd saved a tensor on it for the backward (eager's
+#   backward raises "modified by an inplace operation"): `SAVES_INPUTS` and `SAVES_RESULT`
+#   over-approximate what autograd saves when some input requires grad;
+# - no multi-output views (split): eager forbids writing them when they require grad;
+# - log and fractional or negative powers read only values known to be positive.
+
+GRAD_SHAPES = [(3,), (4,), (2, 3), (3, 2), (2, 2), (1, 3), (2, 1, 3), ()]
+# Shrinking goes to the first: 1.0, then small values of either sign, 0.0 (relu's and abs's kink) last.
+GRAD_VALUES = [1.0, -1.0, 0.5, 2.0, -0.5, -2.0, 0.25, 1.5, -1.5, -0.25, 0.0]
+GRAD_VIEWS = ["view", "reshape", "t", "transpose", "permute", "expand", "slice", "select"]
+GRAD_VIEWS += ["unsqueeze", "squeeze"]
+POSITIVE_SCALARS = {2.0, 0.5, 3.0}
+#: Ops whose autograd node saves their tensor inputs, or their result, when an input requires grad.
+SAVES_INPUTS = {"mul", "maximum", "abs", "log", "pow", "mm", "matmul", "amax", "mul_"}
+SAVES_RESULT = {"relu", "sigmoid", "tanh", "exp", "amax"}
+
+
+@st.composite
+def _grad_tensor(draw, requires_grad: bool):
+    """One caller tensor: (shape, values, a caller view of it or None). A leaf that requires grad
+    may be passed as a view of it (a non-leaf argument); a buffer may have an alias the caller
+    keeps (and does not pass)."""
+    shape = draw(st.sampled_from(GRAD_SHAPES))
+    numel = math.prod(shape)
+    values = draw(st.lists(st.sampled_from(GRAD_VALUES), min_size=numel, max_size=numel))
+    view = None
+    if draw(st.sampled_from([False, True] if not requires_grad else [False, False, False, True])):
+        view = _draw_caller_view(draw, Strided.contiguous(shape))
+    return shape, tuple(values), view
+
+
+@st.composite
+def grad_setups(draw) -> Setup:
+    """1-3 leaves that require grad and 0-2 buffers that do not, each drawn whole (so shrinking
+    drops a tensor at once)."""
+    leaves = draw(st.lists(_grad_tensor(requires_grad=True), min_size=1, max_size=3))
+    buffers = draw(st.lists(_grad_tensor(requires_grad=False), max_size=2))
+    bases, views, args = [], [], []
+    for k, (shape, values, view) in enumerate(leaves + buffers):
+        requires_grad = k < len(leaves)
+        bases.append(Base(f"b{k}", shape, values, requires_grad=requires_grad))
+        args.append(f"b{k}")
+        if view is not None:
+            name = f"{'a' if requires_grad else 'h'}{len(views)}"
+            views.append(CallerView(name, f"b{k}", view.sizes, view.strides, view.offset))
+            if requires_grad:
+                args[-1] = name
+    # Rotated and maybe reversed, rather than any permutation: a fixed number of choices, so
+    # that shrinking can drop a tensor without shifting every later choice.
+    turn = draw(st.integers(0, len(args) - 1))
+    args = args[turn:] + args[:turn]
+    if draw(st.booleans()):
+        args.reverse()
+    return Setup(tuple(bases), tuple(views), tuple(args))
+
+
+def _initial_grad_model(setup: Setup) -> Model:
+    model = _initial_model(setup, compiled=True)
+    requires_grad = {base.name for base in setup.bases if base.requires_grad}
+    requires_grad |= {view.name for view in setup.views if view.base in requires_grad}
+    for i, name in enumerate(setup.args):
+        storage = model.storage(f"x{i}")
+        storage.caller = True
+        storage.requires_grad = name in requires_grad
+    return model
+
+
+def _grad_writable(model: Model) -> list[str]:
+    return [
+        v
+        for v in model.names
+        if model.writable(v)
+        and not model.storage(v).saved
+        and not (model.storage(v).caller and model.storage(v).requires_grad)
+    ]
+
+
+def _grad_sources(model: Model, dst: str) -> list[str]:
+    """What may be read into dst: another storage, and no grad into a buffer."""
+    into_buffer = model.storage(dst).caller
+    return [
+        v
+        for v in _copy_sources(model, dst)
+        if model.obj(v).storage != model.obj(dst).storage
+        and not (into_buffer and model.storage(v).requires_grad)
+    ]
+
+
+def _compute(model: Model, op: str, args: tuple, positive: bool = False) -> Instr:
+    """A fresh output of `op`: its layout from the meta kernel; it requires grad when a tensor
+    argument does; storages autograd saves are marked."""
+    tensors = [a.name for a in args if isinstance(a, Var)]
+
+    def meta(a):
+        if not isinstance(a, Var):
+            return a
+        if a.name in model.masks:
+            return torch.empty(model.masks[a.name], dtype=torch.bool, device="meta")
+        return model.lay(a.name).meta()
+
+    result = OPS[op].run(*map(meta, args))
+    differentiable = [v for v in tensors if v not in model.masks]
+    requires_grad = any(model.storage(v).requires_grad for v in differentiable)
+    out = model.new_name()
+    storage = model.new_storage(
+        result.untyped_storage().nbytes(), requires_grad=requires_grad, positive=positive
+    )
+    model.bind(out, storage, Strided.of(result))
+    if requires_grad and op in SAVES_INPUTS:
+        for v in differentiable:
+            model.storage(v).saved = True
+    if requires_grad and op in SAVES_RESULT:
+        model.storage(out).saved = True
+    return Instr(op, (out,), args)
+
+
+def _recent(draw, names: list[str]) -> str:
+    """One of `names`, often one of the latest: programs become chains more than fans."""
+    recent = draw(st.booleans())  # drawn always: the same choices however many names exist
+    return draw(st.sampled_from(names[-2:] if recent else names))
+
+
+def _is_positive(model: Model, arg) -> bool:
+    if isinstance(arg, Var):
+        return model.storage(arg.name).positive
+    return arg in POSITIVE_SCALARS
+
+
+def _g_view(draw, model: Model) -> list[Instr]:
+    v = _recent(draw, list(model.names))
+    lay = model.lay(v)
+    ops = [op for op in _view_ops(lay, in_bounds=True) if op in GRAD_VIEWS]
+    if 1 in lay.sizes:
+        ops.append("squeeze")
+    op = draw(st.sampled_from(ops))
+    if op == "squeeze":
+        args = draw(st.sampled_from([(), *((d,) for d, n in enumerate(lay.sizes) if n == 1)]))
+    else:
+        args = _draw_view_args(draw, op, lay, may_copy=True)
+    (result,) = _apply_view(op, lay, args)
+    obj, out = model.obj(v), model.new_name()
+    if op == "reshape" and not _viewable(lay, args[0]):  # a copy: a new view family
+        old = model.storages[obj.storage]
+        storage = model.new_storage(
+            result.numel * ITEMSIZE, requires_grad=old.requires_grad, positive=old.positive
+        )
+        model.bind(out, storage, result)
+    else:
+        model.bind(out, obj.storage, result)
+    return [Instr(op, (out,), (Var(v), *args))]
+
+
+def _g_unary(draw, model: Model) -> list[Instr]:
+    x = _recent(draw, list(model.names))
+    positive = model.storage(x).positive
+    ops = ["neg", "abs", "relu", "sigmoid", "tanh", "exp", "pow", "clone"]
+    op = draw(st.sampled_from(ops + ["log"] * positive))
+    args = ()
+    if op == "pow":
+        args = (draw(st.sampled_from([2.0, 3.0] + [0.5, -1.0] * positive)),)
+    stays_positive = op in ("sigmoid", "exp") or (positive and op in ("pow", "clone"))
+    return [_compute(model, op, (Var(x), *args), positive=stays_positive)]
+
+
+def _g_binary(draw, model: Model) -> list[Instr]:
+    x = _recent(draw, list(model.names))
+    op = draw(st.sampled_from(["add", "sub", "mul", "maximum"]))
+    shape = model.lay(x).sizes
+    others = [v for v in model.names if _broadcastable(model.lay(v).sizes, shape)]
+    if op != "maximum" and draw(st.booleans()):
+        other = draw(st.sampled_from(SCALARS))
+    else:
+        other = Var(draw(st.sampled_from(others)))
+    positive = op != "sub" and _is_positive(model, Var(x)) and _is_positive(model, other)
+    return [_compute(model, op, (Var(x), other), positive=positive)]
+
+
+def _g_matmul(draw, model: Model) -> list[Instr]:
+    """mm or matmul of 2-D values; with no fitting pair, of a value and its transpose."""
+    twod = [v for v in model.names if len(model.lay(v).sizes) == 2]
+    a = _recent(draw, twod)
+    partners = [b for b in twod if model.lay(b).sizes[0] == model.lay(a).sizes[1]]
+    op = draw(st.sampled_from(["mm", "matmul"]))
+    if partners and draw(st.booleans()):
+        return [_compute(model, op, (Var(a), Var(draw(st.sampled_from(partners)))))]
+    t = model.new_name()
+    model.bind(t, model.obj(a).storage, _apply_view("t", model.lay(a), ())[0])
+    return [Instr("t", (t,), (Var(a),)), _compute(model, op, (Var(a), Var(t)))]
+
+
+def _g_reduce(draw, model: Model) -> list[Instr]:
+    x = _recent(draw, list(model.names))
+    sizes = model.lay(x).sizes
+    ops = ["sum", "mean"]
+    if not sizes or draw(st.booleans()):  # every dim
+        ops += ["amax"] * (math.prod(sizes) > 0)
+        return [_compute(model, draw(st.sampled_from(ops)), (Var(x),))]
+    dims = draw(st.lists(st.integers(0, len(sizes) - 1), min_size=1, unique=True))
+    if all(sizes[d] > 0 for d in dims):  # amax of nothing raises
+        ops.append("amax")
+    op = draw(st.sampled_from(ops))
+    dims = tuple(d - len(sizes) if draw(st.booleans()) else d for d in dims)
+    return [_compute(model, op, (Var(x), dims, draw(st.booleans())))]
+
+
+def _g_cat(draw, model: Model) -> list[Instr]:
+    x = _recent(draw, [v for v in model.names if model.lay(v).sizes])
+    sizes = model.lay(x).sizes
+    d = draw(st.integers(0, len(sizes) - 1))
+
+    def fits(v):
+        other = model.lay(v).sizes
+        return len(other) == len(sizes) and all(
+            a == b for k, (a, b) in enumerate(zip(other, sizes, strict=True)) if k != d
+        )
+
+    partners = draw(st.lists(st.sampled_from([v for v in model.names if fits(v)]), min_size=1, max_size=2))
+    return [_compute(model, "cat", (d, Var(x), *map(Var, partners)))]
+
+
+def _g_where(draw, model: Model) -> list[Instr]:
+    """A mask from comparing a value with a scalar, then where(mask, a, b), all broadcasting."""
+    c = _recent(draw, list(model.names))
+    mask = model.new_name()
+    compare = Instr(draw(st.sampled_from(["gt", "lt"])), (mask,), (Var(c), draw(st.sampled_from(SCALARS))))
+    model.masks[mask] = model.lay(c).sizes
+    a = _recent(draw, [v for v in model.names if _broadcastable(model.lay(v).sizes, model.masks[mask])])
+    shape = torch.broadcast_shapes(model.lay(a).sizes, model.masks[mask])
+    b = draw(st.sampled_from([v for v in model.names if _broadcastable(model.lay(v).sizes, shape)]))
+    positive = _is_positive(model, Var(a)) and _is_positive(model, Var(b))
+    return [compare, _compute(model, "where", (Var(mask), Var(a), Var(b)), positive=positive)]
+
+
+def _g_write(draw, model: Model, targets: list[str]) -> list[Instr]:
+    """An in-place op or copy_ into one of `targets` (see `_grad_writable`)."""
+    target = _recent(draw, targets)
+    sources = _grad_sources(model, target)
+    ops = ["add_", "sub_", "mul_", "fill_", "zero_"] + ["copy_"] * bool(sources)
+    op = draw(st.sampled_from(ops))
+    other = draw(st.sampled_from(SCALARS))
+    if sources and (op == "copy_" or (op in ("add_", "sub_", "mul_") and draw(st.booleans()))):
+        other = Var(draw(st.sampled_from(sources)))
+    if op in ("add_", "sub_"):
+        args = (other, draw(st.sampled_from([1, 2.0])))
+    elif op in ("mul_", "copy_", "fill_"):
+        args = (other,)
+    else:
+        args = ()
+    storage = model.storage(target)
+    if isinstance(other, Var):
+        source = model.storage(other.name)
+        storage.requires_grad |= source.requires_grad
+        # mul_ saves its operand for the target's gradient and the target's old value for the
+        # operand's: both storages are frozen from here on.
+        if op == "mul_" and (storage.requires_grad or source.requires_grad):
+            storage.saved = source.saved = True
+    storage.positive = False
+    return [Instr(op, (), (Var(target), *args))]
+
+
+def _g_write_intermediate(draw, model: Model) -> list[Instr]:
+    return _g_write(draw, model, [v for v in _grad_writable(model) if not model.storage(v).caller])
+
+
+def _g_write_buffer(draw, model: Model) -> list[Instr]:
+    return _g_write(draw, model, [v for v in _grad_writable(model) if model.storage(v).caller])
+
+
+GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
+    ("view", _g_view, lambda m: True),
+    ("unary", _g_unary, lambda m: True),
+    ("binary", _g_binary, lambda m: True),
+    ("matmul", _g_matmul, lambda m: any(len(m.lay(v).sizes) == 2 for v in m.names)),
+    ("reduce", _g_reduce, lambda m: True),
+    ("cat", _g_cat, lambda m: any(m.lay(v).sizes for v in m.names)),
+    ("where", _g_where, lambda m: True),
+    ("write", _g_write_intermediate, lambda m: any(not m.storage(v).caller for v in _grad_writable(m))),
+    ("buffer", _g_write_buffer, lambda m: any(m.storage(v).caller for v in _grad_writable(m))),
+]
+
+
+@st.composite
+def grad_programs(draw, max_steps: int = 8) -> Program:
+    """A program with backward: at least one output requires grad (see the section comment)."""
+    setup = draw(grad_setups())
+    model = _initial_grad_model(setup)
+    body: list[Instr] = []
+    # sampled_from: lengths about uniform (integers() favours the shortest), shrinking to 1.
+    for _ in range(draw(st.sampled_from(range(1, max_steps + 1)))):
+        kinds = [(name, step) for name, step, allowed in GRAD_STEPS if allowed(model)]
+        _, step = draw(st.sampled_from(kinds))
+        body += step(draw, model)
+    names = list(model.names)
+    with_grad = [v for v in reversed(names) if model.storage(v).requires_grad]  # latest first
+    returns = [with_grad[0] if draw(st.booleans()) else draw(st.sampled_from(with_grad))]
+    returns += draw(st.lists(st.sampled_from(names), max_size=2))
+    return Program(setup, tuple(body), tuple(draw(st.permutations(returns))))
