@@ -59,7 +59,7 @@ def build_outputs(program: FunctionalProgram, tensors, caller_storages, flats) -
         if isinstance(output, OutputIsInput):
             outputs.append(tensors[output.input_index])
         elif isinstance(output.storage, CallerStorage):
-            outputs.append(_view_of_caller(output, on_storage, caller_storages))
+            outputs.append(_view_of_caller(output, tensors, on_storage, caller_storages))
         else:
             layout = output.layout
             flat = flats[output.storage.output_index]
@@ -67,11 +67,14 @@ def build_outputs(program: FunctionalProgram, tensors, caller_storages, flats) -
     return outputs
 
 
-def _view_of_caller(output, on_storage: dict, caller_storages) -> torch.Tensor:
-    """A view of the caller's storage; through a caller tensor still on it, so autograd sees it."""
+def _view_of_caller(output, tensors, on_storage: dict, caller_storages) -> torch.Tensor:
+    """A view of the caller's storage, made from a caller tensor still on it so autograd sees it:
+    preferably the input the program viewed it from, as eager autograd would."""
     layout = output.layout
     storage = caller_storages[output.storage.input_index]
-    through = on_storage.get((storage._cdata, layout.dtype))
-    if through is not None and layout.extent_bytes() <= storage.nbytes():
-        return through.as_strided(layout.sizes, layout.strides, layout.offset)
+    if layout.extent_bytes() > storage.nbytes():
+        return tensor_on(storage, layout)
+    for candidate in (tensors[output.through] if output.through is not None else None, on_storage.get((storage._cdata, layout.dtype))):
+        if candidate is not None and candidate.dtype == layout.dtype and candidate.untyped_storage()._cdata == storage._cdata:
+            return candidate.as_strided(layout.sizes, layout.strides, layout.offset)
     return tensor_on(storage, layout)

@@ -112,6 +112,9 @@ class OutputView:
 
     storage: CallerStorage | GraphStorage
     layout: Layout
+    #: The input the output was viewed from, when there is one: the output is built as a view of
+    #: that very tensor, so autograd attributes its gradient as eager does.
+    through: int | None = None
 
 
 @frozen
@@ -168,6 +171,8 @@ class _Cell:
     #: For a tensor object the caller passed: its flat input index and its layout at entry.
     input_index: int | None = None
     entry_layout: Layout | None = None
+    #: The input this tensor was viewed from (itself for an input), if any.
+    root: int | None = None
 
 
 def _flat(storage: _Storage) -> torch.Tensor:
@@ -276,7 +281,7 @@ class _Replay:
             if meta.same_object not in cells:
                 if meta.storage not in storages:
                     storages[meta.storage] = _Storage(meta.layout.dtype, meta.storage_nbytes, meta.storage, value)
-                cells[meta.same_object] = _Cell(storages[meta.storage], meta.layout, value, 0, i, meta.layout)
+                cells[meta.same_object] = _Cell(storages[meta.storage], meta.layout, value, 0, i, meta.layout, i)
             self.env[node] = cells[meta.same_object]
         self.placeholder_cells = [cells[meta.same_object] for meta in self.inputs]
         self.caller_storages = list(storages.values())
@@ -328,10 +333,10 @@ class _Replay:
         values = node.target(_read(source, node.name, for_view=True), *read_all(args[1:]), **read_all(kwargs))
         if isinstance(layouts, tuple):
             return tuple(
-                _Cell(source.storage, layout, value, source.storage.version)
+                _Cell(source.storage, layout, value, source.storage.version, root=source.root)
                 for layout, value in zip(layouts, values, strict=True)
             )
-        return _Cell(source.storage, layouts, values, source.storage.version)
+        return _Cell(source.storage, layouts, values, source.storage.version, root=source.root)
 
     def effect(self, node, args, read_all):
         if node.target is aten.copy_.default:
@@ -355,6 +360,7 @@ class _Replay:
             )
         cell.storage = source.storage
         cell.layout = source.layout
+        cell.root = source.root
         cell.value = source.value
         cell.version = source.version
         return cell
@@ -416,7 +422,7 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
             if cell.input_index is not None and cell is state.placeholder_cells[cell.input_index]:
                 outputs.append(OutputIsInput(cell.input_index))
             else:
-                outputs.append(OutputView(where(cell.storage), cell.layout))
+                outputs.append(OutputView(where(cell.storage), cell.layout, cell.root))
         found["touched"] = frozenset(s.caller for s in state.caller_storages if s.written or s.resized)
         found["epilogue"] = tuple(epilogue)
         found["outputs"] = tuple(outputs)
