@@ -81,20 +81,24 @@ def run(fn):
 
 def main():
     seen, _, requires_grad, grads = run(program)
-    got, after_backward, got_requires_grad, got_grads = run(aotspec.compile(program, backend="reference"))
+    compiled = aotspec.compile(program, backend="reference")
+    got, after_backward, got_requires_grad, got_grads = run(compiled)
     found = differences(seen, got)
-    found += [f"changed by the compiled backward: {{line}}" for line in differences(got, after_backward)]
+    for line in differences(got, after_backward):
+        found.append(f"changed by the compiled backward: {{line}}")
     for name, want in requires_grad.items():
         if got_requires_grad[name] != want:
-            found.append(f"{{name}}.requires_grad: expected {{want}}, got {{got_requires_grad[name]}}")
+            found.append(f"{{name}}.requires_grad: expected {{want}}, got {{not want}}")
     for name, want in grads.items():
-        if (want is None) != (got_grads[name] is None):
-            found.append(f"{{name}}.grad: expected {{want}}, got {{got_grads[name]}}")
-        elif want is not None:
-            try:
-                torch.testing.assert_close(got_grads[name], want, equal_nan=True, check_stride=False)
-            except AssertionError as error:
-                found.append(f"{{name}}.grad: {{error}}")
+        got_grad = got_grads[name]
+        if want is None or got_grad is None:
+            if (want is None) != (got_grad is None):
+                found.append(f"{{name}}.grad: expected {{want}}, got {{got_grad}}")
+            continue
+        try:
+            torch.testing.assert_close(got_grad, want, equal_nan=True, check_stride=False)
+        except AssertionError as error:
+            found.append(f"{{name}}.grad: {{error}}")
     assert not found, "eager and aotspec.compile disagree:\\n" + "\\n".join(found)
     print("eager and aotspec.compile agree")
 

@@ -1,0 +1,304 @@
+"""Differential tests: random valid programs must behave the same on eager PyTorch and through
+`aotspec.compile(program, backend="reference")` (DESIGN.md sections 3, 5 and 7).
+
+Eager PyTorch is the oracle. Each program runs once on eager and once compiled, each time on
+freshly built caller tensors, and every observable is compared: outputs, every caller tensor
+after the call (the arguments and the aliases the caller kept: values, storage sizes, which
+share a storage), which of them require grad, and for programs with backward the gradients:
+after the call, `sum(out.sum() for outputs that require grad)` is backpropagated on both sides
+and the `.grad` of every leaf the caller made is compared, absence included. The caller's
+tensors are observed again after the backward, which must leave them as they were.
+
+Two generators (tests/strategies.py):
+- `programs(compiled=True)`: the eager differential test's mutation programs (views, in-place
+  ops, copy_, set_, resizes, aliased arguments), restricted to what compiled programs accept;
+  nothing requires grad.
+- `grad_programs()`: leaves that require grad and buffers that do not, differentiable ops, writes
+  to intermediates (through views too) and to buffers; every one of them runs a backward.
+
+On a numeric disagreement both float32 results are compared to an eager float64 run first: the
+compiled result is blamed only when it is farther from it than eager's is (DESIGN.md section 5).
+A failure prints the program as Python and hypothesis's `@reproduce_failure` blob, and writes a
+standalone `repros/repro_compiled_<hash>.py`.
+
+Run: `.venv/bin/python -m pytest tests/test_differential_compiled.py`
+(HYPOTHESIS_PROFILE=ci|dev|nightly; see tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+
+import torch
+from attrs import evolve, frozen
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+import aotspec
+from aotspec.conformance.observe import Observation, differences, observe, world_of
+from repro import compiled_repro_source, is_final_run, write_compiled_repro
+from strategies import GRAD_VIEWS, Base, Instr, Program, Setup, Var, as_function, build_inputs
+from strategies import grad_programs, programs, source
+
+#: A profile's examples a property, split: ci (500) runs 300 programs with backward and 200
+#: mutation programs, dev 1,200 and 800, nightly 12,000 and 8,000.
+BACKWARD_EXAMPLES = settings.default.max_examples * 3 // 5
+MUTATION_EXAMPLES = settings.default.max_examples * 2 // 5
+
+
+@frozen
+class Outcome:
+    """What one side did with a program."""
+
+    #: The caller's tensors and the outputs (`out0`, ...) right after the call.
+    world: Observation
+    #: The same names after the backward (the same as `world` when there was none).
+    after_backward: Observation
+    requires_grad: dict[str, bool]
+    #: `.grad` of every leaf the caller made that requires grad, by name (None: no gradient).
+    grads: dict[str, torch.Tensor | None]
+    backward: bool
+
+
+def outcome(program: Program, *, compiled: bool, dtype: torch.dtype = torch.float32) -> Outcome:
+    named, args = build_inputs(program.setup, dtype)
+    fn = as_function(program)
+    if compiled:
+        fn = aotspec.compile(fn, backend="reference")
+    return call_and_backward(fn, named, args)
+
+
+def call_and_backward(fn, named: dict[str, torch.Tensor], args: list) -> Outcome:
+    """Call `fn`, observe, backpropagate the sum of the outputs that require grad, observe."""
+    outputs = fn(*args)
+    world = world_of(named, outputs)
+    before = observe(world)
+    requires_grad = {name: t.requires_grad for name, t in world.items()}
+    losses = [out.sum() for out in outputs if out.requires_grad]
+    if losses:
+        sum(losses).backward()
+    leaves = {name: t for name, t in named.items() if t.is_leaf and t.requires_grad}
+    grads = {name: _copy(t.grad) for name, t in leaves.items()}
+    return Outcome(before, observe(world), requires_grad, grads, bool(losses))
+
+
+def _copy(grad: torch.Tensor | None) -> torch.Tensor | None:
+    return None if grad is None else grad.detach().clone()
+
+
+def _grad_differences(expected: dict, actual: dict) -> list[str]:
+    found = []
+    for name in sorted(expected):
+        want, got = expected[name], actual.get(name)
+        if want is None or got is None:
+            if (want is None) != (got is None):
+                found.append(f"{name}.grad: expected {_short(want)}, got {_short(got)}")
+        elif (want.dtype, want.shape) != (got.dtype, got.shape):
+            found.append(f"{name}.grad: expected {_short(want)}, got {_short(got)}")
+        else:
+            try:
+                torch.testing.assert_close(got, want, equal_nan=True, check_stride=False)
+            except AssertionError as error:
+                found.append(
+                    f"{name}.grad values: {_summary(error)}; "
+                    f"expected {want.tolist()}, got {got.tolist()}"
+                )
+    return found
+
+
+def _short(grad: torch.Tensor | None) -> str:
+    return "None" if grad is None else f"{grad.dtype} {tuple(grad.shape)}"
+
+
+def _summary(error: AssertionError) -> str:
+    """assert_close's message on one line: mismatched elements and the greatest differences."""
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
+def compare(expected: Outcome, actual: Outcome) -> list[str]:
+    """Every observable of DESIGN.md section 5 but memory facts; empty when they agree."""
+    found = differences(expected.world, actual.world)
+    found += [
+        f"{name}.requires_grad: expected {want}, got {actual.requires_grad.get(name)}"
+        for name, want in expected.requires_grad.items()
+        if actual.requires_grad.get(name) != want
+    ]
+    if expected.backward != actual.backward:
+        found.append(f"backward ran: expected {expected.backward}, got {actual.backward}")
+    found += _grad_differences(expected.grads, actual.grads)
+    # Eager's backward leaves the caller's tensors alone; so must the compiled one.
+    changed = differences(actual.world, actual.after_backward)
+    found += [f"changed by the compiled backward: {line}" for line in changed]
+    return found
+
+
+# ---------------------------------------------------------------- numeric disagreements
+
+_VALUES = re.compile(r"^(\S+) values: ")
+ATOL, RTOL = 1e-5, 1.3e-6  # assert_close's float32 defaults
+
+
+def _values_of(run: Outcome, name: str) -> torch.Tensor:
+    if name.endswith(".grad"):
+        return run.grads[name.removesuffix(".grad")]
+    return run.world.tensors[name].values
+
+
+def _error(x: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
+    x = x.double()
+    same = (x == exact) | (x.isnan() & exact.isnan())
+    error = (x - exact).abs().nan_to_num(nan=torch.inf)
+    return torch.where(same, torch.zeros_like(error), error)
+
+
+def numerically_explained(
+    program: Program, expected: Outcome, actual: Outcome, found: list[str]
+) -> bool:
+    """True when every difference is one of values, and for each the compiled float32 result is
+    no farther from eager's float64 result than eager's float32 result is (with the slack of
+    assert_close's float32 tolerances): rounding, not a wrong rule."""
+    names = [_VALUES.match(line) for line in found]
+    if not all(names):
+        return False
+    try:
+        oracle = outcome(program, compiled=False, dtype=torch.float64)
+    except Exception:  # noqa: BLE001 (no float64 oracle for this program: blame stands)
+        return False
+    for match in names:
+        name = match.group(1)
+        exact = _values_of(oracle, name)
+        want, got = _values_of(expected, name), _values_of(actual, name)
+        slack = ATOL + RTOL * exact.abs().nan_to_num(posinf=0.0, neginf=0.0)
+        if not bool((_error(got, exact) <= 2 * _error(want, exact) + slack).all()):
+            return False
+    return True
+
+
+# ---------------------------------------------------------------- the differential check
+
+VIEWS = set(GRAD_VIEWS) | {"split"}
+
+
+def divergence(program: Program, *, backward: bool = False) -> list[str]:
+    """How the compiled reference differs from eager on `program`; empty when they agree.
+    `backward`: the program must run a backward on eager (or the generator is wrong)."""
+    # Errors become text here, their tracebacks dropped: pytest prints the arguments of every
+    # frame in a traceback, and printing a tensor whose storage is too small segfaults.
+    try:
+        expected = outcome(program, compiled=False)
+    except Exception:
+        trace = traceback.format_exc(limit=-4)
+    else:
+        trace = None
+    if trace is not None:
+        raise AssertionError(
+            f"the generator made a program that eager rejects; fix tests/strategies.py:\n"
+            f"{source(program)}\n{trace}"
+        )
+    if backward and not expected.backward:
+        raise AssertionError(
+            f"the generator made a program with no output that requires grad:\n{source(program)}"
+        )
+    try:
+        actual = outcome(program, compiled=True)
+    except Exception as error:  # noqa: BLE001 (any error of the compiled side is a divergence)
+        notes = "".join(f"\n  {note}" for note in getattr(error, "__notes__", ()))
+        return [f"the compiled program raised {type(error).__name__}: {error}{notes}"]
+    found = compare(expected, actual)
+    if found and numerically_explained(program, expected, actual, found):
+        event("numeric disagreement explained by float64")
+        return []
+    return found
+
+
+def _check(program: Program, *, backward: bool = False) -> None:
+    found = divergence(program, backward=backward)
+    if not found:
+        return
+    where = ""
+    if is_final_run():
+        where = f"\nstandalone repro: .venv/bin/python {write_compiled_repro(program, found)}"
+    raise AssertionError(
+        "aotspec.compile (reference) disagrees with eager:\n"
+        + "\n".join(f"  {line}" for line in found)
+        + f"\nprogram:\n{source(program)}{where}"
+    )
+
+
+def _record_events(program: Program) -> None:
+    """What the examples covered (pytest --hypothesis-show-statistics)."""
+    setup = program.setup
+    for op in sorted({instr.op for instr in program.body}):
+        event(f"op {op}")
+    if any(base.zeroed for base in setup.bases):
+        event("input on a zero-byte storage")
+    if any(view.name.startswith("h") for view in setup.views):
+        event("caller-held alias")
+    if any(base.requires_grad for base in setup.bases):
+        grad_bases = {base.name for base in setup.bases if base.requires_grad}
+        if any(view.base in grad_bases and view.name in setup.args for view in setup.views):
+            event("non-leaf argument that requires grad")
+        if len(grad_bases) < len(setup.bases):
+            event("buffer beside leaves that require grad")
+    made_by = {out: instr.op for instr in program.body for out in instr.outs}
+    for instr in program.body:
+        if instr.op.endswith("_"):
+            target = made_by.get(instr.args[0].name, "argument")
+            if target == "argument":
+                event(f"{instr.op} of an argument")
+            else:
+                event(f"{instr.op} of {'a view' if target in VIEWS else 'a fresh value'}")
+
+
+@settings(max_examples=max(MUTATION_EXAMPLES, 20))
+@given(programs(compiled=True))
+def test_compiled_mutations_agree_with_eager(program):
+    """Mutation programs that compiled mode accepts: outputs, caller tensors, aliasing agree."""
+    _record_events(program)
+    _check(program)
+
+
+@settings(max_examples=max(BACKWARD_EXAMPLES, 20))
+@given(grad_programs())
+def test_compiled_backward_agrees_with_eager(program):
+    """Programs with backward: outputs, buffers, requires_grad and every leaf's .grad agree."""
+    _record_events(program)
+    event("backward")  # every example: _check fails when no output requires grad on eager
+    _check(program, backward=True)
+
+
+@settings(max_examples=max(settings.default.max_examples // 25, 10))
+@given(st.one_of(programs(compiled=True), grad_programs()))
+def test_compiled_repro_source_matches_closure(program):
+    """The Python a failure prints and writes does what the tested closure does (on eager, with
+    the backward), and the standalone repro's own check runs and passes."""
+    namespace = {"__name__": "repro"}
+    exec(compiled_repro_source(program, ["(none)"], "repro.py"), namespace)  # noqa: S102 (ours)
+    named, args = namespace["make_inputs"]()
+    rendered = call_and_backward(namespace["program"], named, args)
+    found = compare(outcome(program, compiled=False), rendered)
+    assert not found, "\n".join(found) + f"\n{source(program)}"
+    namespace["main"]()
+
+
+def test_float64_oracle_forgives_rounding_only():
+    """A compiled value outside assert_close's tolerance of eager's passes when it is no farther
+    from the float64 result than eager's, and fails when it is much farther."""
+    setup = Setup((Base("b0", (3,), (0.3, 1.7, -2.2), requires_grad=True),), (), ("b0",))
+    program = Program(setup, (Instr("exp", ("v0",), (Var("x0"),)),), ("v0",))
+    exact = outcome(program, compiled=False, dtype=torch.float64).world.tensors["out0"].values
+
+    def with_out0(values: torch.Tensor) -> Outcome:
+        run = outcome(program, compiled=False)
+        tensors = dict(run.world.tensors)
+        tensors["out0"] = evolve(tensors["out0"], values=values.float())
+        world = evolve(run.world, tensors=tensors)
+        return evolve(run, world=world, after_backward=world)
+
+    eager = with_out0(exact * (1 + 1e-4))  # a (pretended) inaccurate eager
+    for compiled, explained in [(exact, True), (exact * (1 - 1e-4), True), (exact * 1.01, False)]:
+        actual = with_out0(compiled)
+        found = compare(eager, actual)
+        assert found and all(line.startswith("out0 values") for line in found), found
+        assert numerically_explained(program, eager, actual, found) is explained
