@@ -84,13 +84,15 @@ class Base:
 
 @frozen
 class CallerView:
-    """`base.as_strided(sizes, strides, offset)`, made by the caller before any resize."""
+    """`base.as_strided(sizes, strides, offset)`, made by the caller before any resize;
+    `detached`: of `base.detach()` (the same storage, no autograd history)."""
 
     name: str
     base: str
     sizes: tuple[int, ...]
     strides: tuple[int, ...]
     offset: int
+    detached: bool = False
 
 
 @frozen
@@ -210,7 +212,8 @@ def build_inputs(
         t = torch.tensor(base.values, dtype=dtype).reshape(base.shape)
         world[base.name] = t.requires_grad_() if base.requires_grad else t
     for view in setup.views:
-        world[view.name] = world[view.base].as_strided(view.sizes, view.strides, view.offset)
+        base = world[view.base].detach() if view.detached else world[view.base]
+        world[view.name] = base.as_strided(view.sizes, view.strides, view.offset)
     # Views first: as_strided checks bounds, and a zero-byte storage holds nothing.
     for base in setup.bases:
         if base.zeroed:
@@ -256,7 +259,8 @@ def setup_source(setup: Setup) -> str:
         lines.append(f"    {base.name} = torch.tensor({values!r}).reshape({base.shape!r}){grad}")
     for view in setup.views:
         layout = f"{view.sizes!r}, {view.strides!r}, {view.offset}"
-        lines.append(f"    {view.name} = {view.base}.as_strided({layout})")
+        base = f"{view.base}.detach()" if view.detached else view.base
+        lines.append(f"    {view.name} = {base}.as_strided({layout})")
     for base in setup.bases:
         if base.zeroed:
             lines.append(f"    torch.ops.inductor.resize_storage_bytes_({base.name}, 0)")
@@ -348,6 +352,7 @@ class _Object:
     lay: Strided
     param: bool = False  # an object the caller passed
     rebound: bool = False  # set_ moved it to another storage or layout
+    detached: bool = False  # made from a detach()ed alias: requires no grad, whatever its storage
 
 
 @define
@@ -826,8 +831,10 @@ SAVES_RESULT = {"relu", "sigmoid", "tanh", "exp", "amax"}
 
 
 #: How the caller passes a tensor: the tensor, a view of it, both (two aliasing arguments), the
-#: same object twice; "held": a view the caller keeps without passing it.
+#: same object twice, with a view of its detach() (an alias that requires no grad); "held": a
+#: view the caller keeps without passing it.
 LEAF_PASSING = [("base",), ("base",), ("view",), ("base", "view"), ("base", "base")]
+LEAF_PASSING += [("base", "detached")]
 BUFFER_PASSING = [("base",), ("base", "held"), ("view",), ("base", "view")]
 
 
@@ -857,8 +864,9 @@ def grad_setups(draw) -> Setup:
                 args.append(f"b{k}")
                 continue
             name = f"{'h' if way == 'held' else 'a'}{len(views)}"
-            views.append(CallerView(name, f"b{k}", view.sizes, view.strides, view.offset))
-            if way == "view":
+            lay = (view.sizes, view.strides, view.offset)
+            views.append(CallerView(name, f"b{k}", *lay, detached=way == "detached"))
+            if way != "held":
                 args.append(name)
     # Rotated and maybe reversed, rather than any permutation: a fixed number of choices, so
     # that shrinking can drop a tensor without shifting every later choice.
@@ -873,11 +881,23 @@ def _initial_grad_model(setup: Setup) -> Model:
     model = _initial_model(setup, compiled=True)
     requires_grad = {base.name for base in setup.bases if base.requires_grad}
     requires_grad |= {view.name for view in setup.views if view.base in requires_grad}
+    detached = {view.name for view in setup.views if view.detached}
     for i, name in enumerate(setup.args):
         storage = model.storage(f"x{i}")
         storage.caller = True
-        storage.requires_grad = name in requires_grad
+        storage.requires_grad |= name in requires_grad
+        model.obj(f"x{i}").detached = name in detached
     return model
+
+
+def _requires_grad(model: Model, v: str) -> bool:
+    return model.storage(v).requires_grad and not model.obj(v).detached
+
+
+def _bind_view(model: Model, out: str, v: str, lay: Strided) -> None:
+    """`out`, a view of `v`: the same storage, and detached if `v` is."""
+    model.bind(out, model.obj(v).storage, lay)
+    model.obj(out).detached = model.obj(v).detached
 
 
 def _grad_writable(model: Model) -> list[str]:
@@ -897,7 +917,7 @@ def _grad_sources(model: Model, dst: str) -> list[str]:
         v
         for v in _copy_sources(model, dst)
         if model.obj(v).storage != model.obj(dst).storage
-        and not (into_buffer and model.storage(v).requires_grad)
+        and not (into_buffer and _requires_grad(model, v))
     ]
 
 
@@ -915,7 +935,7 @@ def _compute(model: Model, op: str, args: tuple, positive: bool = False) -> Inst
 
     result = OPS[op].run(*map(meta, args))
     differentiable = [v for v in tensors if v not in model.masks]
-    requires_grad = any(model.storage(v).requires_grad for v in differentiable)
+    requires_grad = any(_requires_grad(model, v) for v in differentiable)
     out = model.new_name()
     storage = model.new_storage(
         result.untyped_storage().nbytes(), requires_grad=requires_grad, positive=positive
@@ -957,11 +977,11 @@ def _g_view(draw, model: Model) -> list[Instr]:
     if op == "reshape" and not _viewable(lay, args[0]):  # a copy: a new view family
         old = model.storages[obj.storage]
         storage = model.new_storage(
-            result.numel * ITEMSIZE, requires_grad=old.requires_grad, positive=old.positive
+            result.numel * ITEMSIZE, requires_grad=_requires_grad(model, v), positive=old.positive
         )
         model.bind(out, storage, result)
     else:
-        model.bind(out, obj.storage, result)
+        _bind_view(model, out, v, result)
     return [Instr(op, (out,), (Var(v), *args))]
 
 
@@ -999,7 +1019,7 @@ def _g_matmul(draw, model: Model) -> list[Instr]:
     if partners and draw(st.booleans()):
         return [_compute(model, op, (Var(a), Var(draw(st.sampled_from(partners)))))]
     t = model.new_name()
-    model.bind(t, model.obj(a).storage, _apply_view("t", model.lay(a), ())[0])
+    _bind_view(model, t, a, _apply_view("t", model.lay(a), ())[0])
     return [Instr("t", (t,), (Var(a),)), _compute(model, op, (Var(a), Var(t)))]
 
 
@@ -1066,7 +1086,7 @@ def _g_write(draw, model: Model, targets: list[str]) -> list[Instr]:
         view_args = _draw_view_args(draw, view_op, lay, may_copy=False)
         (result,) = _apply_view(view_op, lay, view_args)
         view = model.new_name()
-        model.bind(view, model.obj(target).storage, result)
+        _bind_view(model, view, target, result)
         body.append(Instr(view_op, (view,), (Var(target), *view_args)))
         target = view
     sources = _grad_sources(model, target)
@@ -1083,11 +1103,11 @@ def _g_write(draw, model: Model, targets: list[str]) -> list[Instr]:
         args = ()
     storage = model.storage(target)
     if isinstance(other, Var):
-        source = model.storage(other.name)
-        storage.requires_grad |= source.requires_grad
+        source, source_grad = model.storage(other.name), _requires_grad(model, other.name)
+        storage.requires_grad |= source_grad
         # mul_ saves its operand for the target's gradient and the target's old value for the
         # operand's: both storages are frozen from here on.
-        if op == "mul_" and (storage.requires_grad or source.requires_grad):
+        if op == "mul_" and (storage.requires_grad or source_grad):
             storage.saved = source.saved = True
     storage.positive = False
     return [*body, Instr(op, (), (Var(target), *args))]
@@ -1130,14 +1150,16 @@ def grad_programs(draw, max_steps: int = 10) -> Program:
     setup = draw(grad_setups())
     model = _initial_grad_model(setup)
     body: list[Instr] = []
-    # sampled_from: lengths about uniform (integers() favours the shortest), shrinking to 2;
-    # hypothesis still draws the shortest often, and one step rarely reaches a write.
-    for _ in range(draw(st.sampled_from(range(2, max_steps + 1)))):
+    # At least two steps (one rarely reaches a write), then go on with odds 5:1. A "go on" choice
+    # per step, rather than a count drawn first, lets shrinking delete any one step.
+    steps = 0
+    while steps < 2 or (steps < max_steps and draw(st.sampled_from([False] + [True] * 5))):
         kinds = [(name, step) for name, step, allowed in GRAD_STEPS if allowed(model)]
         _, step = draw(st.sampled_from(kinds))
         body += step(draw, model)
+        steps += 1
     names = list(model.names)
-    with_grad = [v for v in reversed(names) if model.storage(v).requires_grad]  # latest first
+    with_grad = [v for v in reversed(names) if _requires_grad(model, v)]  # latest first
     returns = [with_grad[0] if draw(st.booleans()) else draw(st.sampled_from(with_grad))]
     returns += draw(st.lists(st.sampled_from(names), max_size=2))
     return Program(setup, tuple(body), tuple(draw(st.permutations(returns))))

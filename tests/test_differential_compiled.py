@@ -237,8 +237,11 @@ def _record_events(program: Program) -> None:
         event("caller-held alias")
     if any(base.requires_grad for base in setup.bases):
         grad_bases = {base.name for base in setup.bases if base.requires_grad}
-        if any(view.base in grad_bases and view.name in setup.args for view in setup.views):
+        passed = [v for v in setup.views if v.base in grad_bases and v.name in setup.args]
+        if any(not view.detached for view in passed):
             event("non-leaf argument that requires grad")
+        if any(view.detached for view in passed):
+            event("detached alias of a leaf that requires grad")
         if len(grad_bases) < len(setup.bases):
             event("buffer beside leaves that require grad")
     made_by = {out: instr.op for instr in program.body for out in instr.outs}
