@@ -18,11 +18,10 @@ import traceback
 
 import torch
 from hypothesis import event, given, settings
-from hypothesis.control import current_build_context
 
 from aotspec.conformance.observe import Observation, differences, observe, world_of
 from aotspec.reference import run
-from repro import write_repro
+from repro import is_final_run, write_repro
 from strategies import Program, as_function, build_inputs, programs, source
 
 
@@ -59,14 +58,6 @@ def divergence(program: Program) -> list[str]:
     return differences(expected, actual)
 
 
-def _is_final_run() -> bool:
-    """True on hypothesis's last replay of the minimal failing example (write the repro once)."""
-    try:
-        return current_build_context().is_final
-    except Exception:  # noqa: BLE001 (outside hypothesis, e.g. called by hand)
-        return True
-
-
 def _record_events(program: Program) -> None:
     """What the examples covered (pytest --hypothesis-show-statistics)."""
     setup = program.setup
@@ -92,7 +83,7 @@ def test_reference_agrees_with_eager(program):
     if not found:
         return
     where = ""
-    if _is_final_run():
+    if is_final_run():
         where = f"\nstandalone repro: .venv/bin/python {write_repro(program, found)}"
     raise AssertionError(
         "the reference disagrees with eager:\n"
