@@ -1,0 +1,45 @@
+"""`torch.compile(model, backend="aotspec")`: aotspec as a Dynamo backend.
+
+Registered through the `torch_dynamo_backends` entry point (pyproject.toml), so Dynamo finds it
+by name. Dynamo hands a backend the fx graph it captured (torch-level calls; parameters lifted to
+inputs) and example inputs; `aotspec_backend` passes the graph to `aotspec.compile`, which
+captures it to aten itself, plans it and runs it on the chosen backend, with the contract of
+DESIGN.md section 3 (input mutations reach the caller, gradients flow through `.backward()`).
+
+Choosing the aotspec backend: `torch.compile(..., options={"backend": "reference"})`. Dynamo
+passes `options` (and `mode`, when one is given) through to a registered backend as keyword
+arguments (`torch._TorchCompileWrapper`); without the option, `$AOTSPEC_BACKEND` decides, else
+`"fast"`, as for `aotspec.compile`. `options` may also name `steal` and `hooks_filter`.
+
+The example inputs are not used: `aotspec.compile` specializes on the real tensors of each call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+import aotspec
+
+#: The keys `options` may hold, each an `aotspec.compile` keyword argument.
+OPTIONS = ("backend", "steal", "hooks_filter")
+
+
+def aotspec_backend(
+    graph_module: torch.fx.GraphModule, example_inputs, *, options: dict | None = None, mode=None
+) -> Callable:
+    """The Dynamo backend: `graph_module` compiled by `aotspec.compile` with `options`."""
+    if mode is not None:
+        raise ValueError(
+            f"torch.compile(mode={mode!r}) is an inductor setting; the aotspec backend has no modes. "
+            f"Leave mode out, and choose the aotspec backend with options={{'backend': ...}}"
+        )
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(
+            f"unknown options {unknown} for torch.compile(backend='aotspec'); valid options: "
+            f"{', '.join(map(repr, OPTIONS))} (the keyword arguments of aotspec.compile)"
+        )
+    return aotspec.compile(graph_module.forward, **options)

@@ -1,0 +1,125 @@
+"""`torch.compile(model, backend="aotspec")`: registration, option plumbing, and eager behaviour
+(outputs, parameter gradients, input mutations) on both aotspec backends."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+import torch
+
+from aotspec.dynamo import aotspec_backend
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+class Spy:
+    """A backend callable that compiles with aotspec_backend and keeps what it returned."""
+
+    def __init__(self):
+        self.compiled = []
+
+    def __call__(self, graph_module, example_inputs, **kwargs):
+        compiled = aotspec_backend(graph_module, example_inputs, **kwargs)
+        self.compiled.append(compiled)
+        return compiled
+
+
+def mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+
+
+def outputs_and_grads(model: torch.nn.Module, x: torch.Tensor):
+    for p in model.parameters():
+        p.grad = None
+    out = model(x)
+    out.square().sum().backward()
+    return out.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def test_entry_point_registers_the_backend():
+    entry_points = importlib.metadata.entry_points(group="torch_dynamo_backends")
+    assert [ep.value for ep in entry_points if ep.name == "aotspec"] == ["aotspec.dynamo:aotspec_backend"]
+    assert "aotspec" in torch._dynamo.list_backends()
+
+
+@pytest.mark.parametrize("backend", ["fast", "reference"])
+def test_mlp_outputs_and_parameter_grads_equal_eager(backend):
+    model, x = mlp(), torch.randn(5, 4)
+    expected, expected_grads = outputs_and_grads(model, x)
+    compiled = torch.compile(model, backend="aotspec", options={"backend": backend})
+    got, grads = outputs_and_grads(compiled, x)
+    torch.testing.assert_close(got, expected)
+    for got_grad, want in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(got_grad, want)
+
+
+def test_input_mutation_reaches_the_caller():
+    def bump_then_scale(x, y):
+        x.add_(1)
+        return x * y
+
+    x, y = torch.zeros(3), torch.full((3,), 2.0)
+    out = torch.compile(bump_then_scale, backend="aotspec")(x, y)
+    assert x.tolist() == [1.0, 1.0, 1.0]
+    assert out.tolist() == [2.0, 2.0, 2.0]
+
+
+def test_options_choose_the_reference():
+    spy = Spy()
+    model, x = mlp(), torch.randn(2, 4)
+    compiled = torch.compile(model, backend=spy, options={"backend": "reference"})
+    got, _ = outputs_and_grads(compiled, x)
+    torch.testing.assert_close(got, model(x).detach())
+    (fn,) = spy.compiled
+    assert fn.backend == "reference"
+    assert fn.last_run.backward_ledger is not None  # the reference ran the backward
+
+
+def test_environment_chooses_the_backend_without_options(monkeypatch):
+    monkeypatch.setenv("AOTSPEC_BACKEND", "reference")
+    spy = Spy()
+    torch.compile(lambda x: x.sin(), backend=spy)(torch.ones(2))
+    assert [fn.backend for fn in spy.compiled] == ["reference"]
+
+
+def test_default_backend_is_fast(monkeypatch):
+    monkeypatch.delenv("AOTSPEC_BACKEND", raising=False)
+    spy = Spy()
+    torch.compile(lambda x: x.sin(), backend=spy)(torch.ones(2))
+    assert [fn.backend for fn in spy.compiled] == ["fast"]
+
+
+def graph_of_sin() -> torch.fx.GraphModule:
+    return torch.fx.symbolic_trace(lambda x: x.sin())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"options": {"backend": "inductor"}}, "valid backends: 'reference', 'fast'"),
+        ({"options": {"fullgraph": True}}, "valid options: 'backend', 'steal', 'hooks_filter'"),
+        ({"mode": "max-autotune"}, "the aotspec backend has no modes"),
+    ],
+)
+def test_bad_options_name_the_valid_values(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        aotspec_backend(graph_of_sin(), [torch.ones(2)], **kwargs)
+
+
+def test_bad_option_through_torch_compile_surfaces_the_value_error():
+    compiled = torch.compile(lambda x: x.sin(), backend="aotspec", options={"backend": "gpu"})
+    with pytest.raises(Exception) as caught:
+        compiled(torch.ones(2))
+    causes = []
+    error = caught.value
+    while error is not None:
+        causes.append(error)
+        error = error.__cause__ or getattr(error, "inner_exception", None)
+    assert any(isinstance(e, ValueError) and "valid backends" in str(e) for e in causes), caught.value
