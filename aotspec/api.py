@@ -13,9 +13,12 @@ from collections.abc import Callable
 
 import torch
 import torch.utils._pytree as pytree
+from attrs import frozen
+
+from aotspec.reference.hooks import FILTERS as HOOK_FILTERS
+from aotspec.reference.hooks import Placement, SavedTensorHooks
 
 BACKENDS = ("reference", "fast")
-HOOK_FILTERS = ("donated", "no_static", "all")
 
 
 def _resolve_backend(backend: str | None) -> str:
@@ -66,6 +69,8 @@ class CompiledFunction:
         self.steal = steal
         self.hooks_filter = hooks_filter
         self._plans: dict = {}
+        #: Where inlined pack hooks go; the spec's placement is the default (see reference/hooks.py).
+        self.hook_placement = "last-use"
         self.last_ledger = None
         self.last_run = None
         self.__wrapped__ = fn
@@ -85,10 +90,16 @@ class CompiledFunction:
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         stolen = self._stolen_indices(leaves, stolen_lists)
         constants = tuple(_constant_key(leaf) for leaf in leaves if not isinstance(leaf, torch.Tensor))
-        key = (in_spec, constants, InputMeta.of(tensors), torch.is_grad_enabled())
+        grad_enabled = torch.is_grad_enabled()
+        # r[hooks.compiled.respecialize]: the hooks in effect are part of the key (and the key keeps
+        # them alive, so their identities stay unique).
+        hooks = SavedTensorHooks.active() if grad_enabled else None
+        static = tuple(map(_is_static, tensors)) if hooks is not None and self.hooks_filter == "no_static" else ()
+        key = (in_spec, constants, InputMeta.of(tensors), grad_enabled, hooks, static)
         plan = self._plans.get(key)
         if plan is None:
-            plan = _build_plan(self.fn, args, kwargs, tensors, stolen)
+            hooks_plan = None if hooks is None else _HooksPlan(hooks, self.hooks_filter, static, Placement(self.hook_placement))
+            plan = _build_plan(self.fn, args, kwargs, tensors, stolen, hooks_plan)
             if self.backend == "fast":
                 from aotspec.fast.runtime import FastPlan
 
@@ -136,12 +147,56 @@ def _functional(plan):
     return plan.functional if hasattr(plan, "functional") else plan
 
 
-def _build_plan(fn, args, kwargs, tensors, stolen):
+def _is_static(t: torch.Tensor) -> bool:
+    """A parameter, or an input marked static (`r[hooks.filter.no-static]`)."""
+    return isinstance(t, torch.nn.Parameter) or hasattr(t, "_dynamo_static_input_type")
+
+
+@frozen
+class _HooksPlan:
+    hooks: SavedTensorHooks
+    hooks_filter: str
+    static: tuple[bool, ...]
+    placement: Placement
+
+
+_HOOKS_INSIDE = (
+    "saved_tensors_hooks entered inside a compiled function cannot be inlined [rule hooks.compiled.traced]. "
+    "Enter the context around the call of the compiled function instead"
+)
+
+
+def _build_plan(fn, args, kwargs, tensors, stolen, hooks: _HooksPlan | None):
+    # Tracing runs autograd on fake tensors: the user's saved-tensor hooks must not fire on them,
+    # and hooks entered inside `fn` would be lost, so entering them raises.
+    previous = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message()
+    torch._C._autograd._saved_tensors_hooks_disable(_HOOKS_INSIDE, False)
+    try:
+        return _build_plan_without_hooks_firing(fn, args, kwargs, tensors, stolen, hooks)
+    except RuntimeError as error:
+        if str(error) != _HOOKS_INSIDE:
+            raise
+        from aotspec.errors import UnsupportedError
+
+        raise UnsupportedError(
+            "the function enters torch.autograd.graph.saved_tensors_hooks while it is traced",
+            rule="hooks.compiled.traced",
+            fix="Enter the context around the call of the compiled function instead",
+        ) from None
+    finally:
+        if previous is None:
+            torch._C._autograd._saved_tensors_hooks_enable()
+        else:
+            torch._C._autograd._saved_tensors_hooks_disable(previous, False)
+
+
+def _build_plan_without_hooks_firing(fn, args, kwargs, tensors, stolen, hooks: _HooksPlan | None):
     """Capture, functionalize, and with autograd build the forward and backward graphs."""
     from aotspec.errors import UnsupportedError
     from aotspec.reference.autograd import build_training_plan
     from aotspec.reference.capture import capture
     from aotspec.reference.functionalize import Rebind, functionalize
+    from aotspec.reference.hooks import inline_hooks
 
     program = functionalize(capture(fn, args, kwargs), tensors)
     _check_stolen(program, stolen)
@@ -156,7 +211,11 @@ def _build_plan(fn, args, kwargs, tensors, stolen):
             rule="autograd.mutated-grad-input",
             fix="mutate such inputs outside the compiled function, or call it under torch.no_grad()",
         )
-    return build_training_plan(program, tensors)
+    plan = build_training_plan(program, tensors)
+    if hooks is None:
+        return plan
+    static_inputs = frozenset(i for i, is_static in enumerate(hooks.static) if is_static)
+    return inline_hooks(plan, hooks.hooks, hooks.hooks_filter, static_inputs, hooks.placement)
 
 
 def _check_stolen(plan, stolen: frozenset[int]) -> None:

@@ -11,27 +11,51 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import contextlib
+
+import torch
+
 import aotspec
 import aotspec.reference
 
 
+def _hooks(case):
+    """The case's saved-tensor hooks, active around the call (not around the backward)."""
+    if case.hooks is None:
+        return contextlib.nullcontext()
+    return torch.autograd.graph.saved_tensors_hooks(*case.hooks)
+
+
 def torch_eager(case, args: list):
-    return case.program(*args), None
+    with _hooks(case):
+        return case.program(*args), None
 
 
 def reference_eager(case, args: list):
-    run = aotspec.reference.run(case.program, *args)
+    with _hooks(case):
+        run = aotspec.reference.run(case.program, *args)
     return run.outputs, run
 
 
+def _compiled(case, backend: str):
+    compiled = aotspec.compile(case.program, backend=backend, steal=case.steal, hooks_filter=case.hooks_filter)
+    if case.warm_up_without_hooks:
+        world = case.setup()
+        compiled(*[world[name] for name in case.args])
+    return compiled
+
+
 def reference_compiled(case, args: list):
-    compiled = aotspec.compile(case.program, backend="reference", steal=case.steal)
-    outputs = compiled(*args)
+    compiled = _compiled(case, "reference")
+    with _hooks(case):
+        outputs = compiled(*args)
     return outputs, compiled.last_run
 
 
 def fast_compiled(case, args: list):
-    return aotspec.compile(case.program, backend="fast", steal=case.steal)(*args), None
+    compiled = _compiled(case, "fast")
+    with _hooks(case):
+        return compiled(*args), None
 
 
 BACKENDS: dict[str, Callable] = {

@@ -29,6 +29,8 @@ class Outcome:
     error: BaseException | None
     #: The run of a backend that keeps ledgers (`.ledger`, maybe `.backward_ledger`), else None.
     ledger: object | None
+    #: Warnings the call issued.
+    warnings: tuple = ()
 
 
 class Expectation:
@@ -247,6 +249,74 @@ class Raises(Expectation):
         return None
 
 
+def _graph_ledger(outcome: Outcome, graph: str):
+    """The ledger of the compiled run's `graph` ("forward" or "backward"), or why there is none."""
+    if outcome.error is not None:
+        return f"the call raised {type(outcome.error).__name__}: {outcome.error}"
+    ledger = outcome.ledger.ledger if graph == "forward" else getattr(outcome.ledger, "backward_ledger", None)
+    return f"no {graph} ledger (did a backward run?)" if ledger is None else ledger
+
+
+@frozen
+class Steps(Expectation):
+    """The `graph`'s ledger runs steps named `names` one right after the other (graph node names:
+    the order of ops in the compiled graph)."""
+
+    graph: str
+    names: tuple[str, ...] = field(converter=tuple)
+    needs_ledger = True
+
+    def check(self, outcome):
+        ledger = _graph_ledger(outcome, self.graph)
+        if isinstance(ledger, str):
+            return ledger
+        steps = [probe.node for probe in ledger.probes]
+        width = len(self.names)
+        if any(tuple(steps[i : i + width]) == self.names for i in range(len(steps) - width + 1)):
+            return None
+        return f"{self.graph} steps {list(self.names)} are not consecutive in {steps}"
+
+
+@frozen
+class FreedBy(Expectation):
+    """In the `graph`'s ledger, the storage that appeared at step `made_by` (an op's result, or a
+    graph input) is freed at step `freed_by`."""
+
+    graph: str
+    made_by: str
+    freed_by: str
+    needs_ledger = True
+
+    def check(self, outcome):
+        ledger = _graph_ledger(outcome, self.graph)
+        if isinstance(ledger, str):
+            return ledger
+        made = [e.storage for e in ledger.events if e.kind == "alloc" and e.node == self.made_by]
+        if not made:
+            return f"no storage appeared at {self.graph} step {self.made_by}"
+        freed = [e.node for e in ledger.events if e.kind == "free" and e.storage == made[0]]
+        if freed != [self.freed_by]:
+            where = f"at steps {freed}" if freed else "never"
+            return f"the storage made at {self.made_by} is freed {where}, expected at {self.freed_by}"
+        return None
+
+
+@frozen
+class Warns(Expectation):
+    """The call warned with `category`, naming `rule`."""
+
+    category: type
+    rule: str
+
+    def check(self, outcome):
+        if outcome.error is not None:
+            return f"the call raised {type(outcome.error).__name__}: {outcome.error}"
+        for warning in outcome.warnings:
+            if issubclass(warning.category, self.category) and f"rule {self.rule}" in str(warning.message):
+                return None
+        return f"expected a {self.category.__name__} naming rule {self.rule}; got {[str(w.message) for w in outcome.warnings]}"
+
+
 @frozen
 class PeakBytes(Expectation):
     """The ledger's peak live bytes over the call, inputs included (`r[memory.peak]`)."""
@@ -297,6 +367,12 @@ class Case:
     #: After the call, backpropagate the sum of every output that requires grad; each world tensor
     #: with a gradient then has it in the world as `name.grad`.
     backward: bool = False
+    #: (pack, unpack): the call runs inside `torch.autograd.graph.saved_tensors_hooks(pack, unpack)`.
+    hooks: tuple[Callable, Callable] | None = None
+    #: `hooks_filter` of compiled backends (`specs/saved-tensor-hooks.md`).
+    hooks_filter: str = "donated"
+    #: Compiled backends first call the compiled function once without hooks, on a fresh world.
+    warm_up_without_hooks: bool = False
 
 
 #: Skip entries for cases that pin compiled semantics only (eager has no such notion).

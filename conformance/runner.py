@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import re
+import warnings
 
 import torch
 from attrs import frozen
@@ -29,10 +30,12 @@ def run_case(case: Case, backend: str) -> CaseResult:
     world = case.setup()
     before = observe(world)
     outputs, ledger, error = None, None, None
-    try:
-        outputs, ledger = run(case, [world[name] for name in case.args])
-    except Exception as raised:  # noqa: BLE001  (the expectations judge every error)
-        error = raised
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            outputs, ledger = run(case, [world[name] for name in case.args])
+        except Exception as raised:  # noqa: BLE001  (the expectations judge every error)
+            error = raised
     if error is None:
         world = world_of(world, outputs)
         if case.backward:
@@ -40,7 +43,7 @@ def run_case(case: Case, backend: str) -> CaseResult:
                 _backpropagate(world)
             except Exception as raised:  # noqa: BLE001
                 error = raised
-    outcome = Outcome(world, observe(world), before, error, ledger)
+    outcome = Outcome(world, observe(world), before, error, ledger, tuple(caught))
     if error is not None and not any(isinstance(e, Raises) for e in case.expect):
         message = f"the call raised {type(error).__name__}: {error}"
         return CaseResult(case, backend, "fail", (message,))

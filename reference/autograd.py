@@ -3,9 +3,10 @@
 1. The joint graph (`r[autograd.joint]`): the functional graph is replayed on traced tensors, then
    walked backwards, applying each op's derivative rule (registered beside the op in
    `reference/ops.py`) to the gradients flowing into it; `make_fx` records both halves.
-2. The partition (`r[autograd.partition.saved]`): nodes that depend on a tangent form the backward
-   graph, the rest the forward graph; forward values the backward reads are saved, except views,
-   which the backward recomputes from their saved base (`r[autograd.partition.recompute-views]`).
+2. The partition (`r[autograd.partition.saved]`): the replayed functional graph is the forward
+   graph, the ops the derivative rules add are the backward graph; forward values the backward
+   reads are saved, except views, which the backward recomputes from their saved base
+   (`r[autograd.partition.recompute-views]`).
 Both passes visit each node a bounded number of times.
 
 Conventions: `primals` are the functional graph's inputs, `tangents` the gradients of its
@@ -178,12 +179,16 @@ def partition(joint_module: torch.fx.GraphModule, n_inputs: int, n_outputs: int)
     output_node = next(iter(reversed(joint.nodes)))
     forward_outputs = list(output_node.args[0][0])
     grads = [g for g in output_node.args[0][1]]
-    backward_nodes = _descendants(joint, tangents)
+    # r[autograd.partition.saved]: the forward holds the replayed functional graph; every op a
+    # derivative rule added runs in the backward, as in eager autograd, so the saved values are
+    # exactly what the rules read (and what saved-tensor hooks see: r[hooks.eager.saved-set]).
+    forward_nodes = _ancestors(forward_outputs)
+    forward_nodes.update(primals)
     saved = []
     for node in joint.nodes:
-        if node in backward_nodes or node.op == "output":
+        if node not in forward_nodes:
             continue
-        if any(user in backward_nodes for user in node.users):
+        if any(user not in forward_nodes and user.op != "output" for user in node.users):
             saved.append(node)
     saved = _save_bases_of_views(saved)
     forward = _extract(joint, primals, forward_outputs + saved)
@@ -191,11 +196,16 @@ def partition(joint_module: torch.fx.GraphModule, n_inputs: int, n_outputs: int)
     return GraphProgram.of(forward), GraphProgram.of(backward), len(saved)
 
 
-def _descendants(graph: torch.fx.Graph, roots: list[torch.fx.Node]) -> set[torch.fx.Node]:
-    found = set(roots)
-    for node in graph.nodes:
-        if any(used in found for used in node.all_input_nodes):
-            found.add(node)
+def _ancestors(roots: list) -> set[torch.fx.Node]:
+    """The nodes `roots` are computed from, roots included."""
+    found: set[torch.fx.Node] = set()
+    stack = [node for node in roots if isinstance(node, torch.fx.Node)]
+    while stack:
+        node = stack.pop()
+        if node in found:
+            continue
+        found.add(node)
+        stack.extend(node.all_input_nodes)
     return found
 
 

@@ -1,8 +1,8 @@
 """Every conformance case, gathered from the modules of this package (one module per chapter)."""
 
-from . import aliasing, autograd, capture, memory, ops, resize
+from . import aliasing, autograd, capture, hooks, memory, ops, resize
 
-ALL_CASES = [*memory.CASES, *capture.CASES, *ops.CASES, *aliasing.CASES, *resize.CASES, *autograd.CASES]
+ALL_CASES = [*memory.CASES, *capture.CASES, *ops.CASES, *aliasing.CASES, *resize.CASES, *autograd.CASES, *hooks.CASES]
 
 _names = [case.name for case in ALL_CASES]
 if len(set(_names)) != len(_names):

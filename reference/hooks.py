@@ -1,0 +1,302 @@
+"""Saved-tensor hooks in compiled programs: traced once, inlined into the forward and backward graphs.
+
+`specs/saved-tensor-hooks.md`, section "Compiled calls". After the partition
+(`reference/autograd.py`) a training plan's forward returns its outputs and then the saved values,
+and its backward takes the saved values and then the tangents. For each saved value the filter
+selects (`r[hooks.filter.donated]`, `r[hooks.filter.no-static]`, `r[hooks.filter.all]`):
+1. `pack` is traced on a tensor like the saved value; its ops go into the forward right after the
+   value's last forward use, and the forward returns pack's tensors in the value's place
+   (`r[hooks.place.pack-after-last-use]`), so the original dies there;
+2. `unpack` is traced on pack's result (its non-tensor parts are constants,
+   `r[hooks.compiled.constants]`); its ops go into the backward right before the first op that reads
+   the saved value, which then reads unpack's result (`r[hooks.place.unpack-before-first-use]`).
+Each pass visits every node once; tracing is cached per saved-tensor layout.
+"""
+
+from __future__ import annotations
+
+import enum
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from attrs import evolve, frozen
+
+from aotspec.errors import HooksWarning, UnsupportedError
+
+from .autograd import GraphProgram, TrainingPlan
+from .capture import TENSOR, Program, capture
+from .optable import OpKind
+
+
+@frozen
+class SavedTensorHooks:
+    """The (pack, unpack) pair of a `torch.autograd.graph.saved_tensors_hooks` context."""
+
+    pack: Callable
+    unpack: Callable
+
+    @classmethod
+    def active(cls) -> SavedTensorHooks | None:
+        """The innermost active pair (`r[hooks.eager.innermost]`), or None."""
+        hooks = torch._C._autograd._top_saved_tensors_default_hooks(True)
+        return None if hooks is None else cls(*hooks)
+
+
+class Placement(enum.Enum):
+    #: Pack right after the saved value's last forward use: the spec's placement.
+    LAST_USE = "last-use"
+    #: Pack at the end of the forward, as PyTorch 2.13 does: kept for comparisons.
+    FORWARD_END = "forward-end"
+
+
+FILTERS = ("donated", "no_static", "all")
+
+
+@frozen
+class _TracedHooks:
+    """pack and unpack for one saved-value layout, as graphs."""
+
+    pack: Program
+    unpack: Program
+
+
+def inline_hooks(
+    plan: TrainingPlan,
+    hooks: SavedTensorHooks,
+    hooks_filter: str,
+    static_inputs: frozenset[int],
+    placement: Placement = Placement.LAST_USE,
+) -> TrainingPlan:
+    """`plan` with `hooks` inlined for the saved values `hooks_filter` selects."""
+    forward, backward = plan.forward.graph, plan.backward.graph
+    saved = _saved_nodes(forward, plan.num_saved)
+    selected = _select(forward, saved, plan.num_saved, hooks_filter, static_inputs)
+    if not selected:
+        if hooks_filter == "donated":
+            # r[hooks.filter.donated-empty]
+            warnings.warn(
+                "saved-tensor hooks are active, but hooks_filter='donated' selects no saved value "
+                "(the forward saves only its inputs or outputs), so no hook applies "
+                "[rule hooks.filter.donated-empty]. Pass hooks_filter='no_static' or 'all' to pack inputs too",
+                HooksWarning,
+                stacklevel=4,
+            )
+        return plan
+    traced = _trace_all(hooks, [saved[j] for j in selected])
+    new_forward, packed = _pack_in_forward(forward, saved, selected, traced, placement)
+    new_backward = _unpack_in_backward(backward, packed, {j: traced[saved[j]] for j in selected}, placement)
+    return evolve(
+        plan,
+        forward=GraphProgram.of(torch.fx.GraphModule(torch.nn.Module(), new_forward)),
+        backward=GraphProgram.of(torch.fx.GraphModule(torch.nn.Module(), new_backward)),
+        num_saved=plan.num_saved - len(selected) + sum(len(names) for names in packed.values()),
+    )
+
+
+# ---------------------------------------------------------------- selection
+
+
+def _saved_nodes(forward: torch.fx.Graph, num_saved: int) -> list[torch.fx.Node]:
+    outputs = _output_node(forward).args[0]
+    return list(outputs[len(outputs) - num_saved :])
+
+
+def _select(forward, saved, num_saved, hooks_filter, static_inputs) -> list[int]:
+    """Indices (into `saved`) of the values the hooks apply to."""
+    placeholders = {node: i for i, node in enumerate(n for n in forward.nodes if n.op == "placeholder")}
+    outputs = _output_node(forward).args[0]
+    returned = set(outputs[: len(outputs) - num_saved])
+    if hooks_filter == "all":  # r[hooks.filter.all]
+        return list(range(len(saved)))
+    if hooks_filter == "no_static":  # r[hooks.filter.no-static]
+        return [j for j, node in enumerate(saved) if placeholders.get(node) not in static_inputs]
+    # r[hooks.filter.donated]: intermediates the caller never sees
+    return [j for j, node in enumerate(saved) if node not in placeholders and node not in returned]
+
+
+# ---------------------------------------------------------------- tracing
+
+
+def _trace_all(hooks: SavedTensorHooks, nodes: list[torch.fx.Node]) -> dict[torch.fx.Node, _TracedHooks]:
+    by_layout: dict[tuple, _TracedHooks] = {}
+    traced = {}
+    for node in nodes:
+        value = node.meta["val"]
+        key = (tuple(value.shape), value.stride(), value.dtype)
+        if key not in by_layout:
+            by_layout[key] = _trace(hooks, value)
+        traced[node] = by_layout[key]
+    return traced
+
+
+def _trace(hooks: SavedTensorHooks, saved_value) -> _TracedHooks:
+    # r[hooks.compiled.traced]: traced on a tensor with the saved value's layout.
+    example = torch.empty_strided(saved_value.shape, saved_value.stride(), dtype=saved_value.dtype)
+    pack = _capture_hook("pack", hooks.pack, (example,))
+    packed_examples = [_example(node) for node in _output_node(pack.graph).args[0]]
+
+    def unpack_leaves(*tensors):
+        it = iter(tensors)
+        leaves = [next(it) if leaf is TENSOR else leaf for leaf in pack.out_leaves]  # r[hooks.compiled.constants]
+        return hooks.unpack(pytree.tree_unflatten(leaves, pack.out_spec))
+
+    unpack_leaves.__qualname__ = getattr(hooks.unpack, "__qualname__", repr(hooks.unpack))
+    unpack = _capture_hook("unpack", unpack_leaves, packed_examples)
+    result = _output_node(unpack.graph).args[0]
+    if unpack.out_leaves != (TENSOR,) or pytree.tree_unflatten([0], unpack.out_spec) != 0:
+        _untraceable("unpack", hooks.unpack, f"it returned {unpack.out_spec} instead of one tensor")
+    got = result[0].meta["val"]
+    if tuple(got.shape) != tuple(saved_value.shape) or got.dtype != saved_value.dtype:
+        _untraceable(
+            "unpack",
+            hooks.unpack,
+            f"it returned a {got.dtype} tensor of shape {tuple(got.shape)} for a saved "
+            f"{saved_value.dtype} tensor of shape {tuple(saved_value.shape)}",
+        )
+    return _TracedHooks(pack, unpack)
+
+
+def _capture_hook(which: str, hook: Callable, examples) -> Program:
+    try:
+        program = capture(hook, tuple(examples))
+    except Exception as error:  # noqa: BLE001  (any failure to trace is the user's to fix)
+        _untraceable(which, hook, f"{type(error).__name__}: {error}")
+    mutating = [node.name for node, entry in program.entries.items() if entry.kind in (OpKind.INPLACE, OpKind.EFFECT)]
+    if mutating:
+        _untraceable(which, hook, f"it mutates tensors in place ({', '.join(mutating)})")
+    return program
+
+
+def _untraceable(which: str, hook: Callable, reason: str):
+    name = getattr(hook, "__qualname__", repr(hook))
+    raise UnsupportedError(
+        f"the saved-tensor {which} hook {name} cannot be inlined: {reason}",
+        rule="hooks.compiled.untraceable",
+        fix="write pack and unpack with tensor ops only (no .item(), .tolist(), .numpy() or branching on "
+        "tensor values; pack returns tensors and constants, unpack one tensor like the saved one), "
+        "or call the compiled function outside saved_tensors_hooks",
+    )
+
+
+def _example(node: torch.fx.Node) -> torch.Tensor:
+    value = node.meta["val"]
+    return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype)
+
+
+# ---------------------------------------------------------------- inlining
+
+
+def _pack_in_forward(forward, saved, selected, traced, placement):
+    """A copy of `forward` with each selected value packed; returns it and, per selected saved
+    index, the new graph's nodes holding pack's tensors."""
+    chosen = {saved[j] for j in selected}
+    pack_after = _pack_points(forward, chosen, placement)
+    new = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    packed_nodes: dict[torch.fx.Node, list[torch.fx.Node]] = {}
+    for node in forward.nodes:
+        if node.op == "output":
+            break
+        env[node] = new.node_copy(node, env.__getitem__)
+        for value in pack_after.get(node, ()):
+            packed_nodes[value] = _inline(new, traced[value].pack, [env[value]], f"{value.name}_packed")
+    for value in pack_after.get(None, ()):  # PyTorch's placement, kept for comparisons
+        packed_nodes[value] = _inline(new, traced[value].pack, [env[value]], f"{value.name}_packed")
+    outputs = _output_node(forward).args[0]
+    user_outputs = [env[node] for node in outputs[: len(outputs) - len(saved)]]
+    saved_outputs: list[torch.fx.Node] = []
+    packed: dict[int, list[str]] = {}
+    for j, node in enumerate(saved):
+        if j in selected:
+            packed[j] = [leaf.name for leaf in packed_nodes[node]]
+            saved_outputs.extend(packed_nodes[node])
+        else:
+            saved_outputs.append(env[node])
+    new.output(user_outputs + saved_outputs)
+    return new, packed
+
+
+def _pack_points(forward, chosen, placement) -> dict[torch.fx.Node | None, list[torch.fx.Node]]:
+    """node -> the chosen values to pack right after it (None: right before the output)."""
+    if placement is Placement.FORWARD_END:
+        return {None: [node for node in forward.nodes if node in chosen]}
+    last_use: dict[torch.fx.Node, torch.fx.Node] = {}
+    last_placeholder = None
+    for node in forward.nodes:
+        if node.op == "placeholder":
+            last_placeholder = node
+        if node in chosen:
+            last_use[node] = node
+        if node.op == "call_function":
+            for used in node.all_input_nodes:
+                if used in chosen:
+                    last_use[used] = node
+    points: dict[torch.fx.Node | None, list[torch.fx.Node]] = {}
+    for value, node in last_use.items():
+        # Inputs are packed after the last placeholder: the graph's inputs come first.
+        point = last_placeholder if node.op == "placeholder" else node
+        points.setdefault(point, []).append(value)
+    return points
+
+
+def _inline(graph: torch.fx.Graph, hook: Program, arguments: list[torch.fx.Node], name: str) -> list[torch.fx.Node]:
+    """Copy `hook`'s graph into `graph` on `arguments`; returns the nodes of its tensor outputs."""
+    env: dict[torch.fx.Node, Any] = {}
+    inputs = iter(arguments)
+    for node in hook.graph.nodes:
+        if node.op == "placeholder":
+            env[node] = next(inputs)
+        elif node.op == "output":
+            results = [env[result] for result in node.args[0]]
+        else:
+            env[node] = graph.node_copy(node, env.__getitem__)
+    fresh = [result for result in results if result not in arguments]
+    for k, result in enumerate(fresh):
+        result._rename(f"{name}_{k}" if len(fresh) > 1 else name)
+    return results
+
+
+def _unpack_in_backward(backward, packed, traced, placement):
+    """A copy of `backward` taking pack's tensors (`packed`, by saved index) for each selected saved
+    value, with its unpack (`traced`, by saved index) inlined right before the value's first use."""
+    new = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    pending: dict[torch.fx.Node, list[torch.fx.Node]] = {}  # saved placeholder -> its packed inputs
+    unpack_of: dict[torch.fx.Node, Program] = {}
+    placeholders = [node for node in backward.nodes if node.op == "placeholder"]
+    for j, node in enumerate(placeholders):
+        if j not in packed:
+            env[node] = new.placeholder(node.name)
+            env[node].meta = dict(node.meta)
+            continue
+        pending[node] = [new.placeholder(name) for name in packed[j]]
+        for placeholder, source in zip(pending[node], _output_node(traced[j].pack.graph).args[0], strict=True):
+            placeholder.meta = dict(source.meta)
+        unpack_of[node] = traced[j].unpack
+
+    def unpack(node):
+        (result,) = _inline(new, unpack_of[node], pending.pop(node), f"{node.name}_unpacked")
+        env[node] = result
+
+    if placement is Placement.FORWARD_END:
+        for node in list(pending):
+            unpack(node)
+    for node in backward.nodes:
+        if node.op == "placeholder":
+            continue
+        for used in node.all_input_nodes:
+            if used in pending:
+                unpack(used)
+        if node.op == "output":
+            new.output(torch.fx.node.map_arg(node.args[0], env.__getitem__))
+        else:
+            env[node] = new.node_copy(node, env.__getitem__)
+    return new
+
+
+def _output_node(graph: torch.fx.Graph) -> torch.fx.Node:
+    return next(iter(reversed(graph.nodes)))
