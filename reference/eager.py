@@ -18,45 +18,55 @@ import numpy as np
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
-from attrs import frozen
+from attrs import define
 
 from aotspec.errors import InternalError
 
 from .boundary import Boundary, storage_from_torch
 from .capture import Program, capture
+from .eager_autograd import Tape, connect, hooks_silenced_while_tracing
 from .ledger import Ledger
 from .optable import OpEntry, OpKind, bind
 from .storage import REDUCED_FLOATS, Layout, Storage, Tensor
 
 
-@frozen
+@define
 class EagerRun:
     """What one eager run returns: the user's outputs (torch) and the ledger of the run."""
 
     outputs: Any
     ledger: Ledger
     program: Program
+    #: With autograd: the backward's ledger, once `.backward()` has run the tape.
+    backward_ledger: Ledger | None = None
+    #: Storages (ledger ids) of the values the tape saved, which the backward took over.
+    saved_storages: frozenset[int] = frozenset()
 
 
 def run(fn, *args, **kwargs) -> EagerRun:
     """Capture `fn` on these arguments and run it on the reference, like eager PyTorch would."""
-    return execute(capture(fn, args, kwargs), args, kwargs)
+    with hooks_silenced_while_tracing():
+        program = capture(fn, args, kwargs)
+    return execute(program, args, kwargs)
 
 
 def execute(program: Program, args, kwargs) -> EagerRun:
     boundary = Boundary()
-    inputs = [
-        boundary.import_tensor(t, name=node.name)
-        for t, node in zip(program.tensor_inputs(args, kwargs), _placeholders(program), strict=True)
-    ]
+    callers = program.tensor_inputs(args, kwargs)
+    inputs = [boundary.import_tensor(t, name=node.name) for t, node in zip(callers, _placeholders(program), strict=True)]
     ledger = Ledger()
     for cell in inputs:
         ledger.hold(cell)  # the caller holds its arguments for the whole call
+    tape = Tape.needed(inputs, callers, ledger)
     with np.errstate(all="ignore"):  # inf and nan are values here, as in PyTorch
-        outputs = interpret(program, inputs, ledger)
+        outputs = interpret(program, inputs, ledger, call=_call if tape is None else tape.call)
     boundary.apply_to_caller()
     torch_outputs = [boundary.export(value) for value in outputs]
-    return EagerRun(program.unflatten_outputs(torch_outputs), ledger, program)
+    run = EagerRun(None, ledger, program)
+    if tape is not None:
+        torch_outputs = connect(tape, outputs, torch_outputs, run)
+    run.outputs = program.unflatten_outputs(torch_outputs)
+    return run
 
 
 def _placeholders(program: Program) -> list[torch.fx.Node]:
@@ -79,8 +89,12 @@ def last_uses(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[torch.fx.Node]]
     return dies_at
 
 
-def interpret(program: Program, inputs: list[Tensor], ledger: Ledger) -> list:
-    """Run the graph on reference tensors; returns the graph outputs (held for the caller)."""
+def interpret(program: Program, inputs: list[Tensor], ledger: Ledger, call=None) -> list:
+    """Run the graph on reference tensors; returns the graph outputs (held for the caller).
+
+    `call(node, entry, env, ledger)` runs one op (`_call`, or the autograd tape's wrapper of it).
+    """
+    call = _call if call is None else call
     graph_module = program.graph_module
     env: dict[torch.fx.Node, Any] = {}
     dies_at = last_uses(program.graph)
@@ -93,7 +107,7 @@ def interpret(program: Program, inputs: list[Tensor], ledger: Ledger) -> list:
         elif node.op == "get_attr":
             env[node] = _constant(getattr(graph_module, node.target), node.name)
         elif node.op == "call_function":
-            env[node] = _call(node, program.entries.get(node), env, ledger)
+            env[node] = call(node, program.entries.get(node), env, ledger)
         elif node.op == "output":
             outputs = [env[value] for value in node.args[0]]
             _each_tensor(outputs, ledger.hold)  # the caller holds what is returned
