@@ -1,0 +1,495 @@
+"""Triton kernels for chains of pointwise ops: the program a kernel runs, its source, its launch.
+
+A `Program` is a straight line of `Step`s over tensors of one shape: each step is one aten
+pointwise op whose operands are the kernel's tensor arguments (`Input`), earlier steps' results
+(`Value`) or Python scalars. The generated kernel runs over the flat, contiguous index range of
+that shape, BLOCK elements per program instance:
+
+1. load each input at the index (broadcast inputs through their strides, masked past the end);
+2. compute each step as eager PyTorch does (`r[ops.opmath]`): float16 and bfloat16 operands are
+   widened to float32, and the result is rounded to the step's dtype right after the step, so a
+   chain rounds once per op exactly like eager, never once per chain;
+3. store the program's outputs, contiguous.
+
+Differences from eager PyTorch, all within `torch.testing.assert_close`'s default tolerances:
+transcendental functions (`exp`, `sin`, `erf`, ...) come from Triton's math library (numpy's
+under TRITON_INTERPRET=1), not from PyTorch's, so a float32 result may differ in the last bits,
+and a float16/bfloat16 result by one unit in the last place where that float32 difference crosses
+a rounding boundary. Division and square root are rounded correctly (`div_rn`, `sqrt_rn`), as in
+eager.
+
+Kernels are compiled once per (program, input layouts, interpreter mode), from a source file
+written to a temporary directory (Triton reads a kernel's source from its file).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import hashlib
+import importlib.util
+import math
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import triton
+from attrs import frozen
+from triton import knobs
+
+from aotspec.reference.optable import bind
+
+aten = torch.ops.aten
+
+#: Elements per program instance.
+BLOCK = 1024
+
+#: Dtypes a kernel loads, computes and stores (float64 and complex stay with torch).
+KERNEL_DTYPES = {
+    torch.float32: "tl.float32",
+    torch.float16: "tl.float16",
+    torch.bfloat16: "tl.bfloat16",
+    torch.int8: "tl.int8",
+    torch.int16: "tl.int16",
+    torch.int32: "tl.int32",
+    torch.int64: "tl.int64",
+    torch.uint8: "tl.uint8",
+    torch.bool: "tl.int1",
+}
+
+#: Reduced floats compute in float32 (`r[ops.opmath]`).
+REDUCED_FLOATS = frozenset({torch.float16, torch.bfloat16})
+
+
+def opmath(dtype: torch.dtype) -> torch.dtype:
+    """The dtype eager PyTorch computes a `dtype` op in: float32 for reduced floats."""
+    return torch.float32 if dtype in REDUCED_FLOATS else dtype
+
+
+# ---------------------------------------------------------------- programs
+
+
+@frozen
+class Input:
+    """An operand: the kernel's `index`-th tensor argument."""
+
+    index: int
+
+
+@frozen
+class Value:
+    """An operand: the result of the program's `index`-th step."""
+
+    index: int
+
+
+@frozen
+class Step:
+    """One pointwise op, `op(*args, **kwargs)`, with Input/Value operands among its arguments."""
+
+    op: torch._ops.OpOverload
+    args: tuple
+    kwargs: tuple[tuple[str, object], ...]
+    #: The dtype of the step's result.
+    dtype: torch.dtype
+    #: The dtype the step computes in (see `ComputeIn`).
+    compute_dtype: torch.dtype
+
+    def operands(self) -> list[Input | Value]:
+        return [a for a in (*self.args, *(v for _, v in self.kwargs)) if isinstance(a, Input | Value)]
+
+
+@frozen(cache_hash=True)
+class Program:
+    """Steps over tensors of one `shape`; the results of the steps listed in `outputs` are stored."""
+
+    steps: tuple[Step, ...]
+    outputs: tuple[int, ...]
+    shape: tuple[int, ...]
+
+    @property
+    def name(self) -> str:
+        """`mul_sin_relu_add`: the program's ops, at most four of them, in order."""
+        names = dict.fromkeys(step.op.overloadpacket.__name__.lstrip("_") for step in self.steps)
+        return "_".join(list(names)[:4])
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+@frozen
+class InputLayout:
+    """How a kernel reads one input: its dtype, and its strides broadcast to the program's shape."""
+
+    dtype: torch.dtype
+    strides: tuple[int, ...]
+
+    @classmethod
+    def of(cls, tensor: torch.Tensor, shape: tuple[int, ...]) -> InputLayout:
+        """`tensor` (real or fake) read at `shape`: stride 0 along broadcast dims; a dim of size 1
+        is never stepped along, so it takes its contiguous stride, whatever the tensor's."""
+        lead = len(shape) - tensor.dim()
+        strides = list(contiguous_strides(shape))
+        for d, size in enumerate(shape):
+            if size != 1:
+                stretched = d < lead or tensor.shape[d - lead] != size
+                strides[d] = 0 if stretched else tensor.stride(d - lead)
+        return cls(tensor.dtype, tuple(strides))
+
+
+def contiguous_strides(shape) -> tuple[int, ...]:
+    """Row-major strides; a dim of size 0 or 1 counts as size 1, as in PyTorch."""
+    strides, stride = [], 1
+    for size in reversed(shape):
+        strides.append(stride)
+        stride *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+# ---------------------------------------------------------------- the op table
+
+
+class ComputeIn(enum.Enum):
+    """Which dtype a step computes in."""
+
+    #: opmath of the result's dtype: arithmetic (`add`, `sin`, `where`, ...).
+    RESULT = "result"
+    #: opmath of the operands' promoted dtype: comparisons, whose result is bool.
+    OPERANDS = "operands"
+    #: the operand's own dtype: copies and casts, which convert once, to the result's dtype.
+    SOURCE = "source"
+
+
+@frozen
+class PointwiseRule:
+    """How one aten op becomes a Triton expression.
+
+    `expression` takes the op's schema arguments in order: operands as Triton expressions already
+    cast to the step's compute dtype, other arguments as the Python values of the graph.
+    """
+
+    expression: Callable[..., str]
+    compute_in: ComputeIn = ComputeIn.RESULT
+    #: The expression's dtype is bool (a comparison), not the compute dtype.
+    gives_bool: bool = False
+    #: Transcendental and rounding functions: Triton has them for floats only.
+    floats_only: bool = False
+    #: Schema positions of operands read as they are, never cast (where's condition).
+    uncast: frozenset[int] = frozenset()
+
+
+#: aten op -> its rule. Every op here is an `OpKind.COMPUTE` entry of `reference/optable.py`.
+POINTWISE_RULES: dict[torch._ops.OpOverload, PointwiseRule] = {}
+
+
+def pointwise(*overloads, **options):
+    """Register `expression` as the Triton rule of each overload."""
+
+    def register(expression):
+        for overload in overloads:
+            POINTWISE_RULES[overload] = PointwiseRule(expression, **options)
+        return expression
+
+    return register
+
+
+def _function(overload, function: str) -> None:
+    """A float op that is one Triton math function of its one operand."""
+    pointwise(overload, floats_only=True)(lambda x: f"{function}({x})")
+
+
+for _overload, _function_name in [
+    (aten.exp.default, "tl.exp"),
+    (aten.exp2.default, "tl.exp2"),
+    (aten.log.default, "tl.log"),
+    (aten.log2.default, "tl.log2"),
+    (aten.sin.default, "tl.sin"),
+    (aten.cos.default, "tl.cos"),
+    (aten.sqrt.default, "tl.sqrt_rn"),
+    (aten.rsqrt.default, "tl.rsqrt"),
+    (aten.erf.default, "tl.erf"),
+    (aten.floor.default, "tl.floor"),
+    (aten.ceil.default, "tl.ceil"),
+]:
+    _function(_overload, _function_name)
+
+
+@pointwise(aten.abs.default)
+def abs_(x):
+    return f"tl.abs({x})"
+
+
+@pointwise(aten.neg.default)
+def neg(x):
+    return f"-{x}"
+
+
+@pointwise(aten.relu.default)
+def relu(x):
+    # Not `x > 0 ? x : 0`: a NaN passes through relu, as through clamp_min.
+    return f"tl.where({x} < 0, 0, {x})"
+
+
+@pointwise(aten.sigmoid.default, floats_only=True)
+def sigmoid(x):
+    # Spelled out: tl.sigmoid is a jit function of triton.language, which runs in the interpreter
+    # only if TRITON_INTERPRET=1 was set before triton.language was imported.
+    return f"tl.div_rn(1.0, 1.0 + tl.exp(-{x}))"
+
+
+@pointwise(aten.reciprocal.default, floats_only=True)
+def reciprocal(x):
+    return f"tl.div_rn(1.0, {x})"
+
+
+@pointwise(aten.add.Tensor, aten.add.Scalar)
+def add(x, y, alpha):
+    return f"{x} + {y}" if alpha == 1 else f"{x} + {alpha} * {y}"
+
+
+@pointwise(aten.sub.Tensor, aten.sub.Scalar)
+def sub(x, y, alpha):
+    return f"{x} - {y}" if alpha == 1 else f"{x} - {alpha} * {y}"
+
+
+@pointwise(aten.mul.Tensor, aten.mul.Scalar)
+def mul(x, y):
+    return f"{x} * {y}"
+
+
+@pointwise(aten.div.Tensor, aten.div.Scalar, floats_only=True)
+def div(x, y):
+    return f"tl.div_rn({x}, {y})"
+
+
+def _maximum(x, y) -> str:
+    # torch.maximum, clamp and clamp_min propagate a NaN from either side.
+    return f"tl.maximum({x}, {y}, propagate_nan=tl.PropagateNan.ALL)"
+
+
+def _minimum(x, y) -> str:
+    return f"tl.minimum({x}, {y}, propagate_nan=tl.PropagateNan.ALL)"
+
+
+pointwise(aten.maximum.default, aten.clamp_min.default)(_maximum)
+pointwise(aten.minimum.default, aten.clamp_max.default)(_minimum)
+
+
+@pointwise(aten.clamp.default, aten.clamp.Tensor)
+def clamp(x, low, high):
+    # PyTorch applies the lower bound, then the upper one: low > high gives high everywhere.
+    if low is not None:
+        x = _maximum(x, low)
+    return x if high is None else _minimum(x, high)
+
+
+@pointwise(aten.where.self, uncast=frozenset({0}))
+def where(condition, x, y):
+    return f"tl.where({condition}, {x}, {y})"
+
+
+@pointwise(aten.threshold_backward.default)
+def threshold_backward(grad, x, threshold):
+    return f"tl.where({x} <= {threshold}, 0, {grad})"
+
+
+def _comparison(symbol: str):
+    return lambda x, y: f"{x} {symbol} {y}"
+
+
+for _overloads, _symbol in [
+    ((aten.eq.Tensor, aten.eq.Scalar), "=="),
+    ((aten.ne.Tensor, aten.ne.Scalar), "!="),
+    ((aten.lt.Tensor, aten.lt.Scalar), "<"),
+    ((aten.le.Tensor, aten.le.Scalar), "<="),
+    ((aten.gt.Tensor, aten.gt.Scalar), ">"),
+    ((aten.ge.Tensor, aten.ge.Scalar), ">="),
+]:
+    pointwise(*_overloads, compute_in=ComputeIn.OPERANDS, gives_bool=True)(_comparison(_symbol))
+
+
+@pointwise(aten.isnan.default, compute_in=ComputeIn.OPERANDS, gives_bool=True)
+def isnan(x):
+    return f"{x} != {x}"
+
+
+@pointwise(aten.logical_not.default, compute_in=ComputeIn.OPERANDS, gives_bool=True)
+def logical_not(x):
+    return f"{x} == 0"
+
+
+@pointwise(aten.logical_and.default, compute_in=ComputeIn.OPERANDS, gives_bool=True)
+def logical_and(x, y):
+    return f"({x} != 0) & ({y} != 0)"
+
+
+@pointwise(aten.logical_or.default, compute_in=ComputeIn.OPERANDS, gives_bool=True)
+def logical_or(x, y):
+    return f"({x} != 0) | ({y} != 0)"
+
+
+@pointwise(aten._to_copy.default, aten.clone.default, compute_in=ComputeIn.SOURCE)
+def copy(x, *_):
+    # The conversion to the result's dtype is the step's final cast (see `_converted`).
+    return x
+
+
+# ---------------------------------------------------------------- source
+
+
+def kernel_source(program: Program, layouts: tuple[InputLayout, ...]) -> str:
+    """The `@triton.jit` kernel computing `program` from inputs laid out as `layouts`."""
+    contiguous = contiguous_strides(program.shape)
+    pointers = [f"in{i}_ptr,  # {_describe(layout, contiguous)}" for i, layout in enumerate(layouts)]
+    pointers += [f"out{k}_ptr,  # v{v}, contiguous" for k, v in enumerate(program.outputs)]
+    lines = [
+        "@triton.jit",
+        f"def triton_{program.name}(",
+        *(f"    {pointer}" for pointer in pointers),
+        "    n_elements,  # of the output",
+        "    BLOCK: tl.constexpr,",
+        "):",
+        "    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+        "    mask = offsets < n_elements  # the last block runs past the end",
+    ]
+    for i, layout in enumerate(layouts):
+        lines.append(f"    in{i} = {_load(f'in{i}_ptr', layout.strides, program.shape)}")
+    dtypes = {Input(i): layout.dtype for i, layout in enumerate(layouts)}
+    for v, step in enumerate(program.steps):
+        lines.append(f"    # {_describe_step(v, step)}")
+        lines.append(f"    v{v} = {_step_expression(step, dtypes)}")
+        dtypes[Value(v)] = step.dtype
+    for k, v in enumerate(program.outputs):
+        lines.append(f"    tl.store(out{k}_ptr + offsets, v{v}, mask=mask)")
+    body = "\n".join(lines) + "\n"
+    helpers = TO_BFLOAT16 + "\n" if "to_bfloat16(" in body else ""
+    return f"import triton\nimport triton.language as tl\n\n{helpers}\n{body}"
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _describe(layout: InputLayout, contiguous: tuple[int, ...]) -> str:
+    if layout.strides == contiguous:
+        return f"{_dtype_name(layout.dtype)}, contiguous"
+    return f"{_dtype_name(layout.dtype)}, strides {layout.strides}"
+
+
+def _describe_step(v: int, step: Step) -> str:
+    arguments = [*map(_name, step.args), *(f"{key}={_name(value)}" for key, value in step.kwargs)]
+    rule = POINTWISE_RULES[step.op]
+    computed = rule.compute_in is not ComputeIn.SOURCE and step.compute_dtype != step.dtype
+    opmath = f", computed in {_dtype_name(step.compute_dtype)}" if computed else ""
+    return f"v{v} = {step.op}({', '.join(arguments)}) -> {_dtype_name(step.dtype)}{opmath}"
+
+
+def _name(argument) -> str:
+    if isinstance(argument, Input):
+        return f"in{argument.index}"
+    if isinstance(argument, Value):
+        return f"v{argument.index}"
+    return str(argument)
+
+
+def _load(pointer: str, strides: tuple[int, ...], shape: tuple[int, ...]) -> str:
+    """A masked load at the flat index of each output element; one scalar for a broadcast value."""
+    if strides == contiguous_strides(shape):
+        return f"tl.load({pointer} + offsets, mask=mask)"
+    terms = []
+    inner = 1  # output elements per step along dim d
+    for d in reversed(range(len(shape))):
+        if shape[d] != 1 and strides[d] != 0:
+            index = "offsets" if inner == 1 else f"offsets // {inner}"
+            index = index if d == 0 else f"{index} % {shape[d]}"
+            terms.append(index if strides[d] == 1 else f"({index}) * {strides[d]}")
+        inner *= shape[d]
+    if not terms:
+        return f"tl.load({pointer})"
+    return f"tl.load({pointer} + {' + '.join(reversed(terms))}, mask=mask)"
+
+
+def _step_expression(step: Step, dtypes: dict) -> str:
+    rule = POINTWISE_RULES[step.op]
+    arguments = []
+    for position, argument in enumerate(bind(step.op._schema, step.args, dict(step.kwargs))):
+        if isinstance(argument, Input | Value) and position not in rule.uncast:
+            arguments.append(_converted(_name(argument), dtypes[argument], step.compute_dtype))
+        elif isinstance(argument, Input | Value):
+            arguments.append(_name(argument))
+        else:
+            arguments.append(argument)
+    expression = rule.expression(*arguments)
+    return _converted(expression, torch.bool if rule.gives_bool else step.compute_dtype, step.dtype)
+
+
+def _converted(expression: str, source: torch.dtype, target: torch.dtype) -> str:
+    """`expression`, of dtype `source`, converted to `target` as PyTorch converts."""
+    if source == target:
+        return expression
+    if source in REDUCED_FLOATS or (target in REDUCED_FLOATS and source != torch.float32):
+        # PyTorch converts to and from float16 and bfloat16 through float32 (c10::BFloat16(float)).
+        expression, source = f"{_atom(expression)}.to(tl.float32)", torch.float32
+        if source == target:
+            return expression
+    if target == torch.bool:
+        return f"{_atom(expression)} != 0"  # nonzero is True
+    if target == torch.bfloat16:
+        return f"to_bfloat16({expression})"
+    return f"{_atom(expression)}.to({KERNEL_DTYPES[target]})"
+
+
+def _atom(expression: str) -> str:
+    """`expression`, parenthesized unless it is a name."""
+    return expression if expression.isidentifier() else f"({expression})"
+
+
+#: float32 -> bfloat16, rounding to nearest, ties to even, as c10::BFloat16(float) does. Not
+#: `.to(tl.bfloat16)`: Triton's interpreter truncates there, where the GPU rounds.
+TO_BFLOAT16 = """
+@triton.jit
+def to_bfloat16(x):
+    bits = x.to(tl.uint32, bitcast=True)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    is_nan = (bits & 0x7FFFFFFF) > 0x7F800000
+    return tl.where(is_nan, 0x7FC0, rounded).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+"""
+
+
+# ---------------------------------------------------------------- compile and launch
+
+
+def interpreting() -> bool:
+    """Is TRITON_INTERPRET=1 set: do kernels run in Triton's numpy interpreter (on CPU tensors)?"""
+    return knobs.runtime.interpret
+
+
+def launch(program: Program, tensors) -> list[torch.Tensor]:
+    """Run `program`'s kernel on `tensors` (all on one device); returns its outputs."""
+    layouts = tuple(InputLayout.of(t, program.shape) for t in tensors)
+    kernel = _compiled(program, layouts, interpreting())
+    device = tensors[0].device
+    outputs = [torch.empty(program.shape, dtype=program.steps[v].dtype, device=device) for v in program.outputs]
+    if program.numel > 0:
+        kernel[(triton.cdiv(program.numel, BLOCK),)](*tensors, *outputs, program.numel, BLOCK=BLOCK)
+    return outputs
+
+
+@functools.cache
+def _compiled(program: Program, layouts: tuple[InputLayout, ...], interpret: bool):
+    # `interpret` is part of the key: triton.jit reads TRITON_INTERPRET when it wraps the kernel.
+    source = kernel_source(program, layouts)
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    path = _kernel_directory() / f"triton_{program.name}_{digest}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, f"triton_{program.name}")
+
+
+@functools.cache
+def _kernel_directory() -> Path:
+    return Path(tempfile.mkdtemp(prefix="aotspec-triton-"))

@@ -1,0 +1,364 @@
+"""Pointwise fusion and its Triton kernels, on CPU under TRITON_INTERPRET=1.
+
+Each case traces a function with make_fx, fuses it (`fast.fusion.fuse_pointwise`, Triton kernels
+on) and runs the fused module twice: through Triton's interpreter, and through the torch-op path
+(TRITON_INTERPRET unset). Both must give eager PyTorch's values, dtypes, shapes and strides; the
+torch path exactly, the kernels within assert_close's tolerances (transcendental functions come
+from another math library; everything else, the rounding of every op included, is exact).
+
+Triton reads TRITON_INTERPRET when a kernel is wrapped (`triton.jit`), not at import, so a
+fixture sets it per test, whatever imported triton or torch before.
+"""
+
+from __future__ import annotations
+
+import operator
+from pathlib import Path
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import aotspec
+from aotspec.fast.fusion import FusedKernel, fuse_pointwise, triton_requested
+
+aten = torch.ops.aten
+
+# Triton's interpreter computes with numpy, which warns where PyTorch is silent (log of -1, ...).
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+@pytest.fixture(autouse=True)
+def triton_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.delenv("AOTSPEC_TRITON", raising=False)
+
+
+def fused(fn, *inputs) -> torch.fx.GraphModule:
+    return fuse_pointwise(make_fx(fn, tracing_mode="fake")(*inputs), use_triton=True)
+
+
+def kernels(graph_module: torch.fx.GraphModule) -> list[FusedKernel]:
+    return [node.target for node in graph_module.graph.nodes if isinstance(node.target, FusedKernel)]
+
+
+def assert_like_eager(fn, *inputs, exact: bool = False, expected_kernels: int = 1) -> torch.fx.GraphModule:
+    """Fuse `fn`, then check both paths of the fused module against eager `fn`."""
+    module = fused(fn, *inputs)
+    assert len(kernels(module)) == expected_kernels, module.code
+    expected = fn(*inputs)
+    through_triton = module(*inputs)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("TRITON_INTERPRET")
+        through_torch = module(*inputs)
+    tolerance = {"rtol": 0, "atol": 0} if exact else {}
+    for got in (through_triton, through_torch):
+        for e, g in zip(_flat(expected), _flat(got), strict=True):
+            assert g.stride() == e.stride() or e.numel() <= 1
+            torch.testing.assert_close(g, e, equal_nan=True, **tolerance)
+    for e, g in zip(_flat(expected), _flat(through_torch), strict=True):
+        torch.testing.assert_close(g, e, equal_nan=True, rtol=0, atol=0)
+    return module
+
+
+def _flat(value) -> list[torch.Tensor]:
+    return list(value) if isinstance(value, tuple | list) else [value]
+
+
+def sample(shape, dtype, seed=0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=generator) > 0.5
+    if not dtype.is_floating_point:
+        return torch.randint(-50, 50, shape, generator=generator, dtype=dtype)
+    return (torch.randn(shape, generator=generator) * 3).to(dtype)
+
+
+# ---------------------------------------------------------------- each op alone
+
+UNARY = {
+    "abs": aten.abs.default,
+    "neg": aten.neg.default,
+    "exp": aten.exp.default,
+    "exp2": aten.exp2.default,
+    "log": aten.log.default,
+    "log2": aten.log2.default,
+    "sin": aten.sin.default,
+    "cos": aten.cos.default,
+    "sqrt": aten.sqrt.default,
+    "rsqrt": aten.rsqrt.default,
+    "erf": aten.erf.default,
+    "sigmoid": aten.sigmoid.default,
+    "floor": aten.floor.default,
+    "ceil": aten.ceil.default,
+    "relu": aten.relu.default,
+    "reciprocal": aten.reciprocal.default,
+    "isnan": aten.isnan.default,
+    "logical_not": aten.logical_not.default,
+}
+BINARY = {
+    "add": aten.add.Tensor,
+    "sub": aten.sub.Tensor,
+    "mul": aten.mul.Tensor,
+    "div": aten.div.Tensor,
+    "maximum": aten.maximum.default,
+    "minimum": aten.minimum.default,
+    "eq": aten.eq.Tensor,
+    "ne": aten.ne.Tensor,
+    "lt": aten.lt.Tensor,
+    "le": aten.le.Tensor,
+    "gt": aten.gt.Tensor,
+    "ge": aten.ge.Tensor,
+    "logical_and": aten.logical_and.default,
+    "logical_or": aten.logical_or.default,
+}
+WITH_SCALARS = {
+    "add.Scalar-alpha": lambda x: aten.add.Tensor(x, 2.5, alpha=2),
+    "sub.Scalar": lambda x: aten.sub.Scalar(x, 0.5),
+    "mul.Scalar": lambda x: aten.mul.Scalar(x, -3),
+    "div.Scalar": lambda x: aten.div.Scalar(x, 7),
+    "clamp": lambda x: aten.clamp.default(x, -1.0, 2.0),
+    "clamp-max-only": lambda x: aten.clamp.default(x, None, 0.5),
+    "clamp_min": lambda x: aten.clamp_min.default(x, 0.25),
+    "clamp_max": lambda x: aten.clamp_max.default(x, 0.25),
+    "lt.Scalar": lambda x: aten.lt.Scalar(x, 0.5),
+    "eq.Scalar": lambda x: aten.eq.Scalar(x, 0),
+    "threshold_backward": lambda x: aten.threshold_backward.default(x, x.sin(), 0),
+    "where": lambda x: aten.where.self(x > 0, x, x.cos()),
+    "clamp.Tensor": lambda x: aten.clamp.Tensor(x, x.sin(), x.cos() + 1),
+}
+FLOATS = [torch.float32, torch.bfloat16]
+INT_CAPABLE = {"abs", "neg", "relu", "add", "sub", "mul", "maximum", "minimum", "eq", "lt", "logical_and"}
+
+
+def _then_clone(op):
+    # One op alone is no group; a clone after it makes two, and changes no value.
+    return lambda *xs: aten.clone.default(op(*xs))
+
+
+def _cases(names) -> list[tuple[str, torch.dtype]]:
+    return [(name, dtype) for name in names for dtype in [*FLOATS, torch.int32] if dtype in FLOATS or name in INT_CAPABLE]
+
+
+@pytest.mark.parametrize("name, dtype", _cases(UNARY))
+def test_unary_op(name, dtype):
+    assert_like_eager(_then_clone(UNARY[name]), sample((5, 7), dtype))
+
+
+@pytest.mark.parametrize("name, dtype", _cases(BINARY))
+def test_binary_op(name, dtype):
+    assert_like_eager(_then_clone(BINARY[name]), sample((5, 7), dtype), sample((5, 7), dtype, seed=1))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name", list(WITH_SCALARS))
+def test_op_with_scalars(name, dtype):
+    assert_like_eager(_then_clone(WITH_SCALARS[name]), sample((5, 7), dtype))
+
+
+# ---------------------------------------------------------------- chains
+
+
+def pack_unpack(x):
+    """A saved-tensor hook pair's casts: pack to bfloat16, unpack to float32."""
+    return aten._to_copy.default(aten._to_copy.default(x, dtype=torch.bfloat16), dtype=torch.float32)
+
+
+def relu_backward(x, grad):
+    return aten.threshold_backward.default(grad, aten.relu.default(x), 0) * 0.5
+
+
+def bf16_opmath_chain(x, w):
+    # Only correctly rounded ops: eager rounds to bfloat16 after each, and so must the kernel.
+    return ((x * w + 1) / 3 - x).relu()
+
+
+CHAINS = {
+    "mul-sin-relu-add": lambda x, w: (x * w).sin().relu() + 1,
+    "pack-unpack": lambda x, w: pack_unpack(x * w),
+    "relu-backward": relu_backward,
+    "where-comparison": lambda x, w: torch.where(x > w, x.exp(), w.sigmoid()),
+    "mixed-dtypes": lambda x, w: x.to(torch.float16) * w.to(torch.float32),
+    "to-int-and-back": lambda x, w: (x * 10).to(torch.int32).to(x.dtype) + w,
+    "to-bool": lambda x, w: (x * w).to(torch.bool).logical_not(),
+}
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("name", list(CHAINS))
+def test_chain(name, dtype):
+    assert_like_eager(CHAINS[name], sample((5, 7), dtype), sample((5, 7), dtype, seed=1))
+
+
+def test_bfloat16_chain_rounds_after_each_op_like_eager():
+    x, w = sample((64,), torch.bfloat16), sample((64,), torch.bfloat16, seed=1)
+    assert_like_eager(bf16_opmath_chain, x, w, exact=True)
+    # Rounding once, at the end of the chain, would differ: the kernel is exact only per op.
+    once = ((x.float() * w.float() + 1) / 3 - x.float()).relu().bfloat16()
+    assert not torch.equal(once, bf16_opmath_chain(x, w))
+
+
+def test_pack_unpack_casts_fuse_into_one_kernel():
+    x = sample((5, 7), torch.float32)
+    module = assert_like_eager(pack_unpack, x, exact=True)
+    (kernel,) = kernels(module)
+    assert [step.op for step in kernel.program.steps] == [aten._to_copy.default] * 2
+    assert "to_bfloat16(" in kernel.source
+
+
+def test_single_cast_is_a_kernel():
+    (kernel,) = kernels(assert_like_eager(lambda x: aten._to_copy.default(x, dtype=torch.bfloat16), sample((9,), torch.float32), exact=True))
+    assert kernel.name == "fused_to_copy_0"
+
+
+# ---------------------------------------------------------------- sizes and layouts
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (), (1,), (3000,), (4096,)], ids=str)
+def test_sizes(shape):
+    """Empty tensors, 0-dim tensors, several blocks, sizes that are not a multiple of BLOCK."""
+    assert_like_eager(lambda x, w: (x * w).sin() + 1, sample(shape, torch.float32), sample(shape, torch.float32, 1))
+
+
+@pytest.mark.parametrize(
+    "x_shape, w_shape",
+    [((4, 5, 3), (3,)), ((4, 1, 3), (5, 3)), ((4, 5, 3), ()), ((5, 1), (1, 7)), ((2, 3), (1, 1))],
+    ids=str,
+)
+def test_broadcasting_inputs(x_shape, w_shape):
+    assert_like_eager(lambda x, w: (x * w).cos() - w, sample(x_shape, torch.float32), sample(w_shape, torch.float32, 1))
+
+
+def test_strided_input():
+    x = sample((5, 14), torch.bfloat16)[:, ::2]  # read through its strides: (14, 2)
+    module = assert_like_eager(lambda x, w: (x + w).relu(), x, sample((5, 7), torch.bfloat16, 1))
+    assert "tl.load(in0_ptr + (offsets // 7) * 14 + (offsets % 7) * 2, mask=mask)" in kernels(module)[0].source
+
+
+def test_an_output_eager_lays_out_otherwise_stays_with_torch():
+    x = sample((7, 5), torch.bfloat16).t()  # eager's sum of x and w is laid out like x
+    assert_like_eager(lambda x, w: (x + w).relu(), x, sample((5, 7), torch.bfloat16, 1), expected_kernels=0)
+
+
+def test_kernel_source_reads_like_the_ops():
+    x, w = sample((4, 3), torch.bfloat16), sample((3,), torch.bfloat16, 1)
+    (kernel,) = kernels(fused(lambda x, w: (x * w).sin(), x, w))
+    source = kernel.source
+    assert "@triton.jit\ndef triton_mul_sin(" in source
+    assert "in1 = tl.load(in1_ptr + offsets % 3, mask=mask)" in source
+    assert "# v0 = aten.mul.Tensor(in0, in1) -> bfloat16, computed in float32" in source
+    assert "v1 = to_bfloat16(tl.sin(v0.to(tl.float32)))" in source
+    assert repr(kernel) == "FusedKernel('fused_mul_sin_0', aten.mul.Tensor, aten.sin.default)"
+
+
+# ---------------------------------------------------------------- the fusion pass
+
+
+def test_one_kernel_replaces_the_chain():
+    x, w = sample((4, 3), torch.float32), sample((3,), torch.float32, 1)
+    module = assert_like_eager(lambda x, w: (x * w).sin().relu() + 1, x, w)
+    assert "add = fused_mul_sin_relu_add_0(x_1, w_1)" in module.code
+    ops = [node.target for node in module.graph.nodes if node.op == "call_function"]
+    assert len(ops) == 1
+
+
+def test_values_read_outside_become_outputs():
+    def fn(x):
+        y = x.sin()
+        z = (y * 2).cos()
+        return z + y.sum(), y
+
+    module = assert_like_eager(fn, sample((6,), torch.float32))
+    (kernel,) = kernels(module)
+    assert [step.op for step in kernel.program.steps] == [aten.sin.default, aten.mul.Tensor, aten.cos.default]
+    assert kernel.program.outputs == (0, 2)
+    getitems = [node for node in module.graph.nodes if node.target is operator.getitem]
+    assert [node.name for node in getitems] == ["sin", "cos"]
+
+
+def test_a_value_read_between_two_ops_splits_the_group():
+    # `sum` reads `mul`'s value before `exp` runs: a kernel of mul and exp would run after the sum.
+    def fn(x):
+        y = x * 2
+        total = y.sum()
+        return y.exp() + total
+
+    module = assert_like_eager(fn, sample((6,), torch.float32))
+    assert [str(node.target) for node in module.graph.nodes if node.op == "call_function"] == [
+        "aten.mul.Tensor",
+        "aten.sum.default",
+        "FusedKernel('fused_exp_add_0', aten.exp.default, aten.add.Tensor)",
+    ]
+
+
+def test_every_node_keeps_its_meta_value():
+    module = fused(lambda x: ((x * 2).sin(), x.sin().sum()), sample((6,), torch.float32))
+    for node in module.graph.nodes:
+        assert node.op == "output" or "val" in node.meta, node.format_node()
+
+
+def test_the_argument_module_is_left_as_it_is():
+    traced = make_fx(lambda x: (x * 2).sin(), tracing_mode="fake")(sample((3,), torch.float32))
+    before = traced.code
+    fuse_pointwise(traced)
+    assert traced.code == before
+
+
+STAYS_WITH_TORCH = {
+    "views": (lambda x: (x * 2).t().sin(), aten.t.default),
+    "reductions": (lambda x: (x * 2).sum(0).exp(), aten.sum.dim_IntList),
+    "matmuls": (lambda x: ((x * 2) @ x).relu(), aten.mm.default),
+    "in-place": (lambda x: (x * 2).add_(1).sin(), aten.add_.Tensor),
+    "random": (lambda x: torch.nn.functional.dropout(x * 2, 0.5).sin(), aten.bernoulli_.float),
+    "float64": (lambda x: (x * 2).double().sin().cos(), aten.sin.default),
+}
+
+
+@pytest.mark.parametrize("name", list(STAYS_WITH_TORCH))
+def test_what_stays_with_torch(name):
+    fn, op = STAYS_WITH_TORCH[name]
+    module = fused(fn, sample((4, 4), torch.float32))
+    assert op in [node.target for node in module.graph.nodes], module.code
+
+
+def test_triton_requested(monkeypatch):
+    traced = make_fx(lambda x: x.sin(), tracing_mode="fake")(sample((3,), torch.float32))
+    assert not triton_requested(traced)
+    monkeypatch.setenv("AOTSPEC_TRITON", "1")
+    assert triton_requested(traced)
+
+
+def test_without_triton_a_kernel_runs_torch_ops():
+    x, w = sample((4, 3), torch.float32), sample((3,), torch.float32, 1)
+    traced = make_fx(lambda x, w: (x * w).sin(), tracing_mode="fake")(x, w)
+    module = fuse_pointwise(traced, use_triton=False)
+    torch.testing.assert_close(module(x, w), (x * w).sin(), rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------- end to end
+
+RUNTIME = Path(__file__).parents[1] / "fast" / "runtime.py"
+
+
+@pytest.mark.skipif(
+    "fuse_pointwise" not in RUNTIME.read_text(), reason="fast/runtime.py does not call fuse_pointwise yet"
+)
+def test_compiled_function_runs_fused_kernels(monkeypatch):
+    monkeypatch.setenv("AOTSPEC_TRITON", "1")
+
+    def fn(x, w):
+        return ((x * w).sin().relu() + 1).sum()
+
+    x = sample((8, 16), torch.float32).requires_grad_()
+    w = sample((16,), torch.float32, 1).requires_grad_()
+    compiled = aotspec.compile(fn, backend="fast")
+    out = compiled(x, w)
+    out.backward()
+    grads = x.grad, w.grad
+    x.grad = w.grad = None
+    expected = fn(x, w)
+    expected.backward()
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(grads, (x.grad, w.grad))
+    (plan,) = compiled._plans.values()
+    assert "fused_" in plan.source
