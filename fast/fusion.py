@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import operator
 import os
+from collections.abc import Callable
 
 import torch
 import torch.fx
@@ -68,7 +69,8 @@ def triton_requested(graph_module: torch.fx.GraphModule) -> bool:
 
 @frozen
 class FusedKernel:
-    """A group of pointwise ops as one callable: `kernel(*tensors)` returns the group's outputs."""
+    """A group of pointwise ops as one callable: `kernel(*tensors)` returns the group's outputs,
+    one tensor or a tuple."""
 
     #: `fused_mul_sin_0`: the ops, and a number unique in its graph.
     name: str
@@ -76,6 +78,13 @@ class FusedKernel:
     #: The inputs' layouts at capture; `source` is the kernel for these.
     input_layouts: tuple[InputLayout, ...] = field(repr=False)
     use_triton: bool = field(repr=False)
+    #: The CPU path: the program's torch ops as straight-line fx code, which drops each value
+    #: right after its last use.
+    run_torch_ops: Callable = field(init=False, eq=False, repr=False)
+
+    @run_torch_ops.default
+    def _straight_line(self) -> Callable:
+        return torch_ops_function(self.program, len(self.input_layouts))
 
     # fx calls a call_function target `<__module__>_<__name__>` in generated code.
     @property
@@ -96,10 +105,9 @@ class FusedKernel:
         return kernel_source(self.program, self.input_layouts)
 
     def __call__(self, *tensors: torch.Tensor):
-        if self.use_triton and _triton_runs_on(tensors):
-            outputs = launch(self.program, tensors)
-        else:
-            outputs = run_ops(self.program, tensors)
+        if not (self.use_triton and _triton_runs_on(tensors)):
+            return self.run_torch_ops(*tensors)
+        outputs = launch(self.program, tensors)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
@@ -111,23 +119,21 @@ def _triton_runs_on(tensors) -> bool:
     return device.type == "cuda" or interpreting()
 
 
-def run_ops(program: Program, tensors) -> list[torch.Tensor]:
-    """The CPU path: the program's torch ops in order, each value dropped after its last use."""
-    last_reader = {operand: k for k, step in enumerate(program.steps) for operand in step.operands()}
-    kept = {Value(v) for v in program.outputs}
-    values: dict[Input | Value, torch.Tensor] = {Input(i): t for i, t in enumerate(tensors)}
+def torch_ops_function(program: Program, n_inputs: int) -> Callable:
+    """`program` as a Python function of its inputs that calls its torch ops in order."""
+    graph = torch.fx.Graph()
+    nodes: dict[Input | Value, torch.fx.Node] = {Input(i): graph.placeholder(f"in{i}") for i in range(n_inputs)}
 
-    def read(argument):
-        return values[argument] if isinstance(argument, Input | Value) else argument
+    def node(argument):
+        return nodes[argument] if isinstance(argument, Input | Value) else argument
 
     for k, step in enumerate(program.steps):
-        args = [read(argument) for argument in step.args]
-        kwargs = {key: read(argument) for key, argument in step.kwargs}
-        values[Value(k)] = step.op(*args, **kwargs)
-        for operand in step.operands():
-            if last_reader[operand] == k and operand not in kept:
-                values[operand] = None
-    return [values[Value(v)] for v in program.outputs]
+        args = tuple(node(argument) for argument in step.args)
+        kwargs = {key: node(argument) for key, argument in step.kwargs}
+        nodes[Value(k)] = graph.create_node("call_function", step.op, args, kwargs, name=f"v{k}")
+    outputs = [nodes[Value(v)] for v in program.outputs]
+    graph.output(outputs[0] if len(outputs) == 1 else tuple(outputs))
+    return torch.fx.GraphModule(torch.nn.Module(), graph).forward
 
 
 # ---------------------------------------------------------------- which ops fuse

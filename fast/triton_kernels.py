@@ -96,9 +96,6 @@ class Step:
     #: The dtype the step computes in (see `ComputeIn`).
     compute_dtype: torch.dtype
 
-    def operands(self) -> list[Input | Value]:
-        return [a for a in (*self.args, *(v for _, v in self.kwargs)) if isinstance(a, Input | Value)]
-
 
 @frozen(cache_hash=True)
 class Program:

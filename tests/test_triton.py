@@ -340,25 +340,42 @@ def test_without_triton_a_kernel_runs_torch_ops():
 RUNTIME = Path(__file__).parents[1] / "fast" / "runtime.py"
 
 
+def chain_then_sum(x, w):
+    return ((x * w).sin() * x).relu().sum()
+
+
+def bfloat16_pack(t):
+    return t.to(torch.bfloat16)
+
+
+def float32_unpack(t):
+    return t.to(torch.float32)
+
+
 @pytest.mark.skipif(
     "fuse_pointwise" not in RUNTIME.read_text(), reason="fast/runtime.py does not call fuse_pointwise yet"
 )
-def test_compiled_function_runs_fused_kernels(monkeypatch):
+@pytest.mark.parametrize("hooks", [None, (bfloat16_pack, float32_unpack)], ids=["no-hooks", "bfloat16-hooks"])
+def test_compiled_function_runs_fused_kernels(monkeypatch, hooks):
+    """aotspec.compile(backend="fast") with AOTSPEC_TRITON=1 agrees with the reference backend,
+    forward and backward; with bfloat16 saved-tensor hooks, their pack casts run in kernels."""
     monkeypatch.setenv("AOTSPEC_TRITON", "1")
-
-    def fn(x, w):
-        return ((x * w).sin().relu() + 1).sum()
-
     x = sample((8, 16), torch.float32).requires_grad_()
     w = sample((16,), torch.float32, 1).requires_grad_()
-    compiled = aotspec.compile(fn, backend="fast")
-    out = compiled(x, w)
-    out.backward()
-    grads = x.grad, w.grad
-    x.grad = w.grad = None
-    expected = fn(x, w)
-    expected.backward()
-    torch.testing.assert_close(out, expected)
-    torch.testing.assert_close(grads, (x.grad, w.grad))
+    results = {}
+    for backend in ("reference", "fast"):
+        compiled = aotspec.compile(chain_then_sum, backend=backend)
+        if hooks is None:
+            out = compiled(x, w)
+        else:
+            with torch.autograd.graph.saved_tensors_hooks(*hooks):
+                out = compiled(x, w)
+        out.backward()
+        results[backend] = (out.detach(), x.grad, w.grad)
+        x.grad = w.grad = None
+    torch.testing.assert_close(results["fast"], results["reference"])
     (plan,) = compiled._plans.values()
-    assert "fused_" in plan.source
+    forward_steps = [step for kernel in kernels(plan.forward) for step in kernel.program.steps]
+    assert forward_steps, plan.source
+    if hooks is not None:
+        assert any(step.op == aten._to_copy.default and step.dtype == torch.bfloat16 for step in forward_steps)
