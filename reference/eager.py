@@ -3,7 +3,8 @@
 An environment loop in the style of `torch.fx.Interpreter.boxed_run` and JAX's `eval_jaxpr`:
 each node reads its arguments from the environment, runs its op table entry, writes its value,
 and every value is dropped right after its last use (`r[memory.eager.last-use]`), so the ledger
-sees exactly when each storage dies.
+sees exactly when each storage dies. With grad mode on and an input that requires grad, each op runs
+through the autograd tape of `reference/eager_autograd.py`, which records what the backward needs.
 
 Conventions: `node` is an fx Node, `env` maps nodes to values (Tensor cells, tuples of them, or
 Python constants), `entry` is an OpEntry.
