@@ -207,20 +207,24 @@ def _promoted(node: torch.fx.Node) -> torch.dtype:
 
 @define(eq=False)
 class _Group:
-    """Nodes fused together, found by union-find; members come in graph order at the end."""
+    """Nodes fused together, a union-find set; members come in graph order at the end."""
 
     shape: tuple[int, ...]
     device: torch.device
     #: False once a node outside the group has read one of its values: a later node joining it
     #: would move that value past its reader.
     open: bool = True
+    #: The group this one was merged into.
     parent: _Group | None = None
 
     def root(self) -> _Group:
+        root = self
+        while root.parent is not None:
+            root = root.parent
         group = self
-        while group.parent is not None:
-            group = group.parent
-        return group
+        while group is not root:  # path compression keeps the pass linear in practice
+            group.parent, group = root, group.parent
+        return root
 
 
 def _fusible_groups(graph: torch.fx.Graph) -> tuple[list[list[torch.fx.Node]], dict]:
@@ -228,20 +232,21 @@ def _fusible_groups(graph: torch.fx.Graph) -> tuple[list[list[torch.fx.Node]], d
     group_of: dict[torch.fx.Node, _Group] = {}
     compute_dtypes: dict[torch.fx.Node, torch.dtype] = {}
     for node in graph.nodes:
-        readers_of = {group_of[a].root() for a in node.all_input_nodes if a in group_of}
+        read = list(dict.fromkeys(group_of[a].root() for a in node.all_input_nodes if a in group_of))
         compute = _compute_dtype(node)
-        joined: set[_Group] = set()
+        joined = []
         if compute is not None:
             value = node.meta["val"]
             shape, device = tuple(value.shape), value.device
-            joined = {g for g in readers_of if g.open and g.shape == shape and g.device == device}
-            group = _Group(shape, device)
-            for other in joined:
+            joined = [g for g in read if g.open and g.shape == shape and g.device == device]
+            group = joined[0] if joined else _Group(shape, device)
+            for other in joined[1:]:
                 other.parent = group
             group_of[node] = group
             compute_dtypes[node] = compute
-        for group in readers_of - joined:
-            group.open = False
+        for group in read:
+            if group not in joined:
+                group.open = False
     members: dict[_Group, list[torch.fx.Node]] = {}
     for node, group in group_of.items():
         members.setdefault(group.root(), []).append(node)

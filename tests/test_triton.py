@@ -13,6 +13,7 @@ fixture sets it per test, whatever imported triton or torch before.
 from __future__ import annotations
 
 import operator
+import time
 from pathlib import Path
 
 import pytest
@@ -289,6 +290,26 @@ def test_a_value_read_between_two_ops_splits_the_group():
         "aten.sum.default",
         "FusedKernel('fused_exp_add_0', aten.exp.default, aten.add.Tensor)",
     ]
+
+
+def test_a_node_joins_every_group_it_reads():
+    module = assert_like_eager(lambda x: x.sin() + x.cos(), sample((6,), torch.bfloat16))
+    (kernel,) = kernels(module)
+    assert kernel.name == "fused_sin_cos_add_0"
+
+
+def test_the_pass_is_linear_in_graph_size():
+    def long_chain(x):
+        for _ in range(400):
+            x = (x * 1.5).sin()
+        return x
+
+    traced = make_fx(long_chain, tracing_mode="fake")(sample((4,), torch.float32))
+    started = time.perf_counter()
+    module = fuse_pointwise(traced)
+    assert time.perf_counter() - started < 5.0
+    (kernel,) = kernels(module)
+    assert len(kernel.program.steps) == 800
 
 
 def test_every_node_keeps_its_meta_value():
