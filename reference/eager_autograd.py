@@ -71,8 +71,9 @@ class RuleProgram:
     program: GraphProgram
     #: Leaves of (output, arguments) the rule reads, in the graph's placeholder order.
     reads: tuple[int, ...]
-    #: The same leaves, in the order the rule first uses them (the order eager saves them in).
-    first_reads: tuple[int, ...]
+    #: The same leaves in the order eager saves them: arguments, then outputs, each in the order
+    #: the rule first uses them.
+    save_order: tuple[int, ...]
     #: Tensor leaves of the arguments whose gradient the graph returns, in output order.
     gives: tuple[int, ...]
 
@@ -135,7 +136,8 @@ def rule_program(rule: Callable, spec: pytree.TreeSpec, leaves: tuple, n_out: in
             graph.erase_node(node)
     module.recompile()
     reads = tuple(leaf_of[node] for node in placeholders if node in leaf_of and node.users)
-    return RuleProgram(GraphProgram.of(module), reads, tuple(first_reads), returned["gives"])
+    save_order = sorted(first_reads, key=lambda leaf: leaf < n_out)  # stable: first use within each
+    return RuleProgram(GraphProgram.of(module), reads, tuple(save_order), returned["gives"])
 
 
 @frozen
@@ -430,7 +432,7 @@ class Tape:
         # every output that can carry a gradient gets one: eager saves before it knows which will
         grads = tuple(Layout.contiguous(s.layout.dtype, s.layout.sizes) if _differentiable(s.layout.dtype) else None for s in leaves[:n_out])
         needed = tuple(var is not None for var in inputs)
-        return rule_program(rule, spec, leaves, n_out, grads, needed).first_reads
+        return rule_program(rule, spec, leaves, n_out, grads, needed).save_order
 
     def _record(self, name, rule, op_name, out, bound, inputs, originals=None) -> list[Var | None]:
         spec, leaves, n_out = _signature(out, bound)

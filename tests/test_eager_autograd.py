@@ -294,3 +294,27 @@ def test_mutating_a_non_leaf_input_with_grad_is_rejected_before_touching_it():
         run(lambda t: t.mul_(2) * 3, y)
     assert raised.value.rule == "autograd.mutated-grad-input"
     assert torch.equal(y.detach(), before)
+
+
+SINGLE_OPS = {
+    "relu": lambda a, b: a.relu(),
+    "tanh": lambda a, b: a.tanh(),
+    "div": lambda a, b: a / b,
+    "pow": lambda a, b: a**3,
+    "clamp": lambda a, b: a.clamp(-0.5, 0.5),
+    "cat": lambda a, b: torch.cat([a, b]),
+    "amax": lambda a, b: a.amax(1),
+    "var": lambda a, b: a.var(1),
+    "where": lambda a, b: torch.where(a > 0, a, b),
+    "index": lambda a, b: a[torch.tensor([0, 2])],
+    "maximum": lambda a, b: torch.maximum(a, b),
+    "to-float64": lambda a, b: a.double(),
+}
+
+
+@pytest.mark.parametrize("name", SINGLE_OPS)
+def test_single_ops_save_what_eager_saves(name):
+    """r[hooks.eager.saved-set]: derived from each rule, the saved set and its order are eager's."""
+    tensors = _leaves([(3, 4), (3, 4)], seed=2)
+    expected = _hook_calls(SINGLE_OPS[name], _copies(tensors), on_reference=False)
+    assert _hook_calls(SINGLE_OPS[name], _copies(tensors), on_reference=True) == expected
