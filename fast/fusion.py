@@ -141,6 +141,9 @@ def torch_ops_function(program: Program, n_inputs: int) -> Callable:
 #: The scalars a kernel inlines: a Triton literal must mean what PyTorch's scalar means.
 INT32_RANGE = range(-(2**31), 2**31)
 
+#: Kernels index with int32 offsets.
+INDEX_LIMIT = 2**31
+
 #: `_to_copy` and `clone` arguments that keep the op a plain copy or cast on one device.
 PLAIN_COPY_OPTIONS = {
     "dtype": lambda value, source: True,
@@ -177,7 +180,14 @@ def _compute_dtype(node: torch.fx.Node) -> torch.dtype | None:
 
 
 def _kernel_tensor(value) -> bool:
-    return isinstance(value, torch.Tensor) and value.dtype in KERNEL_DTYPES and value.device.type in ("cpu", "cuda")
+    if not isinstance(value, torch.Tensor) or value.dtype not in KERNEL_DTYPES:
+        return False
+    return value.device.type in ("cpu", "cuda") and _last_offset(value) < INDEX_LIMIT
+
+
+def _last_offset(tensor: torch.Tensor) -> int:
+    """The offset of the tensor's last element from its first (of the output, its numel)."""
+    return max(tensor.numel(), sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride())))
 
 
 def _plain_copy(node: torch.fx.Node, source: torch.Tensor) -> bool:

@@ -128,7 +128,7 @@ WITH_SCALARS = {
     "where": lambda x: aten.where.self(x > 0, x, x.cos()),
     "clamp.Tensor": lambda x: aten.clamp.Tensor(x, x.sin(), x.cos() + 1),
 }
-FLOATS = [torch.float32, torch.bfloat16]
+FLOATS = [torch.float32, torch.bfloat16, torch.float16]
 INT_CAPABLE = {"abs", "neg", "relu", "add", "sub", "mul", "maximum", "minimum", "eq", "lt", "logical_and"}
 
 
