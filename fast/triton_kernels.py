@@ -11,12 +11,13 @@ that shape, BLOCK elements per program instance:
    chain rounds once per op exactly like eager, never once per chain;
 3. store the program's outputs, contiguous.
 
-Differences from eager PyTorch, all within `torch.testing.assert_close`'s default tolerances:
-transcendental functions (`exp`, `sin`, `erf`, ...) come from Triton's math library (numpy's
-under TRITON_INTERPRET=1), not from PyTorch's, so a float32 result may differ in the last bits,
-and a float16/bfloat16 result by one unit in the last place where that float32 difference crosses
-a rounding boundary. Division and square root are rounded correctly (`div_rn`, `sqrt_rn`), as in
-eager.
+Differences from eager PyTorch: transcendental functions (`exp`, `sin`, `erf`, `rsqrt`, ...)
+come from Triton's math library (numpy's under TRITON_INTERPRET=1), not from PyTorch's, so a
+float32 result may differ in its last bits, and a float16/bfloat16 result by one unit in the last
+place where that float32 difference crosses a rounding boundary; within assert_close's default
+tolerances (checked in CI under the interpreter only). Everything else is bit-exact: addition,
+multiplication, division (`div_rn`) and square root (`sqrt_rn`) round correctly in float32 as in
+eager, and each rounding to bfloat16 is done by `to_bfloat16`, to nearest even, as c10 does.
 
 Kernels are compiled once per (program, input layouts, interpreter mode), from a source file
 written to a temporary directory (Triton reads a kernel's source from its file).

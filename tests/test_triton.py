@@ -124,9 +124,9 @@ WITH_SCALARS = {
     "clamp_max": lambda x: aten.clamp_max.default(x, 0.25),
     "lt.Scalar": lambda x: aten.lt.Scalar(x, 0.5),
     "eq.Scalar": lambda x: aten.eq.Scalar(x, 0),
-    "threshold_backward": lambda x: aten.threshold_backward.default(x, x.sin(), 0),
-    "where": lambda x: aten.where.self(x > 0, x, x.cos()),
-    "clamp.Tensor": lambda x: aten.clamp.Tensor(x, x.sin(), x.cos() + 1),
+    "threshold_backward": lambda x: aten.threshold_backward.default(x, x - 1, 0),
+    "where": lambda x: aten.where.self(x > 0, x, x * 3),
+    "clamp.Tensor": lambda x: aten.clamp.Tensor(x, x - 1, x * x),
 }
 FLOATS = [torch.float32, torch.bfloat16, torch.float16]
 INT_CAPABLE = {"abs", "neg", "relu", "add", "sub", "mul", "maximum", "minimum", "eq", "lt", "logical_and"}
@@ -141,20 +141,26 @@ def _cases(names) -> list[tuple[str, torch.dtype]]:
     return [(name, dtype) for name in names for dtype in [*FLOATS, torch.int32] if dtype in FLOATS or name in INT_CAPABLE]
 
 
+#: Ops whose kernel differs from eager in the last bits: their math functions are Triton's.
+TRANSCENDENTAL = {"exp", "exp2", "log", "log2", "sin", "cos", "rsqrt", "erf", "sigmoid"}
+
+
 @pytest.mark.parametrize("name, dtype", _cases(UNARY))
 def test_unary_op(name, dtype):
-    assert_like_eager(_then_clone(UNARY[name]), sample((5, 7), dtype))
+    exact = name not in TRANSCENDENTAL
+    assert_like_eager(_then_clone(UNARY[name]), sample((5, 7), dtype), exact=exact)
 
 
 @pytest.mark.parametrize("name, dtype", _cases(BINARY))
 def test_binary_op(name, dtype):
-    assert_like_eager(_then_clone(BINARY[name]), sample((5, 7), dtype), sample((5, 7), dtype, seed=1))
+    inputs = sample((5, 7), dtype), sample((5, 7), dtype, seed=1)
+    assert_like_eager(_then_clone(BINARY[name]), *inputs, exact=True)
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("name", list(WITH_SCALARS))
 def test_op_with_scalars(name, dtype):
-    assert_like_eager(_then_clone(WITH_SCALARS[name]), sample((5, 7), dtype))
+    assert_like_eager(_then_clone(WITH_SCALARS[name]), sample((5, 7), dtype), exact=True)
 
 
 # ---------------------------------------------------------------- chains
@@ -174,21 +180,23 @@ def bf16_opmath_chain(x, w):
     return ((x * w + 1) / 3 - x).relu()
 
 
+#: name -> (program, is the kernel bit-exact: no transcendental function in it?)
 CHAINS = {
-    "mul-sin-relu-add": lambda x, w: (x * w).sin().relu() + 1,
-    "pack-unpack": lambda x, w: pack_unpack(x * w),
-    "relu-backward": relu_backward,
-    "where-comparison": lambda x, w: torch.where(x > w, x.exp(), w.sigmoid()),
-    "mixed-dtypes": lambda x, w: x.to(torch.float16) * w.to(torch.float32),
-    "to-int-and-back": lambda x, w: (x * 10).to(torch.int32).to(x.dtype) + w,
-    "to-bool": lambda x, w: (x * w).to(torch.bool).logical_not(),
+    "mul-sin-relu-add": (lambda x, w: (x * w).sin().relu() + 1, False),
+    "where-comparison": (lambda x, w: torch.where(x > w, x.exp(), w.sigmoid()), False),
+    "pack-unpack": (lambda x, w: pack_unpack(x * w), True),
+    "relu-backward": (relu_backward, True),
+    "mixed-dtypes": (lambda x, w: x.to(torch.float16) * w.to(torch.float32), True),
+    "to-int-and-back": (lambda x, w: (x * 10).to(torch.int32).to(x.dtype) + w, True),
+    "to-bool": (lambda x, w: (x * w).to(torch.bool).logical_not(), True),
 }
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)
 @pytest.mark.parametrize("name", list(CHAINS))
 def test_chain(name, dtype):
-    assert_like_eager(CHAINS[name], sample((5, 7), dtype), sample((5, 7), dtype, seed=1))
+    fn, exact = CHAINS[name]
+    assert_like_eager(fn, sample((5, 7), dtype), sample((5, 7), dtype, seed=1), exact=exact)
 
 
 def test_bfloat16_chain_rounds_after_each_op_like_eager():
