@@ -67,7 +67,7 @@ def triton_requested(graph_module: torch.fx.GraphModule) -> bool:
 # ---------------------------------------------------------------- the fused call
 
 
-@frozen
+@frozen(slots=False)  # an instance dict, for its own __module__ (see __attrs_post_init__)
 class FusedKernel:
     """A group of pointwise ops as one callable: `kernel(*tensors)` returns the group's outputs,
     one tensor or a tuple."""
@@ -86,10 +86,10 @@ class FusedKernel:
     def _straight_line(self) -> Callable:
         return torch_ops_function(self.program, len(self.input_layouts))
 
-    # fx calls a call_function target `<__module__>_<__name__>` in generated code.
-    @property
-    def __module__(self) -> str:
-        return "fused"
+    # fx spells a call_function target `<__module__>_<__name__>` in generated code; with these
+    # two, `fused_mul_sin_0(x_1, w_1)`. The class keeps its own __module__.
+    def __attrs_post_init__(self):
+        object.__setattr__(self, "__module__", "fused")
 
     @property
     def __name__(self) -> str:

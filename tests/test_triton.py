@@ -2,12 +2,13 @@
 
 Each case traces a function with make_fx, fuses it (`fast.fusion.fuse_pointwise`, Triton kernels
 on) and runs the fused module twice: through Triton's interpreter, and through the torch-op path
-(TRITON_INTERPRET unset). Both must give eager PyTorch's values, dtypes, shapes and strides; the
-torch path exactly, the kernels within assert_close's tolerances (transcendental functions come
-from another math library; everything else, the rounding of every op included, is exact).
+(TRITON_INTERPRET unset). Both must give eager PyTorch's values, dtypes, shapes and strides: the
+torch path exactly, the kernels exactly too unless a transcendental function (`sin`, `exp`, ...)
+is in the chain, whose float32 values come from another math library (assert_close tolerances).
 
 Triton reads TRITON_INTERPRET when a kernel is wrapped (`triton.jit`), not at import, so a
-fixture sets it per test, whatever imported triton or torch before.
+fixture sets it per test, whatever imported triton or torch before. (triton.language's own jit
+helpers, `tl.sigmoid` and the like, are wrapped at import; the generated kernels call none.)
 """
 
 from __future__ import annotations
