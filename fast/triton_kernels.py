@@ -108,7 +108,7 @@ class Program:
 
     @property
     def name(self) -> str:
-        """`mul_sin_relu_add`: the program's ops, at most four of them, in order."""
+        """`mul_sin_relu_add`: the program's distinct ops in order, the first four."""
         names = dict.fromkeys(step.op.overloadpacket.__name__.lstrip("_") for step in self.steps)
         return "_".join(list(names)[:4])
 
