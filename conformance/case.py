@@ -385,7 +385,5 @@ def eager_only(reason: str) -> dict[str, str]:
     return {"reference": reason, "fast": reason}
 
 
-#: Skip entries for cases that need autograd, which the eager interpreter does not have yet.
-NEEDS_AUTOGRAD = {"reference-eager": "the eager interpreter has no autograd yet (the saved-tensor hooks issue adds it)"}
 #: Skip entries for cases that pin the eager interpreter's ledger steps (`r[memory.eager.last-use]`).
 EAGER_LEDGER = {"reference": "pins the eager interpreter's ledger steps; compiled graphs have other steps"}

@@ -8,7 +8,7 @@ import torch
 
 from aotspec.errors import UnsupportedError
 
-from ..case import COMPILED_ONLY, NEEDS_AUTOGRAD, Absent, Case, Raises, SavedFreedDuringBackward, Values
+from ..case import COMPILED_ONLY, Absent, Case, Raises, SavedFreedDuringBackward, Values
 
 torch.manual_seed(0)
 _X, _W1, _W2 = torch.randn(5, 4), torch.randn(8, 4), torch.randn(3, 8)
@@ -64,7 +64,6 @@ CASES = [
         backward=True,
         # d/dx sum(x * w) = w and d/dw = x
         expect=[Values("out0", [4.0, 10.0, 18.0]), Values("x.grad", [4.0, 5.0, 6.0]), Values("w.grad", [1.0, 2.0, 3.0])],
-        skip=NEEDS_AUTOGRAD,
     ),
     Case(
         name="autograd.mlp-grads-match-eager",
@@ -80,7 +79,6 @@ CASES = [
             Values("w2.grad", _MLP_GRADS[2]),
             SavedFreedDuringBackward(),
         ],
-        skip=NEEDS_AUTOGRAD,
     ),
     Case(
         name="autograd.no-gradient-for-a-detached-input",
@@ -90,7 +88,6 @@ CASES = [
         program=_ignores_y,
         backward=True,
         expect=[Values("out0", [2.0, 4.0, 6.0]), Values("z.grad", [2.0, 2.0, 2.0]), Absent("x.grad")],
-        skip=NEEDS_AUTOGRAD,
     ),
     Case(
         name="autograd.mutating-a-grad-input-is-rejected",
