@@ -21,6 +21,8 @@ from aotspec.reference.autograd import TrainingPlan
 from aotspec.reference.epilogue import apply_epilogue, build_outputs, detached_where_needed
 from aotspec.reference.functionalize import FunctionalProgram
 
+from .fusion import fuse_pointwise, triton_requested
+
 
 def boxed(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """A copy of `graph_module` whose forward takes one list and clears it (PyTorch's _BoxedCodeGen)."""
@@ -28,6 +30,14 @@ def boxed(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
     module.graph.set_codegen(torch.fx.graph._BoxedCodeGen())
     module.recompile()
     return module
+
+
+def _generated(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """The boxed code of one graph; with Triton (CUDA inputs, or AOTSPEC_TRITON=1) its pointwise
+    chains run as fused kernels. On CPU the graph runs op by op, as the reference's plan says."""
+    if triton_requested(graph_module):
+        graph_module = fuse_pointwise(graph_module, use_triton=True)
+    return boxed(graph_module)
 
 
 @define
@@ -41,8 +51,8 @@ class FastPlan:
     @classmethod
     def of(cls, plan: FunctionalProgram | TrainingPlan) -> FastPlan:
         if isinstance(plan, TrainingPlan):
-            return cls(plan, boxed(plan.forward.graph_module), boxed(plan.backward.graph_module))
-        return cls(plan, boxed(plan.graph_module), None)
+            return cls(plan, _generated(plan.forward.graph_module), _generated(plan.backward.graph_module))
+        return cls(plan, _generated(plan.graph_module), None)
 
     @property
     def functional(self) -> FunctionalProgram:
@@ -61,7 +71,14 @@ def run_fast(fast: FastPlan, tensors: list, stolen: frozenset[int] = frozenset()
     program = fast.functional
     caller_storages = [None if i in stolen else t.untyped_storage() for i, t in enumerate(tensors)]
     if fast.backward is not None:
-        flats = list(_Forward.apply(fast, *detached_where_needed(fast.plan, tensors)))
+        inputs = detached_where_needed(fast.plan, tensors)
+        # r[boxed.steal]: a stolen input that needs no gradient reaches the forward through `call`,
+        # not through apply's arguments (which live until apply returns), so the boxed forward's
+        # list holds its last reference and frees it at its last use.
+        handed_over = {i: inputs[i] for i in stolen if not inputs[i].requires_grad}
+        for i in handed_over:
+            inputs[i] = tensors[i] = None
+        flats = list(_Forward.apply(_Call(fast, handed_over), *inputs))
     else:
         arguments = list(tensors)
         for i in stolen:
@@ -71,13 +88,24 @@ def run_fast(fast: FastPlan, tensors: list, stolen: frozenset[int] = frozenset()
     return build_outputs(program, tensors, caller_storages, flats)
 
 
+@define
+class _Call:
+    fast: FastPlan
+    #: Stolen inputs by flat index, handed to the forward outside apply's arguments.
+    handed_over: dict[int, torch.Tensor]
+
+    def arguments(self, tensors: tuple) -> list:
+        return [self.handed_over.pop(i) if i in self.handed_over else t for i, t in enumerate(tensors)]
+
+
 class _Forward(torch.autograd.Function):
     """The compiled forward as one autograd node; its backward runs the boxed backward graph."""
 
     @staticmethod
-    def forward(ctx, fast: FastPlan, *tensors):
+    def forward(ctx, call: _Call, *tensors):
+        fast = call.fast
         plan: TrainingPlan = fast.plan
-        results = fast.forward(list(tensors))
+        results = fast.forward(call.arguments(tensors))
         n_outputs = len(results) - plan.num_saved
         ctx.fast = fast
         ctx.saved = results[n_outputs:]  # plain references: handed over whole to the backward

@@ -45,10 +45,10 @@ import pickle
 import traceback
 from pathlib import Path
 
-import pytest
 import torch
 from attrs import define, field, frozen
 from hypothesis import event, given, settings
+from hypothesis import strategies as st
 from torch.multiprocessing.reductions import StorageWeakRef
 
 import aotspec
@@ -409,22 +409,16 @@ def test_fast_mutations_agree_with_reference(program):
 
 
 @settings(max_examples=max(EXAMPLES * 6 // 30, 10))
-@given(stealing_programs())
+@given(st.booleans().flatmap(lambda backward: stealing_programs(backward=backward)))
 def test_fast_stolen_lists_agree_with_reference(stealing):
-    """A stolen list is emptied and its activations freed after their last use, on both
-    (mutation programs: with autograd, fast holds them to the end of the call; see the xfail
-    below)."""
+    """A stolen list is emptied and its activations freed after their last use, on both, with
+    autograd and without."""
     _check(stealing)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="fast/runtime.py run_fast keeps stolen tensors in `tensors` on the autograd path, so "
-    "_Forward.apply's arguments hold them until the call returns (r[boxed.steal]); the "
-    "reference frees them after their last use",
-)
 def test_fast_frees_stolen_activations_at_last_use_with_autograd():
-    """The smallest program showing it: one stolen activation read by exp, beside a leaf."""
+    """With autograd too: one stolen activation read by exp, beside a leaf (apply's arguments
+    once held it to the end of the call)."""
     setup = Setup((Base("b0", (3,), (1.0, 1.0, 1.0), requires_grad=True),), (), ("b0",))
     program = Program(setup, (Instr("view", ("v0",), (Var("x0"), (3,))),), ("v0",))
     assert divergence(Stealing(program, ((1.0, 1.0, 1.0, 1.0),), ("exp",))) == []
