@@ -24,6 +24,8 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from attrs import evolve, frozen
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from aotspec.errors import HooksWarning, UnsupportedError
 
@@ -88,11 +90,14 @@ def inline_hooks(
         return plan
     traced = _trace_all(hooks, [saved[j] for j in selected])
     new_forward, packed = _pack_in_forward(forward, saved, selected, traced, placement)
-    new_backward = _unpack_in_backward(backward, packed, {j: traced[saved[j]] for j in selected}, placement)
+    new_backward = torch.fx.GraphModule(
+        torch.nn.Module(), _unpack_in_backward(backward, packed, {j: traced[saved[j]] for j in selected}, placement)
+    )
+    _propagate_layouts(new_backward)
     return evolve(
         plan,
         forward=GraphProgram.of(torch.fx.GraphModule(torch.nn.Module(), new_forward)),
-        backward=GraphProgram.of(torch.fx.GraphModule(torch.nn.Module(), new_backward)),
+        backward=GraphProgram.of(new_backward),
         num_saved=plan.num_saved - len(selected) + sum(len(names) for names in packed.values()),
     )
 
@@ -126,7 +131,7 @@ def _trace_all(hooks: SavedTensorHooks, nodes: list[torch.fx.Node]) -> dict[torc
     traced = {}
     for node in nodes:
         value = node.meta["val"]
-        key = (tuple(value.shape), value.stride(), value.dtype)
+        key = (tuple(value.shape), value.stride(), value.storage_offset(), value.dtype)
         if key not in by_layout:
             by_layout[key] = _trace(hooks, value)
         traced[node] = by_layout[key]
@@ -135,9 +140,8 @@ def _trace_all(hooks: SavedTensorHooks, nodes: list[torch.fx.Node]) -> dict[torc
 
 def _trace(hooks: SavedTensorHooks, saved_value) -> _TracedHooks:
     # r[hooks.compiled.traced]: traced on a tensor with the saved value's layout.
-    example = torch.empty_strided(saved_value.shape, saved_value.stride(), dtype=saved_value.dtype)
-    pack = _capture_hook("pack", hooks.pack, (example,))
-    packed_examples = [_example(node) for node in _output_node(pack.graph).args[0]]
+    pack = _capture_hook("pack", hooks.pack, (_like(saved_value),))
+    packed_examples = [_like(node.meta["val"]) for node in _output_node(pack.graph).args[0]]
 
     def unpack_leaves(*tensors):
         it = iter(tensors)
@@ -182,9 +186,19 @@ def _untraceable(which: str, hook: Callable, reason: str):
     )
 
 
-def _example(node: torch.fx.Node) -> torch.Tensor:
-    value = node.meta["val"]
-    return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype)
+def _like(value: torch.Tensor) -> torch.Tensor:
+    """A tensor with `value`'s dtype, shape, strides and storage offset."""
+    span = 0 if value.numel() == 0 else 1 + sum((n - 1) * s for n, s in zip(value.shape, value.stride(), strict=True))
+    storage = torch.empty(value.storage_offset() + span, dtype=value.dtype)
+    return storage.as_strided(value.shape, value.stride(), value.storage_offset())
+
+
+def _propagate_layouts(module: torch.fx.GraphModule) -> None:
+    """Recompute every node's meta value: the backward's ops now read unpacked tensors, whose
+    layout (strides, offset) may differ from the saved value's."""
+    mode = FakeTensorMode()
+    inputs = [mode.from_tensor(_like(node.meta["val"])) for node in module.graph.nodes if node.op == "placeholder"]
+    FakeTensorProp(module, mode).propagate_dont_convert_inputs(*inputs)
 
 
 # ---------------------------------------------------------------- inlining

@@ -108,6 +108,48 @@ if __name__ == "__main__":
 '''
 
 
+_HOOKS_TEMPLATE = '''\
+"""Differential repro: eager PyTorch and aotspec.compile(backend="reference") disagree on
+`program` below, called inside saved_tensors_hooks({pack}, ...), hooks_filter={hooks_filter!r}.
+
+Found by tests/test_differential_hooks.py. Run alone: .venv/bin/python {path}
+The oracle is eager PyTorch {oracle}.
+When found:
+{found}
+"""
+
+import torch
+
+import aotspec
+from test_differential_compiled import call_and_backward, compare
+from test_differential_hooks import {pack}, {unpack}
+
+{source}
+
+def run(fn, hooks):
+    named, args = make_inputs()
+    if hooks is None:
+        return call_and_backward(fn, named, args)
+    with torch.autograd.graph.saved_tensors_hooks(*hooks):
+        return call_and_backward(fn, named, args)
+
+
+def main():
+    expected = run(program, {eager_hooks})
+    actual = run(aotspec.compile(program, backend="reference", hooks_filter={hooks_filter!r}), ({pack}, {unpack}))
+    found = compare(expected, actual)
+    assert not found, "eager and aotspec.compile disagree:\\n" + "\\n".join(found)
+    print("eager and aotspec.compile agree")
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, "tests")
+    main()
+'''
+
+
 def is_final_run() -> bool:
     """True on hypothesis's last replay of the minimal failing example (write the repro once)."""
     try:
@@ -146,3 +188,23 @@ def write_repro(program: Program, found: list[str], directory: Path = REPRO_DIR)
 def write_compiled_repro(program: Program, found: list[str], directory: Path = REPRO_DIR) -> Path:
     """Write `repro_compiled_<hash>.py` for `program` (eager against aotspec.compile)."""
     return _write(program, found, directory, "repro_compiled", compiled_repro_source)
+
+
+def write_hooks_repro(program: Program, found: list[str], pack: str, hooks_filter: str, eager_hooks: bool) -> Path:
+    """Write `repro_hooks_<hash>.py` (eager, with or without the hooks, against aotspec.compile
+    with them); run it from the repository root."""
+    unpack = "un" + pack
+
+    def render(program, found, path):
+        return _HOOKS_TEMPLATE.format(
+            path=path,
+            found="\n".join(f"    {line}" for line in found),
+            source=source(program),
+            pack=pack,
+            unpack=unpack,
+            hooks_filter=hooks_filter,
+            oracle="under the same hooks" if eager_hooks else "without hooks",
+            eager_hooks=f"({pack}, {unpack})" if eager_hooks else "None",
+        )
+
+    return _write(program, found, REPRO_DIR, "repro_hooks", render)

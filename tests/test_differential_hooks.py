@@ -1,0 +1,100 @@
+"""Differential tests of saved-tensor hooks (`specs/saved-tensor-hooks.md`) against eager PyTorch.
+
+Programs with backward come from `grad_programs()` (tests/strategies.py). Each runs on eager and
+through `aotspec.compile(backend="reference")`, both called inside `saved_tensors_hooks`:
+- lossless hooks (pack widens to float64 and remembers the dtype, unpack narrows back), under each
+  `hooks_filter`: the compiled gradients equal eager's without hooks, and every other observable
+  agrees, so inlining the hooks changes nothing but memory;
+- a lossy pair (pack rounds to bfloat16) with `hooks_filter="all"`: compiled gradients equal eager
+  gradients under the same hooks, which holds only when the compiled forward saves exactly the
+  tensors eager autograd saves (`r[hooks.eager.saved-set]`) and unpacks each of them.
+Both sides compute in float32 from the same rounded values, so assert_close's float32 tolerances
+apply. A failure prints the program and hypothesis's `@reproduce_failure` blob, and writes a
+standalone `repros/repro_hooks_<hash>.py`.
+
+Run: `.venv/bin/python -m pytest tests/test_differential_hooks.py` (HYPOTHESIS_PROFILE=ci|dev|nightly).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import aotspec
+from repro import is_final_run, write_hooks_repro
+from strategies import as_function, build_inputs, grad_programs, source
+from test_differential_compiled import call_and_backward, compare
+
+EXAMPLES = max(settings.default.max_examples // 5, 10)
+
+
+def pack_lossless(x):
+    return (x.dtype, x.to(torch.float64))
+
+
+def unpack_lossless(packed):
+    dtype, x = packed
+    return x.to(dtype)
+
+
+def pack_bf16(x):
+    # Only float32 is rounded: eager's backward of `where` needs its saved condition to stay bool.
+    return x.to(torch.bfloat16) if x.dtype == torch.float32 else x
+
+
+def unpack_bf16(x):
+    return x.to(torch.float32) if x.dtype == torch.bfloat16 else x
+
+
+LOSSLESS = (pack_lossless, unpack_lossless)
+LOSSY = (pack_bf16, unpack_bf16)
+
+
+def _outcome(program, hooks, hooks_filter: str | None):
+    """Eager when `hooks_filter` is None, else compiled with that filter; hooks around the call."""
+    named, args = build_inputs(program.setup, torch.float32)
+    fn = as_function(program)
+    if hooks_filter is not None:
+        fn = aotspec.compile(fn, backend="reference", hooks_filter=hooks_filter)
+    if hooks is None:
+        return call_and_backward(fn, named, args)
+    with torch.autograd.graph.saved_tensors_hooks(*hooks):
+        return call_and_backward(fn, named, args)
+
+
+def _check(program, *, eager_hooks, hooks, hooks_filter: str) -> None:
+    expected = _outcome(program, eager_hooks, None)
+    try:
+        actual = _outcome(program, hooks, hooks_filter)
+    except Exception as error:  # noqa: BLE001 (any error of the compiled side is a divergence)
+        found = [f"the compiled program raised {type(error).__name__}: {error}"]
+    else:
+        found = compare(expected, actual)
+    if not found:
+        return
+    where = ""
+    if is_final_run():
+        path = write_hooks_repro(program, found, hooks[0].__name__, hooks_filter, eager_hooks is not None)
+        where = f"\nstandalone repro: .venv/bin/python {path}"
+    raise AssertionError(
+        f"aotspec.compile (reference, hooks {hooks[0].__name__}/{hooks[1].__name__}, "
+        f"hooks_filter={hooks_filter!r}) disagrees with eager "
+        f"{'under the same hooks' if eager_hooks else 'without hooks'}:\n"
+        + "\n".join(f"  {line}" for line in found)
+        + f"\nprogram:\n{source(program)}{where}"
+    )
+
+
+@pytest.mark.filterwarnings("ignore::aotspec.HooksWarning")  # donated may select nothing: r[hooks.filter.donated-empty]
+@settings(max_examples=EXAMPLES)
+@given(grad_programs(), st.sampled_from(["donated", "no_static", "all"]))
+def test_lossless_hooks_change_no_gradient(program, hooks_filter):
+    _check(program, eager_hooks=None, hooks=LOSSLESS, hooks_filter=hooks_filter)
+
+
+@settings(max_examples=EXAMPLES)
+@given(grad_programs())
+def test_lossy_hooks_on_everything_match_eager_under_the_same_hooks(program):
+    _check(program, eager_hooks=LOSSY, hooks=LOSSY, hooks_filter="all")
