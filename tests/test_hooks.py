@@ -1,0 +1,243 @@
+"""Saved-tensor hooks in compiled functions (`specs/saved-tensor-hooks.md`, "Compiled calls").
+
+Expected gradients come from eager PyTorch with the hooks' rounding applied by hand to the tensors
+the rules say are packed; the placement checks read the reference's ledgers and the fast backend's
+generated code.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import aotspec
+from aotspec import HooksWarning, UnsupportedError
+
+BACKENDS = ["reference", "fast"]
+
+
+def pack_bf16(x):
+    return x.to(torch.bfloat16)
+
+
+def unpack_f32(x):
+    return x.to(torch.float32)
+
+
+def matmul_sin(a, b):
+    return (a @ b).sin().sum()
+
+
+def rounded(t):
+    return t.to(torch.bfloat16).to(torch.float32)
+
+
+def leaves(*shapes, seed=0):
+    torch.manual_seed(seed)
+    return [torch.randn(*shape).requires_grad_() for shape in shapes]
+
+
+def call_and_grads(fn, inputs, hooks=None):
+    if hooks is None:
+        fn(*inputs).backward()
+    else:
+        with torch.autograd.graph.saved_tensors_hooks(*hooks):
+            out = fn(*inputs)
+        out.backward()
+    grads = [t.grad.clone() for t in inputs]
+    for t in inputs:
+        t.grad = None
+    return grads
+
+
+def expected_matmul_sin_grads(a, b):
+    """sin saves mm = a @ b (an intermediate, so packed under every filter); mm's rule reads a, b."""
+    with torch.no_grad():
+        g = torch.cos(rounded(a @ b))
+        return [g @ b.t(), a.t() @ g]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hooks_run_only_while_tracing(backend):
+    """r[hooks.compiled.traced]: Python side effects of the hooks happen at compile time only."""
+    calls = []
+
+    def pack(x):
+        calls.append("pack")
+        return x.to(torch.bfloat16)
+
+    def unpack(x):
+        calls.append("unpack")
+        return x.to(torch.float32)
+
+    a, b = leaves((4, 5), (5, 3))
+    compiled = aotspec.compile(matmul_sin, backend=backend)
+    grads = call_and_grads(compiled, [a, b], (pack, unpack))
+    assert calls == ["pack", "unpack"]  # one saved intermediate, traced once
+    calls.clear()
+    again = call_and_grads(compiled, [a, b], (pack, unpack))
+    assert calls == [] and compiled.compilations == 1
+    for got, want in zip(again, grads, strict=True):
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_graph_module_hooks_inline_like_plain_callables(backend):
+    a, b = leaves((4, 5), (5, 3))
+    hooks = (torch.fx.symbolic_trace(pack_bf16), torch.fx.symbolic_trace(unpack_f32))
+    got = call_and_grads(aotspec.compile(matmul_sin, backend=backend), [a, b], hooks)
+    for g, want in zip(got, expected_matmul_sin_grads(a, b), strict=True):
+        torch.testing.assert_close(g, want)
+    # The hooks really apply: without them the gradients differ by more than the tolerance.
+    exact = call_and_grads(matmul_sin, [a, b])
+    assert not torch.allclose(got[0], exact[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_new_pair_compiles_again_and_the_old_plans_stay(backend):
+    """r[hooks.compiled.respecialize]"""
+    a, b = leaves((4, 5), (5, 3))
+    compiled = aotspec.compile(matmul_sin, backend=backend)
+    exact = call_and_grads(compiled, [a, b])
+    assert compiled.compilations == 1
+    lossy = call_and_grads(compiled, [a, b], (pack_bf16, unpack_f32))
+    assert compiled.compilations == 2
+    other_pair = (lambda x: x.to(torch.float16), unpack_f32)
+    call_and_grads(compiled, [a, b], other_pair)
+    assert compiled.compilations == 3
+    assert torch.equal(call_and_grads(compiled, [a, b])[0], exact[0])
+    assert torch.equal(call_and_grads(compiled, [a, b], (pack_bf16, unpack_f32))[0], lossy[0])
+    assert compiled.compilations == 3
+
+
+def _unpack_wrong_dtype(x):
+    return x  # stays bfloat16
+
+
+def _pack_in_place(x):
+    return x.mul_(2)
+
+
+def _pack_reads_data(x):
+    return x.to(torch.bfloat16) if x.sum().item() > 0 else x
+
+
+def _pack_outside_the_table(x):
+    return torch.fft.fft(x).real
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "hooks, reason",
+    [
+        ((pack_bf16, _unpack_wrong_dtype), "torch.bfloat16 tensor of shape (4, 3) for a saved torch.float32"),
+        ((_pack_in_place, unpack_f32), "mutates tensors in place"),
+        ((_pack_reads_data, unpack_f32), "_pack_reads_data"),
+        ((_pack_outside_the_table, unpack_f32), "_pack_outside_the_table"),
+    ],
+)
+def test_untraceable_hooks_are_rejected_before_anything_runs(backend, hooks, reason):
+    """r[hooks.compiled.untraceable]: the error says which hook and why; inputs are untouched."""
+    a, b = leaves((4, 5), (5, 3))
+    before = [(t.detach().clone(), t._version) for t in (a, b)]
+    compiled = aotspec.compile(matmul_sin, backend=backend)
+    with torch.autograd.graph.saved_tensors_hooks(*hooks), pytest.raises(UnsupportedError) as raised:
+        compiled(a, b)
+    message = str(raised.value)
+    assert "rule hooks.compiled.untraceable" in message and reason in message
+    for t, (values, version) in zip((a, b), before, strict=True):
+        assert torch.equal(t.detach(), values) and t._version == version and t.grad is None
+
+
+def _placement(placement: str):
+    """The reference's forward and backward ledgers, and its backward graph, for a placement."""
+    a, b = leaves((4, 5), (5, 3))
+    compiled = aotspec.compile(matmul_sin, backend="reference")
+    compiled.hook_placement = placement
+    call_and_grads(compiled, [a, b], (pack_bf16, unpack_f32))
+    (plan,) = compiled._plans.values()
+    return compiled.last_run.ledger, compiled.last_run.backward_ledger, plan.backward.graph
+
+
+def _freed_at(ledger, made_by: str) -> str:
+    (storage,) = [e.storage for e in ledger.events if e.kind == "alloc" and e.node == made_by]
+    (step,) = [e.node for e in ledger.events if e.kind == "free" and e.storage == storage]
+    return step
+
+
+def test_pack_at_last_use_frees_the_original_earlier_than_at_forward_end():
+    """r[hooks.place.pack-after-last-use] and r[hooks.place.unpack-before-first-use], against
+    PyTorch 2.13's placement (pack at the forward's end, unpack before the backward's first op)."""
+    forward, backward, _ = _placement("last-use")
+    steps = [probe.node for probe in forward.probes]
+    assert steps.index("mm_packed") == steps.index("sin") + 1
+    assert _freed_at(forward, "mm") == "mm_packed"
+    backward_steps = [probe.node for probe in backward.probes]
+    assert backward_steps.index("mm_unpacked") == backward_steps.index("cos") - 1
+    assert _freed_at(backward, "mm_packed") == "mm_unpacked"
+
+    forward, _, backward_graph = _placement("forward-end")
+    steps = [probe.node for probe in forward.probes]
+    assert steps[-2:] == ["mm_packed", "output"]  # the forward's last op
+    assert _freed_at(forward, "mm") == "mm_packed"  # alive through sum_1, which does not read it
+    first_op = next(node for node in backward_graph.nodes if node.op != "placeholder")
+    assert first_op.name == "mm_unpacked"
+
+
+def test_generated_code_shows_the_pack_after_the_last_use():
+    a, b = leaves((4, 5), (5, 3))
+    compiled = aotspec.compile(matmul_sin, backend="fast")
+    call_and_grads(compiled, [a, b], (pack_bf16, unpack_f32))
+    (plan,) = compiled._plans.values()
+    lines = [line.strip() for line in plan.forward.code.splitlines()]
+    sin = next(i for i, line in enumerate(lines) if line.startswith("sin = "))
+    assert lines[sin + 1].startswith("mm_packed = torch.ops.aten._to_copy.default(mm, dtype = torch.bfloat16)")
+    assert "mm = None" in lines[sin + 1]  # the original's last reference goes right there
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_donated_selecting_nothing_warns_once_per_compilation(backend):
+    """r[hooks.filter.donated-empty]"""
+    x, w = leaves((3,), (3,))
+    compiled = aotspec.compile(lambda x, w: (x * w).sum(), backend=backend)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        grads = call_and_grads(compiled, [x, w], (pack_bf16, unpack_f32))
+        call_and_grads(compiled, [x, w], (pack_bf16, unpack_f32))
+    hook_warnings = [w for w in caught if issubclass(w.category, HooksWarning)]
+    assert len(hook_warnings) == 1 and "hooks_filter='no_static'" in str(hook_warnings[0].message)
+    torch.testing.assert_close(grads, [w.detach(), x.detach()], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_static_leaves_parameters_and_static_inputs_alone(backend):
+    """r[hooks.filter.no-static]: x is packed; a Parameter and a mark_static_address input are not."""
+    torch.manual_seed(0)
+    x = torch.randn(5).requires_grad_()
+    w = torch.nn.Parameter(torch.randn(5))
+    s = torch.randn(5).requires_grad_()
+    torch._dynamo.mark_static_address(s)
+    compiled = aotspec.compile(lambda x, w, s: (x * w * s).sum(), backend=backend, hooks_filter="no_static")
+    gx, gw, gs = call_and_grads(compiled, [x, w, s], (pack_bf16, unpack_f32))
+    with torch.no_grad():
+        # (x * w) * s: mul saves x and w (the first product), then x * w (intermediate) and s.
+        torch.testing.assert_close(gx, w * s)
+        torch.testing.assert_close(gw, rounded(x) * s)
+        torch.testing.assert_close(gs, rounded(x * w))
+
+
+def test_fast_and_reference_agree_under_lossy_hooks():
+    inputs = leaves((8, 6), (6, 6), (6, 4), seed=1)
+
+    def mlp(x, w1, w2):
+        return torch.relu(x @ w1).sin().matmul(w2).pow(2).mean()
+
+    for hooks_filter in ["donated", "no_static", "all"]:
+        got = [
+            call_and_grads(aotspec.compile(mlp, backend=b, hooks_filter=hooks_filter), inputs, (pack_bf16, unpack_f32))
+            for b in BACKENDS
+        ]
+        for reference, fast in zip(*got, strict=True):
+            torch.testing.assert_close(fast, reference)
