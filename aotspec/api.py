@@ -160,34 +160,11 @@ class _HooksPlan:
     placement: Placement
 
 
-_HOOKS_INSIDE = (
-    "saved_tensors_hooks entered inside a compiled function cannot be inlined [rule hooks.compiled.traced]. "
-    "Enter the context around the call of the compiled function instead"
-)
-
-
 def _build_plan(fn, args, kwargs, tensors, stolen, hooks: _HooksPlan | None):
-    # Tracing runs autograd on fake tensors: the user's saved-tensor hooks must not fire on them,
-    # and hooks entered inside `fn` would be lost, so entering them raises.
-    previous = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message()
-    torch._C._autograd._saved_tensors_hooks_disable(_HOOKS_INSIDE, False)
-    try:
-        return _build_plan_without_hooks_firing(fn, args, kwargs, tensors, stolen, hooks)
-    except RuntimeError as error:
-        if str(error) != _HOOKS_INSIDE:
-            raise
-        from aotspec.errors import UnsupportedError
+    from aotspec.reference.eager_autograd import hooks_silenced_while_tracing
 
-        raise UnsupportedError(
-            "the function enters torch.autograd.graph.saved_tensors_hooks while it is traced",
-            rule="hooks.compiled.traced",
-            fix="Enter the context around the call of the compiled function instead",
-        ) from None
-    finally:
-        if previous is None:
-            torch._C._autograd._saved_tensors_hooks_enable()
-        else:
-            torch._C._autograd._saved_tensors_hooks_disable(previous, False)
+    with hooks_silenced_while_tracing(rule="hooks.compiled.traced"):
+        return _build_plan_without_hooks_firing(fn, args, kwargs, tensors, stolen, hooks)
 
 
 def _build_plan_without_hooks_firing(fn, args, kwargs, tensors, stolen, hooks: _HooksPlan | None):

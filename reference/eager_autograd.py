@@ -184,9 +184,10 @@ _HOOKS_INSIDE = "saved_tensors_hooks entered inside a function the reference cap
 
 
 @contextlib.contextmanager
-def hooks_silenced_while_tracing():
+def hooks_silenced_while_tracing(rule: str = "hooks.eager.innermost"):
     """Capture runs autograd on fake tensors: the caller's hooks must not fire on them. Hooks that
-    the function enters itself cannot be attributed to ops of the captured graph, so they raise."""
+    the function enters itself cannot be attributed to ops of the captured graph, so they raise
+    `UnsupportedError` naming `rule` (eager: `hooks.eager.innermost`; compiled: `hooks.compiled.traced`)."""
     previous = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message()
     torch._C._autograd._saved_tensors_hooks_disable(_HOOKS_INSIDE, False)
     try:
@@ -197,7 +198,7 @@ def hooks_silenced_while_tracing():
         raise UnsupportedError(
             "the function enters torch.autograd.graph.saved_tensors_hooks itself; the captured "
             "graph does not say which of its ops run inside the context",
-            rule="hooks.eager.innermost",
+            rule=rule,
             fix="enter the context around the call instead",
         ) from None
     finally:
