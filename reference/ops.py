@@ -815,7 +815,15 @@ def matmul(x, y):
 
 @derivative(aten.mm.default)
 def mm_backward(grad, out, x, y):
-    return _grad_like(grad.mm(y.t()), x), _grad_like(x.t().mm(grad), y)
+    # The gradient of a column-major operand (a transposed weight) is computed column-major, as
+    # eager's mm_mat1_backward/mm_mat2_backward do: the weight's gradient then has its layout.
+    grad_x = y.mm(grad.t()).t() if _column_major(x) else grad.mm(y.t())
+    grad_y = grad.t().mm(x).t() if _column_major(y) else x.t().mm(grad)
+    return _grad_like(grad_x, x), _grad_like(grad_y, y)
+
+
+def _column_major(t) -> bool:
+    return t.stride(0) == 1 and t.stride(1) == t.shape[0] and t.shape[1] > 1
 
 
 @derivative(aten.bmm.default)
