@@ -40,6 +40,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -1163,3 +1164,18 @@ def grad_programs(draw, max_steps: int = 10) -> Program:
     returns = [with_grad[0] if draw(st.booleans()) else draw(st.sampled_from(with_grad))]
     returns += draw(st.lists(st.sampled_from(names), max_size=2))
     return Program(setup, tuple(body), tuple(draw(st.permutations(returns))))
+
+
+def run_on_eager(run: Callable[[Program], Any], program: Program) -> Any:
+    """`run(program)` on eager PyTorch; an error there means the generator made an invalid program.
+
+    The error becomes text, its traceback dropped: pytest prints the arguments of every frame in
+    a traceback, and printing a tensor whose storage is too small segfaults.
+    """
+    try:
+        return run(program)
+    except Exception:
+        trace = traceback.format_exc(limit=-4)
+    raise AssertionError(
+        f"the generator made a program that eager rejects; fix tests/strategies.py:\n{source(program)}\n{trace}"
+    )

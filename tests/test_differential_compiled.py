@@ -28,7 +28,6 @@ Run: `.venv/bin/python -m pytest tests/test_differential_compiled.py`
 from __future__ import annotations
 
 import re
-import traceback
 
 import torch
 from attrs import evolve, frozen
@@ -39,7 +38,7 @@ import aotspec
 from aotspec.conformance.observe import Observation, differences, observe, world_of
 from repro import compiled_repro_source, is_final_run, write_compiled_repro
 from strategies import GRAD_VIEWS, Base, Instr, Program, Setup, Var, as_function, build_inputs
-from strategies import grad_programs, programs, source
+from strategies import grad_programs, programs, run_on_eager, source
 
 #: A profile's examples a property, split: ci (500) runs 300 programs with backward and 200
 #: mutation programs, dev 1,200 and 800, nightly 12,000 and 8,000.
@@ -183,19 +182,7 @@ VIEWS = set(GRAD_VIEWS) | {"split"}
 def divergence(program: Program, *, backward: bool = False) -> list[str]:
     """How the compiled reference differs from eager on `program`; empty when they agree.
     `backward`: the program must run a backward on eager (or the generator is wrong)."""
-    # Errors become text here, their tracebacks dropped: pytest prints the arguments of every
-    # frame in a traceback, and printing a tensor whose storage is too small segfaults.
-    try:
-        expected = outcome(program, compiled=False)
-    except Exception:
-        trace = traceback.format_exc(limit=-4)
-    else:
-        trace = None
-    if trace is not None:
-        raise AssertionError(
-            f"the generator made a program that eager rejects; fix tests/strategies.py:\n"
-            f"{source(program)}\n{trace}"
-        )
+    expected = run_on_eager(lambda p: outcome(p, compiled=False), program)
     if backward and not expected.backward:
         raise AssertionError(
             f"the generator made a program with no output that requires grad:\n{source(program)}"
