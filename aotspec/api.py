@@ -94,7 +94,7 @@ class CompiledFunction:
         # r[hooks.compiled.respecialize]: the hooks in effect are part of the key (and the key keeps
         # them alive, so their identities stay unique).
         hooks = SavedTensorHooks.active() if grad_enabled else None
-        static = tuple(map(_is_static, tensors)) if hooks is not None and self.hooks_filter == "no_static" else ()
+        static = _static_inputs(tensors) if hooks is not None and self.hooks_filter == "no_static" else frozenset()
         key = (in_spec, constants, InputMeta.of(tensors), grad_enabled, hooks, static)
         plan = self._plans.get(key)
         if plan is None:
@@ -147,16 +147,18 @@ def _functional(plan):
     return plan.functional if hasattr(plan, "functional") else plan
 
 
-def _is_static(t: torch.Tensor) -> bool:
-    """A parameter, or an input marked static (`r[hooks.filter.no-static]`)."""
-    return isinstance(t, torch.nn.Parameter) or hasattr(t, "_dynamo_static_input_type")
+def _static_inputs(tensors: list[torch.Tensor]) -> frozenset[int]:
+    """Parameters, and inputs marked static (`r[hooks.filter.no-static]`)."""
+    return frozenset(
+        i for i, t in enumerate(tensors) if isinstance(t, torch.nn.Parameter) or hasattr(t, "_dynamo_static_input_type")
+    )
 
 
 @frozen
 class _HooksPlan:
     hooks: SavedTensorHooks
     hooks_filter: str
-    static: tuple[bool, ...]
+    static_inputs: frozenset[int]
     placement: Placement
 
 
@@ -191,8 +193,7 @@ def _build_plan_without_hooks_firing(fn, args, kwargs, tensors, stolen, hooks: _
     plan = build_training_plan(program, tensors)
     if hooks is None:
         return plan
-    static_inputs = frozenset(i for i, is_static in enumerate(hooks.static) if is_static)
-    return inline_hooks(plan, hooks.hooks, hooks.hooks_filter, static_inputs, hooks.placement)
+    return inline_hooks(plan, hooks.hooks, hooks.hooks_filter, hooks.static_inputs, hooks.placement)
 
 
 def _check_stolen(plan, stolen: frozenset[int]) -> None:
