@@ -18,7 +18,7 @@ import torch.fx
 from attrs import define
 
 from aotspec.reference.autograd import TrainingPlan
-from aotspec.reference.epilogue import apply_epilogue, build_outputs, detached_where_needed
+from aotspec.reference.epilogue import apply_epilogue, build_outputs, detached_where_needed, tangents_as_traced
 from aotspec.reference.functionalize import FunctionalProgram
 
 from .fusion import fuse_pointwise, triton_requested
@@ -117,7 +117,7 @@ class _Forward(torch.autograd.Function):
     def backward(ctx, *grads):
         fast: FastPlan = ctx.fast
         plan: TrainingPlan = fast.plan
-        arguments = ctx.saved + [grads[k] for k in plan.differentiable_outputs]
+        arguments = ctx.saved + tangents_as_traced(plan, grads)
         ctx.saved = None  # the list below is now the only holder of the saved tensors
         results = fast.backward(arguments)  # clears `arguments`: saved tensors die at last use
         input_grads: list = [None] * len(plan.functional.inputs)

@@ -61,6 +61,8 @@ class TrainingPlan:
     #: Indices of the inputs that receive a gradient, in the backward graph's output order.
     grad_inputs: tuple[int, ...]
     num_saved: int
+    #: Strides of each tangent as traced; the runtime lays tangents out so (`r[autograd.tangent-layout]`).
+    tangent_strides: tuple[tuple[int, ...], ...]
 
 
 def differentiable_outputs(program: FunctionalProgram, requires_grad: list[bool]) -> tuple[int, ...]:
@@ -124,7 +126,8 @@ def build_training_plan(program: FunctionalProgram, tensors: list[torch.Tensor])
     joint_module = make_fx(joint, tracing_mode="fake")(*tensors, *tangent_examples)
     joint_module.graph.eliminate_dead_code()  # rules may compute gradients nobody needs
     forward, backward, num_saved = partition(joint_module, n_inputs, len(outputs_node.args[0]))
-    return TrainingPlan(program, forward, backward, differentiable, received["grad_inputs"], num_saved)
+    tangent_strides = tuple(t.stride() for t in tangent_examples)
+    return TrainingPlan(program, forward, backward, differentiable, received["grad_inputs"], num_saved, tangent_strides)
 
 
 def _meta_value(node: torch.fx.Node) -> torch.Tensor:

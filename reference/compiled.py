@@ -21,7 +21,7 @@ from attrs import define, field
 from .autograd import TrainingPlan
 from .boundary import Boundary, tensor_on
 from .eager import interpret
-from .epilogue import apply_epilogue, build_outputs, detached_where_needed
+from .epilogue import apply_epilogue, build_outputs, detached_where_needed, tangents_as_traced
 from .functionalize import FunctionalProgram
 from .ledger import Ledger
 from .storage import Tensor
@@ -129,7 +129,7 @@ class _Forward(torch.autograd.Function):
         call: _TrainingCall = ctx.call
         plan = call.plan
         saved, call.saved = call.saved, None  # handed over in one list, freed at last use
-        tangents = [grads[k] for k in plan.differentiable_outputs]  # materialized: zeros, never None
+        tangents = tangents_as_traced(plan, grads)  # materialized: zeros, never None
         boundary = Boundary()
         inputs = saved + [boundary.import_tensor(t) for t in tangents]
         runner = _GraphRunner(call.boxed)

@@ -1,7 +1,7 @@
 """What a compiled call does around its graph, on the caller's real tensors (both backends).
 
-After the forward graph has produced its outputs (`flats`, one 1-D tensor per storage the graph
-made or wrote), the epilogue acts on the caller's tensors: storage resizes and writes first, then
+After the forward graph has produced its outputs (`flats`, one tensor per storage the graph made
+or wrote), the epilogue acts on the caller's tensors: storage resizes and writes first, then
 rebindings (`r[functionalize.epilogue.data]`, `r[functionalize.epilogue.resize]`,
 `r[functionalize.epilogue.set]`), and the outputs are built as views: of the caller's tensors
 for outputs that alias inputs, of the flats for the rest (`r[functionalize.outputs]`), so
@@ -27,6 +27,18 @@ def detached_where_needed(plan: TrainingPlan, tensors: list) -> list:
         detached.append(t.detach() if needs_detach else t)
     return detached
 
+
+
+def tangents_as_traced(plan: TrainingPlan, grads) -> list[torch.Tensor]:
+    """r[autograd.tangent-layout]: the gradients of the differentiable outputs, each laid out like
+    the tangent the backward graph was traced with (autograd may pass an expanded one)."""
+    tangents = []
+    for k, strides in zip(plan.differentiable_outputs, plan.tangent_strides, strict=True):
+        grad = grads[k]
+        if grad.stride() != strides:
+            grad = torch.empty_strided(grad.shape, strides, dtype=grad.dtype, device=grad.device).copy_(grad)
+        tangents.append(grad)
+    return tangents
 
 
 def apply_epilogue(program: FunctionalProgram, tensors, caller_storages, flats: list[torch.Tensor]) -> None:
@@ -55,16 +67,33 @@ def build_outputs(program: FunctionalProgram, tensors, caller_storages, flats) -
         if t is not None:
             on_storage.setdefault((t.untyped_storage()._cdata, t.dtype), t)
     outputs = []
+    returned: set[int] = set()
     for output in program.outputs:
         if isinstance(output, OutputIsInput):
             outputs.append(tensors[output.input_index])
         elif isinstance(output.storage, CallerStorage):
             outputs.append(_view_of_caller(output, tensors, on_storage, caller_storages))
         else:
-            layout = output.layout
-            flat = flats[output.storage.output_index]
-            outputs.append(flat.as_strided(layout.sizes, layout.strides, layout.offset))
+            outputs.append(_view_of_graph_storage(output.layout, flats[output.storage.output_index], returned))
     return outputs
+
+
+def _view_of_graph_storage(layout, flat: torch.Tensor, returned: set[int]) -> torch.Tensor:
+    """`flat` itself the first time an output is laid out like it (no view for autograd to undo),
+    else a view of its storage."""
+    if id(flat) not in returned and _laid_out_like(flat, layout):
+        returned.add(id(flat))
+        return flat
+    return flat.as_strided(layout.sizes, layout.strides, layout.offset)
+
+
+def _laid_out_like(t: torch.Tensor, layout) -> bool:
+    return (
+        t.dtype == layout.dtype
+        and tuple(t.shape) == layout.sizes
+        and t.stride() == layout.strides
+        and t.storage_offset() == layout.offset
+    )
 
 
 def _view_of_caller(output, tensors, on_storage: dict, caller_storages) -> torch.Tensor:

@@ -69,7 +69,8 @@ class CallerStorage:
 
 @frozen
 class GraphStorage:
-    """A storage the program made: graph output `output_index` holds its bytes as a 1-D tensor."""
+    """A storage the program made: graph output `output_index` holds its bytes (the op result that
+    made it, or, once the program wrote or resized it, a 1-D tensor of its contents)."""
 
     output_index: int
 
@@ -395,7 +396,9 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
         def graph_storage(storage: _Storage) -> int:
             if id(storage) not in index_of:
                 index_of[id(storage)] = len(graph_outputs)
-                graph_outputs.append(_flat(storage))
+                # r[functionalize.outputs]: a storage no op wrote or resized is returned as the
+                # result that made it, so an output laid out like that result is the result itself.
+                graph_outputs.append(storage.origin if storage.flat is None else _flat(storage))
             return index_of[id(storage)]
 
         def where(storage: _Storage):
