@@ -30,9 +30,6 @@ aten = torch.ops.aten
 
 # Composite ops that reach make_fx's dispatch and decompose into ops of the table.
 DECOMPOSED = [
-    aten.native_layer_norm,
-    aten._softmax,
-    aten._log_softmax,
     aten.gelu,
     aten.silu,
     aten.stack,

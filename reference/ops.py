@@ -22,6 +22,8 @@ import sys
 import numpy as np
 import torch
 
+from aotspec.errors import UnsupportedError
+
 from .optable import compute, derivative, inplace, nondifferentiable, view
 from .storage import REDUCED_FLOATS, Layout, contiguous_strides, numpy_dtype
 
@@ -1024,6 +1026,99 @@ def var_mean_backward(grads, outs, x, dims, correction, keepdim):
         from_mean = _mean_backward(mean_grad, x, dims, keepdim)
         x_grad = from_mean if x_grad is None else x_grad + from_mean
     return _grad_like(x_grad, x), None, None, None
+
+
+# ---------------------------------------------------------------- normalizations
+# First-class entries, not decompositions, so that autograd saves what eager saves
+# (`r[hooks.eager.saved-set]`): softmax and log_softmax their result, layer_norm its input, weight
+# and per-row statistics, not the intermediates of a decomposition.
+
+
+def _refuse_half_to_float(op: str, half_to_float: bool) -> None:
+    """r[ops.table]: `half_to_float=True` is a CUDA-only form; PyTorch's CPU kernels refuse it too."""
+    if half_to_float:
+        raise UnsupportedError(
+            f"op aten.{op}.default with half_to_float=True is not in the reference op table",
+            rule="ops.table",
+            fix=f"pass dtype=torch.float32 to torch.{op.removeprefix('_')} instead",
+        )
+
+
+def _minus_max(x, axis: int):
+    """`x` less its maximum along `axis`, the shift that keeps exp from overflowing. A slice of
+    -inf only gives NaN (-inf - -inf), as in PyTorch; an empty slice gives an empty result."""
+    return x - np.max(x, axis=axis, keepdims=True, initial=-np.inf)
+
+
+@compute(aten._softmax.default)
+def softmax(x, dim, half_to_float):
+    _refuse_half_to_float("_softmax", half_to_float)
+    rows = np.atleast_1d(x)  # a 0-dim x is one slice of one element
+    exps = np.exp(_minus_max(rows, _dim(dim, x.ndim)))
+    return (exps / np.sum(exps, axis=_dim(dim, x.ndim), keepdims=True)).reshape(x.shape)
+
+
+@derivative(aten._softmax.default)
+def softmax_backward(grad, out, x, dim, half_to_float):
+    # derivatives.yaml: _softmax_backward_data(grad, result, dim, self.scalar_type()), which reads
+    # the result only.
+    return _grad_like(out * (grad - (grad * out).sum(dim, keepdim=True)), x), None, None
+
+
+@compute(aten._log_softmax.default)
+def log_softmax(x, dim, half_to_float):
+    _refuse_half_to_float("_log_softmax", half_to_float)
+    rows = np.atleast_1d(x)
+    shifted = _minus_max(rows, _dim(dim, x.ndim))
+    log_sums = np.log(np.sum(np.exp(shifted), axis=_dim(dim, x.ndim), keepdims=True))
+    return (shifted - log_sums).reshape(x.shape)
+
+
+@derivative(aten._log_softmax.default)
+def log_softmax_backward(grad, out, x, dim, half_to_float):
+    # derivatives.yaml: _log_softmax_backward_data(grad, result, dim, self.scalar_type()), which
+    # reads the result only.
+    return _grad_like(grad - torch.exp(out) * grad.sum(dim, keepdim=True), x), None, None
+
+
+def _normalized_dims(x, normalized_shape) -> list[int]:
+    return list(range(x.ndim - len(normalized_shape), x.ndim))
+
+
+@compute(aten.native_layer_norm.default)
+def native_layer_norm(x, normalized_shape, weight, bias, eps):
+    # (out, mean, rstd); mean and rstd keep the normalized dims as size 1, as PyTorch's do.
+    axes = tuple(_normalized_dims(x, normalized_shape))
+    count = _count(x, axes)
+    mean = np.sum(x, axis=axes, keepdims=True) / count
+    deviations = x - mean
+    rstd = 1 / np.sqrt(np.sum(deviations * deviations, axis=axes, keepdims=True) / count + eps)
+    out = deviations * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out, mean, rstd
+
+
+@derivative(aten.native_layer_norm.default)
+def native_layer_norm_backward(grads, outs, x, normalized_shape, weight, bias, eps):
+    # derivatives.yaml: native_layer_norm_backward(grad, input, normalized_shape, result1, result2,
+    # weight, bias, ...), as FunctionsManual.cpp and torch/_decomp compute it. Only the output has
+    # a gradient: mean and rstd are not differentiable outputs.
+    grad = grads[0]
+    if grad is None:
+        return None, None, None, None, None
+    _, mean, rstd = outs
+    inner = _normalized_dims(x, normalized_shape)
+    count = math.prod(normalized_shape)
+    normalized = (x - mean) * rstd
+    grad_normalized = grad if weight is None else grad * weight
+    centred = grad_normalized * count - grad_normalized.sum(inner, keepdim=True)
+    along = normalized * (grad_normalized * normalized).sum(inner, keepdim=True)
+    x_grad = (rstd / count) * (centred - along)
+    # _grad_like sums the weight's and bias's gradients over the leading (batch) dims.
+    return _grad_like(x_grad, x), None, _grad_like(grad * normalized, weight), _grad_like(grad, bias), None
 
 
 # ---------------------------------------------------------------- creation

@@ -348,6 +348,33 @@ SAMPLES: dict[torch._ops.OpOverload, list[Sample]] = {
         sample(make((3, 5)), [1], no_grad_outputs=(0,)),
         sample(make((3, 5)), [0], keepdim=True, no_grad_outputs=(1,)),
     ],
+    # Normalizations: mean and rstd, native_layer_norm's outputs 1 and 2, carry no gradient.
+    **{
+        op: [
+            sample(make((3, 5)), -1, False),
+            sample(make((2, 3, 4), "transposed"), 1, False),
+            sample(make((4, 3), "sliced"), 0, False),
+            sample(make(()), 0, False),
+            sample(make((0, 4)), -1, False),
+        ]
+        for op in [aten._softmax.default, aten._log_softmax.default]
+    },
+    aten.native_layer_norm.default: [
+        sample(make((3, 5)), [5], make((5,)), make((5,)), 1e-5, no_grad_outputs=(1, 2)),
+        sample(
+            make((2, 3, 4), "transposed"),
+            [3, 4],
+            make((3, 4), "sliced"),
+            make((3, 4)),
+            1e-5,
+            no_grad_outputs=(1, 2),
+        ),
+        sample(make((4, 6), "sliced"), [6], None, None, 1e-5, no_grad_outputs=(1, 2)),
+        sample(make((2, 3, 4)), [4], make((4,)), None, 0.1, no_grad_outputs=(1, 2)),
+        sample(make((5,)), [5], None, make((5,)), 1e-5, no_grad_outputs=(1, 2)),
+        sample(make((3, 4), dtype=F32), [4], make((4,), dtype=F32), None, 1e-5, no_grad_outputs=(1, 2)),
+        sample(make((0, 4)), [4], make((4,)), make((4,)), 1e-5, no_grad_outputs=(1, 2)),
+    ],
     # Views.
     aten.view.default: [
         sample(make((3, 4)), [4, 3]),

@@ -389,6 +389,33 @@ def var_samples(make: Make) -> Iterable[Sample]:
     yield sample(make((1, 4)), [0])
 
 
+# Normalizations.
+
+
+def softmax_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 5)), -1, False)
+    yield sample(make((2, 3, 4), "transposed"), 1, False)
+    yield sample(make((4, 3), "sliced"), 0, False)
+    yield sample(make(()), 0, False)
+    yield sample(make((0, 4)), -1, False)
+    yield sample(make((0, 4)), 0, False)
+    # Slices of -inf only (NaN), one finite among -inf, and a spread that overflows exp unshifted.
+    inf = math.inf
+    extremes = [[-inf, -inf, -inf], [-inf, 0.0, 1.0], [100.0, -100.0, 0.0]]
+    yield sample(torch.tensor(extremes, dtype=make.dtype), -1, False)
+
+
+def layer_norm_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 5)), [5], make((5,)), make((5,)), 1e-5)
+    yield sample(make((2, 3, 4), "transposed"), [3, 4], make((3, 4)), make((3, 4), "sliced"), 1e-5)
+    yield sample(make((4, 6), "sliced"), [6], None, None, 1e-5)
+    yield sample(make((2, 3, 4)), [4], make((4,), "sliced"), None, 0.1)
+    yield sample(make((5,)), [5], None, make((5,)), 1e-5)
+    yield sample(make((0, 4)), [4], make((4,)), make((4,)), 1e-5)
+    # A constant row: its variance is 0, and eps alone sets rstd.
+    yield sample(torch.ones(2, 3, dtype=make.dtype), [3], None, None, 1e-5)
+
+
 def sizes(make: Make) -> Iterable[Sample]:
     yield sample([2, 3], dtype=make.dtype)
     yield sample([], dtype=make.dtype)
@@ -727,6 +754,10 @@ SAMPLES: dict[torch._ops.OpOverload, OpSamples] = {
     aten.var.correction: OpSamples(FLOATS, var_samples),
     aten.std.correction: OpSamples(FLOATS, var_samples),
     aten.var_mean.correction: OpSamples(FLOATS, var_samples),
+    # Normalizations.
+    aten._softmax.default: OpSamples(FLOATS, softmax_samples),
+    aten._log_softmax.default: OpSamples(FLOATS, softmax_samples),
+    aten.native_layer_norm.default: OpSamples(FLOATS, layer_norm_samples),
     # Creation.
     aten.zeros.default: OpSamples(KINDS, sizes),
     aten.ones.default: OpSamples(KINDS, sizes),
@@ -861,10 +892,17 @@ def _with_meta_strides(op, sample: Sample, expected):
 
 #: Ops whose eager CPU kernels round an intermediate to float16 or bfloat16: trunc division
 #: truncates the quotient after rounding it to the dtype, so 3.0 / -0.3 in float16 (-9.998 in
-#: float32 and float64) truncates to -10. The reference keeps r[ops.opmath], which agrees with
-#: float64 here, and is held to it: the same call on float32 copies, rounded once.
+#: float32 and float64) truncates to -10, and log_softmax's output near 0 loses bits (-0.00584
+#: for -0.00552 in float16). The reference keeps r[ops.opmath], which agrees with float64 here,
+#: and is held to it: the same call on float32 copies, rounded once.
 OPMATH_ORACLE = frozenset(
-    {aten.div.Tensor_mode, aten.div.Scalar_mode, aten.div_.Tensor_mode, aten.div_.Scalar_mode}
+    {
+        aten.div.Tensor_mode,
+        aten.div.Scalar_mode,
+        aten.div_.Tensor_mode,
+        aten.div_.Scalar_mode,
+        aten._log_softmax.default,
+    }
 )
 
 
@@ -1024,9 +1062,6 @@ def test_attention_block_matches_eager(dtype):
 
 #: One user-level call per composite op that capture decomposes (reference/capture.py DECOMPOSED).
 DECOMPOSED_USES = {
-    aten.native_layer_norm: lambda x: F.layer_norm(x, (5,), x[0], x[1]),
-    aten._softmax: lambda x: torch.softmax(x, -1),
-    aten._log_softmax: lambda x: F.log_softmax(x, 0),
     aten.gelu: lambda x: (F.gelu(x), F.gelu(x, approximate="tanh")),
     aten.silu: F.silu,
     aten.stack: lambda x: torch.stack([x, 2 * x], 1),
@@ -1097,3 +1132,11 @@ def test_op_outside_table_is_rejected_at_capture():
     assert f"test_ops.py:{line}" in str(raised.value)
     assert "ops.table" == raised.value.rule
     torch.testing.assert_close(x, torch.zeros(3))
+
+
+@pytest.mark.parametrize("op", [aten._softmax.default, aten._log_softmax.default], ids=qualified_name)
+def test_half_to_float_is_refused(op):
+    """r[ops.table]: half_to_float=True is a CUDA-only form, which PyTorch's CPU kernels refuse too."""
+    with pytest.raises(UnsupportedError, match="half_to_float=True") as raised:
+        run(lambda x: op(x, -1, True), Make(torch.float16)((3, 4)))
+    assert "ops.table" == raised.value.rule
