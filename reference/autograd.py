@@ -187,6 +187,9 @@ def partition(joint_module: torch.fx.GraphModule, n_inputs: int, n_outputs: int)
     # exactly what the rules read (and what saved-tensor hooks see: r[hooks.eager.saved-set]).
     forward_nodes = _ancestors(forward_outputs)
     forward_nodes.update(primals)
+    # Every result of a forward op is a forward value, even those only a rule reads (layer_norm's
+    # mean and rstd): the backward saves them rather than the op's tuple.
+    forward_nodes.update([user for node in forward_nodes for user in node.users if user.target is getitem])
     saved = []
     for node in joint.nodes:
         if node not in forward_nodes:
