@@ -1,9 +1,9 @@
 """The fast backend's runtime: the reference's plans, executed by real torch ops, boxed.
 
 The plans (functional forward graph, backward graph, saved values, epilogue, outputs) come from
-the reference's passes; only their execution differs. Each graph is an fx GraphModule whose code
-takes one list, clears it on entry, and drops every value right after its last use (torch.fx's
-boxed codegen), so on real tensors:
+the reference's passes; only their execution differs. Each graph becomes a plain Python function
+(`fast/codegen.py`) that takes one list, clears it on entry, and deletes every value right after
+its last use, so on real tensors:
 - an input dies inside the call once its last use has passed, unless the caller still holds it
   (`r[boxed.args-cleared]`); a stolen list is emptied before the call (`r[boxed.steal]`);
 - the backward takes the saved tensors in one list and frees each at its last use
@@ -21,23 +21,16 @@ from aotspec.reference.autograd import TrainingPlan
 from aotspec.reference.epilogue import apply_epilogue, build_outputs, detached_where_needed, tangents_as_traced
 from aotspec.reference.functionalize import FunctionalProgram
 
+from .codegen import GeneratedCode, generate
 from .fusion import fuse_pointwise, triton_requested
 
 
-def boxed(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of `graph_module` whose forward takes one list and clears it (PyTorch's _BoxedCodeGen)."""
-    module = torch.fx.GraphModule(graph_module, graph_module.graph)
-    module.graph.set_codegen(torch.fx.graph._BoxedCodeGen())
-    module.recompile()
-    return module
-
-
-def _generated(graph_module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+def _generated(graph_module: torch.fx.GraphModule, name: str) -> GeneratedCode:
     """The boxed code of one graph; with Triton (CUDA inputs, or AOTSPEC_TRITON=1) its pointwise
     chains run as fused kernels. On CPU the graph runs op by op, as the reference's plan says."""
     if triton_requested(graph_module):
         graph_module = fuse_pointwise(graph_module, use_triton=True)
-    return boxed(graph_module)
+    return generate(graph_module, name)
 
 
 @define
@@ -45,14 +38,15 @@ class FastPlan:
     """A plan with its graphs compiled to boxed Python code."""
 
     plan: FunctionalProgram | TrainingPlan
-    forward: torch.fx.GraphModule
-    backward: torch.fx.GraphModule | None
+    forward: GeneratedCode
+    backward: GeneratedCode | None
 
     @classmethod
     def of(cls, plan: FunctionalProgram | TrainingPlan) -> FastPlan:
         if isinstance(plan, TrainingPlan):
-            return cls(plan, _generated(plan.forward.graph_module), _generated(plan.backward.graph_module))
-        return cls(plan, _generated(plan.graph_module), None)
+            forward, backward = plan.forward.graph_module, plan.backward.graph_module
+            return cls(plan, _generated(forward, "forward"), _generated(backward, "backward"))
+        return cls(plan, _generated(plan.graph_module, "forward"), None)
 
     @property
     def functional(self) -> FunctionalProgram:

@@ -1,0 +1,148 @@
+"""Python source for one graph of a plan: boxed, with `del` right after each value's last use.
+
+    def forward(arguments):
+        x, w = arguments
+        arguments.clear()
+        t = aten.t.default(w)
+        del w
+        mm = aten.mm.default(x, t)
+        del x, t
+        return [mm]
+
+The function takes one list and clears it on entry (`r[boxed.args-cleared]`), so the list no
+longer holds the inputs; each value is deleted right after the node that reads it last, so a
+tensor dies there unless the caller or a graph output still holds it. The code is a plain
+function: no module call and no wrapper holding arguments or results.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Callable
+
+import torch
+import torch.fx
+from attrs import frozen
+
+#: Names the generated code reads; graph values never shadow them (see `_check_names`).
+_BUILTIN_NAMES = {"torch": torch, "aten": torch.ops.aten, "inf": math.inf, "nan": math.nan}
+
+
+@frozen
+class GeneratedCode:
+    """A graph's generated function, its source, and the graph it came from."""
+
+    graph: torch.fx.Graph
+    code: str
+    function: Callable[[list], list]
+
+    def __call__(self, arguments: list) -> list:
+        return self.function(arguments)
+
+
+def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> GeneratedCode:
+    graph = graph_module.graph
+    _check_names(graph)
+    names = dict(_BUILTIN_NAMES)
+    names.update({node.name: None for node in graph.nodes})  # taken: globals never get these names
+    lines = [f"def {name}(arguments):"]
+    placeholders = [node.name for node in graph.nodes if node.op == "placeholder"]
+    if placeholders:
+        lines.append(f"    {', '.join(placeholders)}{',' if len(placeholders) == 1 else ''} = arguments")
+    lines.append("    arguments.clear()")
+    dies_after = _last_uses(graph)
+    for node in graph.nodes:
+        if node.op == "placeholder":
+            pass
+        elif node.op == "get_attr":  # a constant of the graph, bound to a global of the code
+            constant = _fresh_name(node.name, names)
+            names[constant] = getattr(graph_module, node.target)
+            lines.append(f"    {node.name} = {constant}")
+        elif node.op == "call_function":
+            lines.append(f"    {node.name} = {_call(node, names)}")
+        elif node.op == "output":
+            results = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+            lines.append(f"    return {_render(list(results), names)}")
+            continue
+        else:
+            raise ValueError(f"cannot generate code for a {node.op} node: {node.format_node()}")
+        dead = [value.name for value in dies_after[node]]
+        if dead:
+            lines.append(f"    del {', '.join(dead)}")
+    code = "\n".join(lines) + "\n"
+    namespace = dict(names)
+    exec(compile(code, f"<aotspec.fast {name}>", "exec"), namespace)  # noqa: S102 (our own source)
+    return GeneratedCode(graph, code, namespace[name])
+
+
+def _last_uses(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[torch.fx.Node]]:
+    """node -> the values to delete right after it: those it reads last, and itself if no one reads
+    it. Values the output returns are never deleted."""
+    returned = {value for value in _output_node(graph).all_input_nodes}
+    dies_after: dict[torch.fx.Node, list[torch.fx.Node]] = {node: [] for node in graph.nodes}
+    seen: set[torch.fx.Node] = set(returned)
+    for node in reversed(graph.nodes):
+        if node.op == "output":
+            continue
+        for used in node.all_input_nodes:
+            if used not in seen:
+                seen.add(used)
+                dies_after[node].append(used)
+        if node not in seen:
+            seen.add(node)
+            dies_after[node].append(node)
+    return dies_after
+
+
+def _output_node(graph: torch.fx.Graph) -> torch.fx.Node:
+    return next(iter(reversed(graph.nodes)))
+
+
+def _call(node: torch.fx.Node, names: dict) -> str:
+    if node.target is operator.getitem:
+        source, index = node.args
+        return f"{source.name}[{index}]"
+    arguments = [_render(a, names) for a in node.args]
+    arguments += [f"{key}={_render(value, names)}" for key, value in node.kwargs.items()]
+    return f"{_function_name(node.target, names)}({', '.join(arguments)})"
+
+
+def _function_name(target, names: dict) -> str:
+    if isinstance(target, torch._ops.OpOverload) and target.namespace == "aten":
+        return f"aten.{target._opname}.{target._overloadname}"
+    name = _fresh_name(getattr(target, "__name__", None) or getattr(target, "name", None) or "function", names)
+    names[name] = target
+    return name
+
+
+def _render(value, names: dict) -> str:
+    if isinstance(value, torch.fx.Node):
+        return value.name
+    if isinstance(value, (list, tuple)):
+        items = ", ".join(_render(v, names) for v in value)
+        return f"[{items}]" if isinstance(value, list) else f"({items}{',' if len(value) == 1 else ''})"
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return repr(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+    if isinstance(value, torch.dtype):
+        return str(value)  # torch.float32
+    name = _fresh_name("constant", names)  # devices, layouts, memory formats, ...: bound by name
+    names[name] = value
+    return name
+
+
+def _fresh_name(base: str, names: dict) -> str:
+    base = "".join(c if c.isalnum() or c == "_" else "_" for c in base)
+    candidate, n = f"_{base}", 0
+    while candidate in names:
+        n += 1
+        candidate = f"_{base}_{n}"
+    return candidate
+
+
+def _check_names(graph: torch.fx.Graph) -> None:
+    clashes = [node.name for node in graph.nodes if node.name in _BUILTIN_NAMES or node.name == "arguments"]
+    if clashes:
+        raise ValueError(f"graph values named {clashes} would shadow names the generated code reads")
