@@ -15,6 +15,9 @@ import torch
 import torch.utils._pytree as pytree
 from attrs import frozen
 
+from aotspec.fast.runtime import run_fast
+from aotspec.reference.compiled import run_compiled
+from aotspec.reference.functionalize import input_facts
 from aotspec.reference.hooks import FILTERS as HOOK_FILTERS
 from aotspec.reference.hooks import Placement, SavedTensorHooks
 
@@ -52,6 +55,14 @@ def _parameters(fn) -> dict:
         return {}
 
 
+def _flatten(args: tuple, kwargs: dict):
+    """The flat leaves of (args, kwargs), and what the guard keeps of their structure: the number of
+    arguments when they are all tensors (cheap to hash), else pytree's spec."""
+    if not kwargs and all(isinstance(arg, torch.Tensor) for arg in args):
+        return list(args), len(args)
+    return pytree.tree_flatten((tuple(args), dict(kwargs)))
+
+
 def _constant_key(leaf):
     try:
         hash(leaf)
@@ -82,11 +93,8 @@ class CompiledFunction:
         return len(self._plans)
 
     def __call__(self, *args, **kwargs):
-        from aotspec.reference.compiled import run_compiled
-        from aotspec.reference.functionalize import InputMeta
-
         stolen_lists = self._stolen_lists(args, kwargs)
-        leaves, in_spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+        leaves, structure = _flatten(args, kwargs)
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         stolen = self._stolen_indices(leaves, stolen_lists)
         constants = tuple(_constant_key(leaf) for leaf in leaves if not isinstance(leaf, torch.Tensor))
@@ -95,7 +103,7 @@ class CompiledFunction:
         # them alive, so their identities stay unique).
         hooks = SavedTensorHooks.active() if grad_enabled else None
         static = _static_inputs(tensors) if hooks is not None and self.hooks_filter == "no_static" else frozenset()
-        key = (in_spec, constants, InputMeta.of(tensors), grad_enabled, hooks, static)
+        key = (structure, constants, input_facts(tensors), grad_enabled, hooks, static)
         plan = self._plans.get(key)
         if plan is None:
             hooks_plan = None if hooks is None else _HooksPlan(hooks, self.hooks_filter, static, Placement(self.hook_placement))
@@ -109,8 +117,6 @@ class CompiledFunction:
         for stolen_list in stolen_lists:
             stolen_list.clear()  # r[boxed.steal]: the caller's list is emptied by the call
         if self.backend == "fast":
-            from aotspec.fast.runtime import run_fast
-
             outputs = run_fast(plan, tensors, stolen)
         else:
             run = run_compiled(plan, tensors, stolen=stolen)

@@ -46,15 +46,31 @@ class InputMeta:
 
     @classmethod
     def of(cls, tensors: list[torch.Tensor]) -> tuple[InputMeta, ...]:
-        first_on_storage: dict[int, int] = {}
-        first_object: dict[int, int] = {}
-        metas = []
-        for i, t in enumerate(tensors):
-            storage = first_on_storage.setdefault(t.untyped_storage()._cdata, i)
-            same = first_object.setdefault(id(t), i)
-            nbytes = t.untyped_storage().nbytes()
-            metas.append(cls(Layout.of(t), storage, nbytes, t.requires_grad, t.is_leaf, same))
-        return tuple(metas)
+        return tuple(
+            cls(Layout(dtype, tuple(sizes), strides, offset), storage, nbytes, requires_grad, is_leaf, same)
+            for dtype, sizes, strides, offset, storage, nbytes, requires_grad, is_leaf, same in input_facts(tensors)
+        )
+
+
+def input_facts(tensors: list[torch.Tensor]) -> tuple[tuple, ...]:
+    """`InputMeta.of(tensors)` as plain tuples, cheap to build and hash: a compiled function's guard."""
+    first_on_storage: dict[int, int] = {}
+    first_object: dict[int, int] = {}
+    facts = []
+    for i, t in enumerate(tensors):
+        storage = t.untyped_storage()
+        facts.append((
+            t.dtype,
+            t.shape,
+            t.stride(),
+            t.storage_offset(),
+            first_on_storage.setdefault(storage._cdata, i),
+            storage.nbytes(),
+            t.requires_grad,
+            t.is_leaf,
+            first_object.setdefault(id(t), i),
+        ))
+    return tuple(facts)
 
 
 # ---------------------------------------------------------------- the result
