@@ -5,12 +5,14 @@ The reference is the oracle. Each program runs on both backends, each time on fr
 tensors, through tests/test_differential_compiled.py's `call_and_backward`: errors (type and
 rule), outputs, the caller's tensors after the call, aliasing, requires_grad and gradients must
 agree (`compare`). Generators: `programs(compiled=True)` (views, in-place ops, copy_, set_,
-resizes, aliased arguments), `grad_programs()` (backward), and tests/strategies_fast.py's
-`stealing_programs()` (either kind after a stolen list of activations).
+resizes, aliased arguments), `grad_programs()` (backward; also called inside bfloat16
+saved-tensor hooks under each `hooks_filter`, so the inlined pack and unpack ops are compared
+too), and tests/strategies_fast.py's `stealing_programs()` (either kind after a stolen list of
+activations).
 
 Memory facts. The fast run happens under `aotspec.tracker.MemoryTracker`, once the plan is built
 (a first call on other fresh tensors builds it, so tracing is not tracked). The test wraps the
-plan's boxed forward and backward GraphModules in a `Bracket` that marks where each graph's run
+plan's generated forward and backward code in a `Bracket` that marks where each graph's run
 begins and ends in the tracker. Inside a bracket each op the tracker sees is one op node of the
 graph, in order (checked), and the reference's ledger has a probe per node of the same graph, so:
 
@@ -45,6 +47,7 @@ import pickle
 import traceback
 from pathlib import Path
 
+import pytest
 import torch
 from attrs import define, field, frozen
 from hypothesis import event, given, settings
@@ -61,9 +64,10 @@ from strategies import programs, source
 from strategies_fast import Stealing, as_stealing_function, make_activations, stealing_programs
 from strategies_fast import stealing_source
 from test_differential_compiled import Outcome, call_and_backward, compare, numerically_explained
+from test_differential_hooks import pack_bf16, unpack_bf16
 
-#: A profile's examples (ci: 500) times 3/5, split: ci runs 130 programs with backward, 110
-#: mutation programs and 60 with stolen lists (300 in all, about a minute on 2 cores).
+#: A profile's examples (ci: 500) times 3/5, split: ci runs 100 programs with backward, 110
+#: mutation programs, 60 with stolen lists and 50 with hooks (320 in all).
 EXAMPLES = settings.default.max_examples * 3 // 5
 Label = tuple[str, int]
 
@@ -131,17 +135,35 @@ def _error_text(error: BaseException) -> str:
     return f"{type(error).__name__}" + (f" [rule {rule}]" if rule else "")
 
 
-class _Case:
-    """A program, or a stealing program, as something to build inputs for and compile."""
+@frozen
+class Hooked:
+    """A program with backward, called inside bfloat16 saved-tensor hooks with `hooks_filter`."""
 
-    def __init__(self, case: Program | Stealing):
+    program: Program
+    hooks_filter: str
+
+
+class _Case:
+    """A program, a stealing program or a hooked one, as something to build inputs for, compile
+    and call."""
+
+    def __init__(self, case: Program | Stealing | Hooked):
         self.case = case
-        self.program = case.program if isinstance(case, Stealing) else case
+        self.program = case.program if isinstance(case, (Stealing, Hooked)) else case
 
     def compile(self, backend: str):
         if isinstance(self.case, Stealing):
             return aotspec.compile(as_stealing_function(self.case), backend=backend, steal=("acts",))
+        if isinstance(self.case, Hooked):
+            return aotspec.compile(as_function(self.program), backend=backend, hooks_filter=self.case.hooks_filter)
         return aotspec.compile(as_function(self.program), backend=backend)
+
+    def call(self, fn, named, args):
+        """`call_and_backward`, inside the hooks of a hooked case."""
+        if not isinstance(self.case, Hooked):
+            return call_and_backward(fn, named, args)
+        with torch.autograd.graph.saved_tensors_hooks(pack_bf16, unpack_bf16):
+            return call_and_backward(fn, named, args)
 
     def inputs(self) -> tuple[dict[str, torch.Tensor], list, list | None]:
         named, args = build_inputs(self.program.setup)
@@ -154,6 +176,9 @@ class _Case:
     def source(self) -> str:
         if isinstance(self.case, Stealing):
             return stealing_source(self.case)
+        if isinstance(self.case, Hooked):
+            hooks = f"called inside saved_tensors_hooks(pack_bf16, unpack_bf16), hooks_filter={self.case.hooks_filter!r}"
+            return f"{source(self.program)}\n# {hooks}"
         return source(self.program)
 
 
@@ -174,7 +199,7 @@ def run_reference(case: _Case):
     refs = _stolen_refs(acts)
     del acts
     try:
-        outcome = call_and_backward(compiled, named, args)
+        outcome = case.call(compiled, named, args)
     except Exception as error:  # noqa: BLE001 (an error is an observable)
         return Run(None, _error_text(error), {}, {}, None), compiled
     stolen_freed = _stolen_freed(args[0] if isinstance(case.case, Stealing) else None, refs)
@@ -217,7 +242,7 @@ def run_fast(case: _Case, reference) -> Run:
     if not compiled._plans:
         try:
             named, args, _ = case.inputs()
-            call_and_backward(compiled, named, args)
+            case.call(compiled, named, args)
         except Exception as error:  # noqa: BLE001 (an error is an observable)
             return Run(None, _error_text(error), {}, {}, None)
         raise AssertionError(f"the reference raised and fast did not, on:\n{case.source}")
@@ -233,7 +258,7 @@ def run_fast(case: _Case, reference) -> Run:
     del acts
     observed = _Observed(compiled, tracker, named)
     with tracker:
-        outcome = call_and_backward(observed, named, args)
+        outcome = case.call(observed, named, args)
     stolen_freed = _stolen_freed(args[0] if isinstance(case.case, Stealing) else None, refs)
     accounts, owned = {}, {}
     for name, bracket in brackets.items():
@@ -394,7 +419,7 @@ def _check(case: Program | Stealing) -> None:
 # ---------------------------------------------------------------- properties
 
 
-@settings(max_examples=max(EXAMPLES * 13 // 30, 20))
+@settings(max_examples=max(EXAMPLES * 10 // 30, 20))
 @given(grad_programs())
 def test_fast_backward_agrees_with_reference(program):
     """Outputs, caller tensors, gradients; alive storages and peaks of forward and backward."""
@@ -414,6 +439,15 @@ def test_fast_stolen_lists_agree_with_reference(stealing):
     """A stolen list is emptied and its activations freed after their last use, on both, with
     autograd and without."""
     _check(stealing)
+
+
+@pytest.mark.filterwarnings("ignore::aotspec.HooksWarning")  # donated may select nothing
+@settings(max_examples=max(EXAMPLES * 5 // 30, 10))
+@given(grad_programs(), st.sampled_from(["donated", "no_static", "all"]))
+def test_fast_hooks_agree_with_reference(program, hooks_filter):
+    """bfloat16 saved-tensor hooks inlined: observables, and the storages alive after every node,
+    pack and unpack included, and the peaks of forward and backward."""
+    _check(Hooked(program, hooks_filter))
 
 
 def test_fast_frees_stolen_activations_at_last_use_with_autograd():
