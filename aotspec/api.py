@@ -144,6 +144,8 @@ class CompiledFunction:
 
     @staticmethod
     def _stolen_indices(leaves, stolen_lists) -> frozenset[int]:
+        if not stolen_lists:
+            return frozenset()
         stolen_ids = {id(t) for stolen_list in stolen_lists for t in stolen_list}
         tensor_leaves = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         return frozenset(i for i, t in enumerate(tensor_leaves) if id(t) in stolen_ids)

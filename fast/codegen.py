@@ -20,13 +20,15 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import torch
 import torch.fx
 from attrs import frozen
 
-#: Names the generated code reads; graph values never shadow them (see `_check_names`).
-_BUILTIN_NAMES = {"torch": torch, "aten": torch.ops.aten, "inf": math.inf, "nan": math.nan}
+#: Names the generated code reads; graph values never shadow them (see `_check_names`). Each
+#: function gets its own `aten`, holding the ops it calls.
+_BUILTIN_NAMES = {"torch": torch, "aten": None, "inf": math.inf, "nan": math.nan}
 
 
 @frozen
@@ -44,7 +46,7 @@ class GeneratedCode:
 def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> GeneratedCode:
     graph = graph_module.graph
     _check_names(graph)
-    names = dict(_BUILTIN_NAMES)
+    names = dict(_BUILTIN_NAMES, aten=SimpleNamespace())
     names.update({node.name: None for node in graph.nodes})  # taken: globals never get these names
     lines = [f"def {name}(arguments):"]
     placeholders = [node.name for node in graph.nodes if node.op == "placeholder"]
@@ -110,6 +112,10 @@ def _call(node: torch.fx.Node, names: dict) -> str:
 
 def _function_name(target, names: dict) -> str:
     if isinstance(target, torch._ops.OpOverload) and target.namespace == "aten":
+        # `aten.mm.default` reads as in PyTorch but is the op's C++ entry point, which is all
+        # OpOverload.__call__ calls: one Python frame less per op.
+        packet = names["aten"].__dict__.setdefault(target._opname, SimpleNamespace())
+        setattr(packet, target._overloadname, target._op)
         return f"aten.{target._opname}.{target._overloadname}"
     name = _fresh_name(getattr(target, "__name__", None) or getattr(target, "name", None) or "function", names)
     names[name] = target
