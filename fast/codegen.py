@@ -26,6 +26,8 @@ import torch
 import torch.fx
 from attrs import frozen
 
+from aotspec.reference.lifetimes import last_uses
+
 #: Names the generated code reads; graph values never shadow them (see `_check_names`). Each
 #: function gets its own `aten`, holding the ops it calls.
 _BUILTIN_NAMES = {"torch": torch, "aten": None, "inf": math.inf, "nan": math.nan}
@@ -53,7 +55,7 @@ def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> Gener
     if placeholders:
         lines.append(f"    {', '.join(placeholders)}{',' if len(placeholders) == 1 else ''} = arguments")
     lines.append("    arguments.clear()")
-    dies_after = _last_uses(graph)
+    dies_after = last_uses(graph)  # the plan's last-use table; returned values die at the output
     for node in graph.nodes:
         if node.op == "placeholder":
             pass
@@ -76,29 +78,6 @@ def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> Gener
     namespace = dict(names)
     exec(compile(code, f"<aotspec.fast {name}>", "exec"), namespace)  # noqa: S102 (our own source)
     return GeneratedCode(graph, code, namespace[name])
-
-
-def _last_uses(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[torch.fx.Node]]:
-    """node -> the values to delete right after it: those it reads last, and itself if no one reads
-    it. Values the output returns are never deleted."""
-    returned = {value for value in _output_node(graph).all_input_nodes}
-    dies_after: dict[torch.fx.Node, list[torch.fx.Node]] = {node: [] for node in graph.nodes}
-    seen: set[torch.fx.Node] = set(returned)
-    for node in reversed(graph.nodes):
-        if node.op == "output":
-            continue
-        for used in node.all_input_nodes:
-            if used not in seen:
-                seen.add(used)
-                dies_after[node].append(used)
-        if node not in seen:
-            seen.add(node)
-            dies_after[node].append(node)
-    return dies_after
-
-
-def _output_node(graph: torch.fx.Graph) -> torch.fx.Node:
-    return next(iter(reversed(graph.nodes)))
 
 
 def _call(node: torch.fx.Node, names: dict) -> str:

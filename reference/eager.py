@@ -27,6 +27,7 @@ from .boundary import Boundary, storage_from_torch
 from .capture import Program, capture
 from .eager_autograd import Tape, connect, hooks_silenced_while_tracing
 from .ledger import Ledger
+from .lifetimes import last_uses
 from .optable import OpEntry, OpKind, bind
 from .storage import REDUCED_FLOATS, Layout, Storage, Tensor
 
@@ -72,22 +73,6 @@ def execute(program: Program, args, kwargs) -> EagerRun:
 
 def _placeholders(program: Program) -> list[torch.fx.Node]:
     return [node for node in program.graph.nodes if node.op == "placeholder"]
-
-
-def last_uses(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[torch.fx.Node]]:
-    """For each node, the values whose last use it is (a value nobody uses dies where it is made)."""
-    nodes = list(graph.nodes)
-    dies_at: dict[torch.fx.Node, list[torch.fx.Node]] = {node: [] for node in nodes}
-    seen: set[torch.fx.Node] = set()
-    for node in reversed(nodes):
-        for used in node.all_input_nodes:
-            if used not in seen:
-                seen.add(used)
-                dies_at[node].append(used)
-        if node not in seen and node.op != "output":
-            seen.add(node)
-            dies_at[node].append(node)
-    return dies_at
 
 
 def interpret(program: Program, inputs: list[Tensor], ledger: Ledger, call=None) -> list:
@@ -168,7 +153,10 @@ def _read_for_compute(value):
 
 
 def _fresh(values, meta, name: str):
-    """r[ops.fresh-output]: new storages, laid out as the meta value says, holding `values`."""
+    """r[ops.fresh-output]: new storages, laid out as the meta value says, holding `values`; None
+    for an output the op leaves undefined (native_layer_norm_backward's masked gradients)."""
+    if meta is None:
+        return None
     if isinstance(meta, (tuple, list)):
         return tuple(_fresh(v, m, f"{name}[{i}]") for i, (v, m) in enumerate(zip(values, meta, strict=True)))
     # Sized from the layout, not from the fake storage: tracing may have resized that one since.
