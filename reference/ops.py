@@ -1030,8 +1030,9 @@ def var_mean_backward(grads, outs, x, dims, correction, keepdim):
 
 # ---------------------------------------------------------------- normalizations
 # First-class entries, not decompositions, so that autograd saves what eager saves
-# (`r[hooks.eager.saved-set]`): softmax and log_softmax their result, layer_norm its input, weight
-# and per-row statistics, not the intermediates of a decomposition.
+# (`r[hooks.eager.saved-set]`): softmax and log_softmax their result, layer_norm its input, weight,
+# bias and per-row statistics, not the intermediates of a decomposition. Their backward ops are
+# entries too, so each backward is one node, as in eager.
 
 
 def _refuse_half_to_float(op: str, half_to_float: bool) -> None:
@@ -1062,7 +1063,28 @@ def softmax(x, dim, half_to_float):
 def softmax_backward(grad, out, x, dim, half_to_float):
     # derivatives.yaml: _softmax_backward_data(grad, result, dim, self.scalar_type()), which reads
     # the result only.
-    return _grad_like(out * (grad - (grad * out).sum(dim, keepdim=True)), x), None, None
+    return aten._softmax_backward_data(grad, out, dim, x.dtype), None, None
+
+
+@compute(aten._softmax_backward_data.default)
+def softmax_backward_data(grad, out, dim, input_dtype):
+    # `input_dtype` sets only the output's dtype, which the meta kernel gives (r[ops.fresh-output]).
+    rows, axis = np.atleast_1d(out), _dim(dim, out.ndim)
+    grads = np.atleast_1d(grad)
+    return (rows * (grads - np.sum(grads * rows, axis=axis, keepdims=True))).reshape(out.shape)
+
+
+@derivative(aten._softmax_backward_data.default)
+def softmax_backward_data_backward(grad, out, grad_output, output, dim, input_dtype):
+    # derivatives.yaml: _softmax_backward_data again for grad_output, softmax_double_backward for
+    # output.
+    grad_output_grad = aten._softmax_backward_data(grad, output, dim, input_dtype)
+    output_grad = (
+        grad_output * grad
+        - (output * grad_output).sum(dim, keepdim=True) * grad
+        - grad_output * (output * grad).sum(dim, keepdim=True)
+    )
+    return _grad_like(grad_output_grad, grad_output), _grad_like(output_grad, output), None, None
 
 
 @compute(aten._log_softmax.default)
@@ -1078,7 +1100,23 @@ def log_softmax(x, dim, half_to_float):
 def log_softmax_backward(grad, out, x, dim, half_to_float):
     # derivatives.yaml: _log_softmax_backward_data(grad, result, dim, self.scalar_type()), which
     # reads the result only.
-    return _grad_like(grad - torch.exp(out) * grad.sum(dim, keepdim=True), x), None, None
+    return aten._log_softmax_backward_data(grad, out, dim, x.dtype), None, None
+
+
+@compute(aten._log_softmax_backward_data.default)
+def log_softmax_backward_data(grad, out, dim, input_dtype):
+    rows, axis = np.atleast_1d(out), _dim(dim, out.ndim)
+    grads = np.atleast_1d(grad)
+    return (grads - np.exp(rows) * np.sum(grads, axis=axis, keepdims=True)).reshape(out.shape)
+
+
+@derivative(aten._log_softmax_backward_data.default)
+def log_softmax_backward_data_backward(grad, out, grad_output, output, dim, input_dtype):
+    # derivatives.yaml's two formulas, for grad_output and for output.
+    probabilities = torch.exp(output)
+    grad_output_grad = grad - (grad * probabilities).sum(dim, keepdim=True)
+    output_grad = -grad_output.sum(dim, keepdim=True) * probabilities * grad
+    return _grad_like(grad_output_grad, grad_output), _grad_like(output_grad, output), None, None
 
 
 def _normalized_dims(x, normalized_shape) -> list[int]:
@@ -1102,23 +1140,48 @@ def native_layer_norm(x, normalized_shape, weight, bias, eps):
 
 
 @derivative(aten.native_layer_norm.default)
-def native_layer_norm_backward(grads, outs, x, normalized_shape, weight, bias, eps):
+def layer_norm_backward(grads, outs, x, normalized_shape, weight, bias, eps):
     # derivatives.yaml: native_layer_norm_backward(grad, input, normalized_shape, result1, result2,
-    # weight, bias, ...), as FunctionsManual.cpp and torch/_decomp compute it. Only the output has
-    # a gradient: mean and rstd are not differentiable outputs.
+    # weight, bias, grad_input_mask). Only the output has a gradient: mean and rstd are not
+    # differentiable outputs. The mask asks for a gradient of each tensor argument there is.
     grad = grads[0]
     if grad is None:
         return None, None, None, None, None
     _, mean, rstd = outs
-    inner = _normalized_dims(x, normalized_shape)
-    count = math.prod(normalized_shape)
+    mask = [True, weight is not None, bias is not None]
+    x_grad, weight_grad, bias_grad = aten.native_layer_norm_backward(
+        grad, x, normalized_shape, mean, rstd, weight, bias, mask
+    )
+    return x_grad, None, weight_grad, bias_grad, None
+
+
+@compute(aten.native_layer_norm_backward.default)
+def native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
+    # (x_grad, weight_grad, bias_grad), None where output_mask says so; as FunctionsManual.cpp and
+    # torch/_decomp compute them. The bias's values are not read, as in PyTorch.
+    inner = tuple(_normalized_dims(x, normalized_shape))
+    outer = tuple(range(x.ndim - len(normalized_shape)))
+    count = _count(x, inner)
     normalized = (x - mean) * rstd
     grad_normalized = grad if weight is None else grad * weight
-    centred = grad_normalized * count - grad_normalized.sum(inner, keepdim=True)
-    along = normalized * (grad_normalized * normalized).sum(inner, keepdim=True)
+    centred = grad_normalized * count - np.sum(grad_normalized, axis=inner, keepdims=True)
+    along = normalized * np.sum(grad_normalized * normalized, axis=inner, keepdims=True)
     x_grad = (rstd / count) * (centred - along)
-    # _grad_like sums the weight's and bias's gradients over the leading (batch) dims.
-    return _grad_like(x_grad, x), None, _grad_like(grad * normalized, weight), _grad_like(grad, bias), None
+    weight_grad = np.sum(grad * normalized, axis=outer)
+    bias_grad = np.sum(grad, axis=outer)
+    grads = (x_grad, weight_grad, bias_grad)
+    return tuple(g if wanted else None for g, wanted in zip(grads, output_mask, strict=True))
+
+
+@derivative(aten.native_layer_norm_backward.default)
+def native_layer_norm_double_backward(grads, outs, *args):
+    # derivatives.yaml: layer_norm_double_backward, a formula the table does not have.
+    raise UnsupportedError(
+        "op aten.native_layer_norm_backward.default has no derivative rule (double backward "
+        "through layer_norm)",
+        rule="autograd.derivative-rules",
+        fix="differentiate layer_norm's backward outside the compiled function",
+    )
 
 
 # ---------------------------------------------------------------- creation

@@ -26,6 +26,8 @@ import torch.utils._pytree as pytree
 from attrs import field, frozen
 from torch.fx.experimental.proxy_tensor import make_fx
 
+import aotspec
+from aotspec import UnsupportedError
 from aotspec.reference import run
 from aotspec.reference.eager import bind
 from aotspec.reference.optable import (
@@ -359,6 +361,19 @@ SAMPLES: dict[torch._ops.OpOverload, list[Sample]] = {
         ]
         for op in [aten._softmax.default, aten._log_softmax.default]
     },
+    # Their backward ops: (grad_output, output, dim, input_dtype), the output the forward op's.
+    **{
+        backward: [
+            sample(make((3, 5)), forward(make((3, 5)), -1, False), -1, F64),
+            sample(make((2, 3, 4), "transposed"), forward(make((2, 3, 4)), 1, False), 1, F64),
+            sample(make(()), forward(make(()), 0, False), 0, F64),
+            sample(make((4, 3), "sliced", dtype=F32), forward(make((4, 3), dtype=F32), 0, False), 0, F32),
+        ]
+        for forward, backward in [
+            (aten._softmax, aten._softmax_backward_data.default),
+            (aten._log_softmax, aten._log_softmax_backward_data.default),
+        ]
+    },
     aten.native_layer_norm.default: [
         sample(make((3, 5)), [5], make((5,)), make((5,)), 1e-5, no_grad_outputs=(1, 2)),
         sample(
@@ -602,7 +617,22 @@ def test_every_compute_and_view_op_has_a_derivative():
 
 def test_every_rule_has_samples():
     untested = {op for op in DERIVATIVES if op not in SAMPLES}
-    assert set(FLOOR_DIVIDE) == untested
+    assert {*FLOOR_DIVIDE, aten.native_layer_norm_backward.default} == untested
+
+
+def test_layer_norm_double_backward_is_refused():
+    """The table has no rule for layer_norm's backward (PyTorch's layer_norm_double_backward): a
+    gradient through it raises at compile time (`r[autograd.derivative-rules]`)."""
+    x, weight, bias = make((3, 4)), make((4,)), make((4,))
+    _, mean, rstd = aten.native_layer_norm(x, [4], weight, bias, 1e-5)
+
+    def layer_norm_backward(grad, x, mean, rstd, weight, bias):
+        return aten.native_layer_norm_backward(grad, x, [4], mean, rstd, weight, bias, [True, True, True])[0]
+
+    compiled = aotspec.compile(layer_norm_backward, backend="reference")
+    with pytest.raises(UnsupportedError) as raised:
+        compiled(make((3, 4)).requires_grad_(), x, mean, rstd, weight, bias)
+    assert "autograd.derivative-rules" == raised.value.rule
 
 
 # ---------------------------------------------------------------- nondifferentiable ops

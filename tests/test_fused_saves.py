@@ -3,18 +3,15 @@ layer_norm (`r[hooks.eager.saved-set]`, `r[autograd.partition.saved]`).
 
 These ops are op table entries of their own, not decompositions, so the values between the
 forward and the backward graph are what their derivative rules read: softmax's and
-log_softmax's result, layer_norm's input, weight, mean and rstd. Eager's saved tensors are
-recorded with a pack hook; the plan's are the last `num_saved` outputs of its forward graph.
+log_softmax's result, layer_norm's input, weight, bias, mean and rstd (the rules call the backward
+ops eager calls, with the same arguments). Eager's saved tensors are recorded with a pack hook;
+the plan's are the last `num_saved` outputs of its forward graph.
 
-Two differences from eager are expected, and each test states which one applies:
-
-- Views: eager saves a tensor as the op saw it, the plan saves a view's base
-  (`r[autograd.partition.recompute-views]`). `matmul` on a 3-D tensor multiplies 2-D views of it,
-  so eager saves the 2-D view of the input where the plan saves the 3-D input, and layer_norm's
-  3-D view of the product where the plan saves the 2-D product: same elements, other shapes.
-- layer_norm's bias: eager saves it (derivatives.yaml passes it to native_layer_norm_backward,
-  which reads only its shape), while no gradient the rule computes reads its values, so the plan
-  does not save it. It is an input of the program, so saving it would cost no memory either way.
+One difference from eager is expected, where a test says so. Views: eager saves a tensor as the
+op saw it, the plan saves a view's base (`r[autograd.partition.recompute-views]`). `matmul` on a
+3-D tensor multiplies 2-D views of it, so eager saves the 2-D view of the input where the plan
+saves the 3-D input, and layer_norm's 3-D view of the product where the plan saves the 2-D
+product: same elements, other shapes.
 """
 
 from __future__ import annotations
@@ -86,17 +83,16 @@ def layer_norm_loss(x, w, weight, bias):
     return F.layer_norm(x @ w, (6,), weight, bias).sum()
 
 
-def test_layer_norm_saves_input_weight_and_statistics_as_eager_does():
-    """On 2-D inputs: eager's saves, less the bias, are the plan's, shape for shape."""
+def test_layer_norm_saves_input_weight_bias_and_statistics_as_eager_does():
+    """On 2-D inputs: eager's saves are the plan's, shape for shape."""
     x, w = make(8, 5), make(5, 6, requires_grad=True)
     weight, bias = make(6, requires_grad=True), make(6, requires_grad=True)
     expected = eager_saves(layer_norm_loss, x, w, weight, bias)
-    bias_save = ((6,), torch.float32)
-    # x for w's gradient; the product, weight, mean and rstd for layer_norm's.
-    plan_saves = [((8, 5), torch.float32), ((8, 6), torch.float32), ((6,), torch.float32)]
-    plan_saves += [((8, 1), torch.float32), ((8, 1), torch.float32)]
-    assert Counter(expected) == Counter([*plan_saves, bias_save])
-    assert Counter(plan_saves) == Counter(compiled_saves(layer_norm_loss, x, w, weight, bias))
+    # x for w's gradient; the product, weight, bias, mean and rstd for layer_norm's.
+    saves = [((8, 5), torch.float32), ((8, 6), torch.float32), ((6,), torch.float32), ((6,), torch.float32)]
+    saves += [((8, 1), torch.float32), ((8, 1), torch.float32)]
+    assert Counter(expected) == Counter(saves)
+    assert Counter(expected) == Counter(compiled_saves(layer_norm_loss, x, w, weight, bias))
 
 
 def test_layer_norm_without_affine_saves_input_and_statistics():
@@ -109,7 +105,6 @@ def test_on_3d_inputs_the_saves_differ_from_eager_by_views_only():
     x, w = make(2, 4, 5), make(5, 6, requires_grad=True)
     weight, bias = make(6, requires_grad=True), make(6, requires_grad=True)
     expected = eager_saves(layer_norm_loss, x, w, weight, bias)
-    expected.remove(((6,), torch.float32))  # the bias (see the module docstring)
     actual = compiled_saves(layer_norm_loss, x, w, weight, bias)
     assert Counter(expected) != Counter(actual)
     assert numels(expected) == numels(actual)

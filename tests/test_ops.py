@@ -416,6 +416,31 @@ def layer_norm_samples(make: Make) -> Iterable[Sample]:
     yield sample(torch.ones(2, 3, dtype=make.dtype), [3], None, None, 1e-5)
 
 
+def softmax_backward_samples(forward, make: Make) -> Iterable[Sample]:
+    """(grad, output, dim, input_dtype), the output `forward`'s on a sample input."""
+    for shape, layout, dim in [
+        ((3, 5), "contiguous", -1),
+        ((2, 3, 4), "transposed", 1),
+        ((4, 3), "sliced", 0),
+        ((), "contiguous", 0),
+        ((0, 4), "contiguous", -1),
+    ]:
+        yield sample(make(shape, layout), forward(make(shape), dim, False), dim, make.dtype)
+
+
+def layer_norm_backward_samples(make: Make) -> Iterable[Sample]:
+    """(grad, input, normalized_shape, mean, rstd, weight, bias, output_mask) from layer_norm's
+    samples, asking for a gradient of each tensor argument there is, then for fewer."""
+    for x, normalized_shape, weight, bias, eps in (one.args for one in layer_norm_samples(make)):
+        _, mean, rstd = aten.native_layer_norm(x, normalized_shape, weight, bias, eps)
+        mask = [True, weight is not None, bias is not None]
+        yield sample(make(x.shape), x, normalized_shape, mean, rstd, weight, bias, mask)
+    x, weight, bias = make((2, 3, 4), "transposed"), make((4,)), make((4,))
+    _, mean, rstd = aten.native_layer_norm(x, [4], weight, bias, 1e-5)
+    yield sample(make((2, 3, 4)), x, [4], mean, rstd, weight, bias, [False, True, False])
+    yield sample(make((2, 3, 4), "sliced"), x, [4], mean, rstd, weight, bias, [True, False, True])
+
+
 def sizes(make: Make) -> Iterable[Sample]:
     yield sample([2, 3], dtype=make.dtype)
     yield sample([], dtype=make.dtype)
@@ -758,6 +783,9 @@ SAMPLES: dict[torch._ops.OpOverload, OpSamples] = {
     aten._softmax.default: OpSamples(FLOATS, softmax_samples),
     aten._log_softmax.default: OpSamples(FLOATS, softmax_samples),
     aten.native_layer_norm.default: OpSamples(FLOATS, layer_norm_samples),
+    aten._softmax_backward_data.default: OpSamples(FLOATS, partial(softmax_backward_samples, aten._softmax)),
+    aten._log_softmax_backward_data.default: OpSamples(FLOATS, partial(softmax_backward_samples, aten._log_softmax)),
+    aten.native_layer_norm_backward.default: OpSamples(FLOATS, layer_norm_backward_samples),
     # Creation.
     aten.zeros.default: OpSamples(KINDS, sizes),
     aten.ones.default: OpSamples(KINDS, sizes),
@@ -876,7 +904,9 @@ def _call(op, sample: Sample, inputs):
 #: Ops whose eager kernel and meta kernel disagree on output strides when an operand is
 #: transposed: eager gives a contiguous output, the meta kernel the operand's dim order.
 #: r[ops.fresh-output] follows the meta kernel, so these are held to its strides.
-META_STRIDES = frozenset({aten.floor_divide.default, aten.div.Tensor_mode, aten.pow.Scalar})
+META_STRIDES = frozenset(
+    {aten.floor_divide.default, aten.div.Tensor_mode, aten.pow.Scalar, aten._log_softmax_backward_data.default}
+)
 
 
 def _with_meta_strides(op, sample: Sample, expected):
@@ -892,9 +922,10 @@ def _with_meta_strides(op, sample: Sample, expected):
 
 #: Ops whose eager CPU kernels round an intermediate to float16 or bfloat16: trunc division
 #: truncates the quotient after rounding it to the dtype, so 3.0 / -0.3 in float16 (-9.998 in
-#: float32 and float64) truncates to -10, and log_softmax's output near 0 loses bits (-0.00584
-#: for -0.00552 in float16). The reference keeps r[ops.opmath], which agrees with float64 here,
-#: and is held to it: the same call on float32 copies, rounded once.
+#: float32 and float64) truncates to -10, log_softmax's output near 0 loses bits (-0.00584
+#: for -0.00552 in float16), and layer_norm's backward sums the weight's gradient over rows in the
+#: dtype (-1.375 for -1.387 in bfloat16). The reference keeps r[ops.opmath], which agrees with
+#: float64 here, and is held to it: the same call on float32 copies, rounded once.
 OPMATH_ORACLE = frozenset(
     {
         aten.div.Tensor_mode,
@@ -902,6 +933,7 @@ OPMATH_ORACLE = frozenset(
         aten.div_.Tensor_mode,
         aten.div_.Scalar_mode,
         aten._log_softmax.default,
+        aten.native_layer_norm_backward.default,
     }
 )
 
