@@ -24,6 +24,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from aotspec.errors import UnsupportedError
 
+from .capture import grad_enabled
 from .functionalize import FunctionalProgram, GraphStorage, OutputView
 from .optable import DERIVATIVES, NONDIFFERENTIABLE, OpEntry, OpKind, bind, lookup, qualified_name
 
@@ -88,6 +89,8 @@ def _requires_grad_nodes(graph: torch.fx.Graph, requires_grad: list[bool]) -> se
                 flows.add(node)
         elif node.op == "call_function":
             if node.target is not getitem and node.target in NONDIFFERENTIABLE:
+                continue
+            if not grad_enabled(node):  # r[capture.grad-mode]: computed under torch.no_grad()
                 continue
             if any(used in flows for used in node.all_input_nodes):
                 flows.add(node)

@@ -11,6 +11,7 @@ in order, other leaves are baked into the program as constants.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from operator import getitem
@@ -21,7 +22,8 @@ import torch.fx
 import torch.utils._pytree as pytree
 from attrs import frozen
 from torch._decomp import get_decompositions
-from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
+from torch.overrides import TorchFunctionMode
 
 from . import effects, ops  # noqa: F401  (importing them fills the op table)
 from .optable import OpEntry, lookup
@@ -66,6 +68,47 @@ DECOMPOSED = [
     aten.lerp_,
 ]
 DECOMPOSITIONS = get_decompositions(DECOMPOSED)
+
+
+class GradModes:
+    """The grad mode each node of a graph being traced by make_fx was recorded under
+    (`r[capture.grad-mode]`): `note` the mode whenever it changes; `annotate` the graph after."""
+
+    def __init__(self):
+        self._initial = torch.is_grad_enabled()
+        #: (number of nodes in the traced graph at the change, grad mode from there on)
+        self._changes: list[tuple[int, bool]] = []
+
+    def note(self, enabled: bool) -> None:
+        self._changes.append((len(get_proxy_mode().tracer.graph.nodes), enabled))
+
+    def annotate(self, graph: torch.fx.Graph) -> None:
+        changes = iter(self._changes + [(math.inf, None)])
+        at, next_mode = next(changes)
+        mode = self._initial
+        for k, node in enumerate(graph.nodes):
+            while k >= at:
+                mode = next_mode
+                at, next_mode = next(changes)
+            node.meta["grad_enabled"] = mode
+
+
+class _WatchGradMode(TorchFunctionMode):
+    """Notes the user function's grad-mode changes (`torch.no_grad()`, `set_grad_enabled`)."""
+
+    def __init__(self, modes: GradModes):
+        super().__init__()
+        self.modes = modes
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is torch._C._set_grad_enabled:
+            self.modes.note(bool(args[0]))
+        return func(*args, **(kwargs or {}))
+
+
+def grad_enabled(node: torch.fx.Node) -> bool:
+    """Whether `node` ran with grad mode on (`r[capture.grad-mode]`)."""
+    return node.meta.get("grad_enabled", True)
 
 
 class _TensorSlot:
@@ -120,12 +163,14 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
     in_leaves = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in leaves)
     tensors = [leaf for leaf in leaves if _is_tensor(leaf)]
     traced_outputs: dict[str, Any] = {}
+    grad_modes = GradModes()
 
     def flat_fn(*flat_tensors):
         it = iter(flat_tensors)
         rebuilt = [next(it) if leaf is TENSOR else leaf for leaf in in_leaves]
         call_args, call_kwargs = pytree.tree_unflatten(rebuilt, in_spec)
-        result = fn(*call_args, **call_kwargs)
+        with _WatchGradMode(grad_modes):
+            result = fn(*call_args, **call_kwargs)
         out, out_spec = pytree.tree_flatten(result)
         traced_outputs["spec"] = out_spec
         traced_outputs["leaves"] = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in out)
@@ -139,6 +184,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         tracing_mode="fake",
         record_stack_traces=True,
     )(*tensors)
+    grad_modes.annotate(graph_module.graph)
     entries = {
         node: lookup(node.target, where=_source_line(node))
         for node in graph_module.graph.nodes

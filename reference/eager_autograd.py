@@ -40,6 +40,7 @@ from aotspec.errors import InternalError, UnsupportedError
 from . import eager
 from .autograd import GraphProgram
 from .boundary import Boundary
+from .capture import grad_enabled
 from .ledger import Ledger
 from .optable import DERIVATIVES, NONDIFFERENTIABLE, OpKind, bind, qualified_name
 from .storage import Layout, Storage, Tensor
@@ -326,6 +327,13 @@ class Tape:
         args = torch.fx.node.map_arg(node.args, env.__getitem__)
         kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
         bound = bind(node.target._schema, args, kwargs)
+        if not grad_enabled(node):
+            # r[capture.grad-mode]: under torch.no_grad() nothing is recorded; a write still bumps
+            # the target's version (an optimizer's update of a parameter).
+            result = eager._call(node, entry, env, ledger)
+            if entry.kind in (OpKind.INPLACE, OpKind.EFFECT) or node.target is aten.copy_.default:
+                self._bump(bound[0].storage)
+            return result
         if entry.kind is OpKind.INPLACE or node.target is aten.copy_.default:
             return self._mutation(node, entry, bound, env, ledger)
         if entry.kind is OpKind.EFFECT:

@@ -22,7 +22,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from aotspec.errors import SpecViolation, UnsupportedError
 
-from .capture import Program
+from .capture import GradModes, Program, grad_enabled
 from .optable import OpEntry, OpKind, bind, lookup
 from .storage import Layout, numpy_dtype
 
@@ -284,11 +284,14 @@ class _Replay:
 
     program: Program
     inputs: tuple[InputMeta, ...]
+    #: The functional graph's grad modes, noted as the replay crosses the captured graph's.
+    grad_modes: GradModes
     env: dict = field(factory=dict)
     #: The cell of each flat input (the same cell for the same object passed twice).
     placeholder_cells: list = field(factory=list)
     #: The caller's storages, in the order of their first input.
     caller_storages: list = field(factory=list)
+    grad_enabled: bool = field(factory=torch.is_grad_enabled)
 
     def run(self, values: list[torch.Tensor]):
         storages: dict[int, _Storage] = {}
@@ -304,6 +307,9 @@ class _Replay:
         self.caller_storages = list(storages.values())
         for node in self.program.graph.nodes:
             if node.op == "call_function":
+                if grad_enabled(node) != self.grad_enabled:  # r[capture.grad-mode], carried over
+                    self.grad_enabled = grad_enabled(node)
+                    self.grad_modes.note(self.grad_enabled)
                 self.env[node] = self.call(node)
             elif node.op == "get_attr":
                 constant = getattr(self.program.graph_module, node.target)
@@ -402,9 +408,10 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
     """The functional graph and epilogue of `program`, specialized to these input tensors."""
     inputs = InputMeta.of(tensors)
     found: dict[str, object] = {}
+    grad_modes = GradModes()
 
     def replay(*values):
-        state = _Replay(program, inputs)
+        state = _Replay(program, inputs, grad_modes)
         output_cells = state.run(list(values))
         graph_outputs: list[torch.Tensor] = []
         index_of: dict[int, int] = {}
@@ -448,6 +455,7 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
         return graph_outputs
 
     graph_module = make_fx(replay, tracing_mode="fake")(*tensors)
+    grad_modes.annotate(graph_module.graph)
     graph_module.graph.eliminate_dead_code()  # the graph is functional: unused values go
     graph_module.recompile()
     entries = {

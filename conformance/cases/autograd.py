@@ -44,6 +44,12 @@ def _ignores_y(y, z):
     return z * 2 + y.detach()
 
 
+def _scaled_by_a_constant_copy(x):
+    with torch.no_grad():
+        y = x * 2  # a constant for autograd
+    return (x * y).sum()
+
+
 def _inplace_on_leaf(w):
     w.add_(1)
     return w * 2
@@ -93,6 +99,16 @@ CASES = [
         program=_ignores_y,
         backward=True,
         expect=[Values("out0", [2.0, 4.0, 6.0]), Values("z.grad", [2.0, 2.0, 2.0]), Absent("x.grad")],
+    ),
+    Case(
+        name="autograd.no-grad-region-carries-no-gradient",
+        rules=["capture.grad-mode", "autograd.requires-grad"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, -2.0, 3.0])),
+        args=["x"],
+        program=_scaled_by_a_constant_copy,
+        backward=True,
+        # sum(x * y) with y = 2x held constant: the gradient is y = 2x, not 4x
+        expect=[Values("out0", 28.0), Values("x.grad", [2.0, -4.0, 6.0])],
     ),
     Case(
         name="autograd.mutating-a-grad-input-is-rejected",
