@@ -193,6 +193,8 @@ OPS: dict[str, Op] = {
     **{name: _method(name) for name in ("relu", "sigmoid", "tanh", "exp", "log", "pow", "clone")},
     **{name: _method(name) for name in ("sum", "mean", "amax", "mm", "gt", "lt")},
     "matmul": _call("torch.matmul", torch.matmul),
+    # x * y under torch.no_grad(): a value that carries no gradient (r[capture.grad-mode])
+    "no_grad_mul": _call("torch.no_grad()(torch.mul)", torch.no_grad()(torch.mul)),
     "where": _call("torch.where", torch.where),
     # torch.cat([xs...], dim), with the dim first among the arguments
     "cat": Op(lambda dim, *xs: torch.cat(xs, dim), _render_cat),
@@ -998,6 +1000,15 @@ def _g_unary(draw, model: Model) -> list[Instr]:
     return [_compute(model, op, (Var(x), *args), positive=stays_positive)]
 
 
+def _g_no_grad(draw, model: Model) -> list[Instr]:
+    """`x * c` computed under torch.no_grad(): a value that requires no grad."""
+    x = _recent(draw, list(model.names))
+    other = draw(st.sampled_from(SCALARS))
+    instr = _compute(model, "no_grad_mul", (Var(x), other), positive=_is_positive(model, Var(x)) and other > 0)
+    model.storage(instr.outs[0]).requires_grad = False
+    return [instr]
+
+
 def _g_binary(draw, model: Model) -> list[Instr]:
     x = _recent(draw, list(model.names))
     op = draw(st.sampled_from(["add", "sub", "mul", "maximum"]))
@@ -1138,6 +1149,7 @@ GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("reduce", _g_reduce, lambda m: True),
     ("cat", _g_cat, lambda m: any(m.lay(v).sizes for v in m.names)),
     ("where", _g_where, lambda m: True),
+    ("no_grad", _g_no_grad, lambda m: True),
     # Writes come three times: the point of the exercise, and each is blocked often (saved).
     ("write", _g_write_intermediate, _writes_intermediates),
     ("write", _g_write_intermediate, _writes_intermediates),
