@@ -31,6 +31,8 @@ class Outcome:
     ledger: object | None
     #: Warnings the call issued.
     warnings: tuple = ()
+    #: What the backward raised, when the call returned and the backward (`Case.backward`) failed.
+    backward_error: BaseException | None = None
 
 
 class Expectation:
@@ -249,6 +251,30 @@ class Raises(Expectation):
         return None
 
 
+@frozen
+class BackwardRaises(Expectation):
+    """The call returns, and the backward raises `error` (a subclass of it), naming `rule`
+    if given and matching `match` if given. What the call did to the caller's tensors stays done."""
+
+    error: type
+    rule: str | None = None
+    match: str | None = None
+
+    def check(self, outcome):
+        if outcome.error is not None:
+            return f"the call raised {type(outcome.error).__name__}: {outcome.error}"
+        raised = outcome.backward_error
+        if raised is None:
+            return f"expected the backward to raise {self.error.__name__}, but it ran"
+        if not isinstance(raised, self.error):
+            return f"expected {self.error.__name__} from the backward, got {type(raised).__name__}: {raised}"
+        if self.rule is not None and f"rule {self.rule}" not in str(raised):
+            return f"the backward's error does not name rule {self.rule}: {raised}"
+        if self.match is not None and self.match not in str(raised):
+            return f"the backward's error does not say {self.match!r}: {raised}"
+        return None
+
+
 def _graph_ledger(outcome: Outcome, graph: str):
     """The ledger of the compiled run's `graph` ("forward" or "backward"), or why there is none."""
     if outcome.error is not None:
@@ -373,6 +399,8 @@ class Case:
     hooks_filter: str = "donated"
     #: Compiled backends first call the compiled function once without hooks, on a fresh world.
     warm_up_without_hooks: bool = False
+    #: What the caller does to its world between the call and the backward (FSDP's re-gather).
+    before_backward: Callable[[dict], None] | None = None
 
 
 #: Skip entries for cases that pin compiled semantics only (eager has no such notion).

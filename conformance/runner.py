@@ -11,7 +11,7 @@ import torch
 from attrs import frozen
 
 from .backends import get_backend
-from .case import Case, Outcome, Raises
+from .case import BackwardRaises, Case, Outcome, Raises
 from .observe import observe, world_of
 
 
@@ -29,7 +29,7 @@ def run_case(case: Case, backend: str) -> CaseResult:
         return CaseResult(case, backend, "skip", (case.skip[backend],))
     world = case.setup()
     before = observe(world)
-    outputs, ledger, error = None, None, None
+    outputs, ledger, error, backward_error = None, None, None, None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -39,13 +39,18 @@ def run_case(case: Case, backend: str) -> CaseResult:
     if error is None:
         world = world_of(world, outputs)
         if case.backward:
+            if case.before_backward is not None:
+                case.before_backward(world)
             try:
                 _backpropagate(world)
             except Exception as raised:  # noqa: BLE001
-                error = raised
-    outcome = Outcome(world, observe(world), before, error, ledger, tuple(caught))
+                backward_error = raised
+    outcome = Outcome(world, observe(world), before, error, ledger, tuple(caught), backward_error)
     if error is not None and not any(isinstance(e, Raises) for e in case.expect):
         message = f"the call raised {type(error).__name__}: {error}"
+        return CaseResult(case, backend, "fail", (message,))
+    if backward_error is not None and not any(isinstance(e, BackwardRaises) for e in case.expect):
+        message = f"the backward raised {type(backward_error).__name__}: {backward_error}"
         return CaseResult(case, backend, "fail", (message,))
     failures, unobservable = [], 0
     for expectation in case.expect:

@@ -18,7 +18,14 @@ import torch.fx
 from attrs import define
 
 from aotspec.reference.autograd import TrainingPlan
-from aotspec.reference.epilogue import apply_epilogue, build_outputs, detached_where_needed, tangents_as_traced
+from aotspec.reference.epilogue import (
+    apply_epilogue,
+    build_outputs,
+    check_saved_inputs,
+    detached_where_needed,
+    saved_inputs_at_call,
+    tangents_as_traced,
+)
 from aotspec.reference.functionalize import FunctionalProgram
 
 from .codegen import GeneratedCode, generate
@@ -103,6 +110,8 @@ class _Forward(torch.autograd.Function):
         n_outputs = len(results) - plan.num_saved
         ctx.fast = fast
         ctx.saved = results[n_outputs:]  # plain references: handed over whole to the backward
+        # r[autograd.saved-inputs]: a saved input is the caller's tensor; its version is noted now.
+        ctx.saved_inputs = saved_inputs_at_call(plan, {k: ctx.saved[k] for k in plan.saved_inputs})
         flats = results[:n_outputs]
         ctx.mark_non_differentiable(*[f for k, f in enumerate(flats) if k not in plan.differentiable_outputs])
         return tuple(flats)
@@ -111,6 +120,8 @@ class _Forward(torch.autograd.Function):
     def backward(ctx, *grads):
         fast: FastPlan = ctx.fast
         plan: TrainingPlan = fast.plan
+        check_saved_inputs(ctx.saved_inputs)
+        ctx.saved_inputs = None
         arguments = ctx.saved + tangents_as_traced(plan, grads)
         ctx.saved = None  # the list below is now the only holder of the saved tensors
         results = fast.backward(arguments)  # clears `arguments`: saved tensors die at last use

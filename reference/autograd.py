@@ -15,6 +15,7 @@ differentiable outputs, `grads` maps a value (node) to the gradient accumulated 
 
 from __future__ import annotations
 
+from functools import cached_property
 from operator import getitem
 
 import torch
@@ -64,6 +65,16 @@ class TrainingPlan:
     num_saved: int
     #: Strides of each tangent as traced; the runtime lays tangents out so (`r[autograd.tangent-layout]`).
     tangent_strides: tuple[tuple[int, ...], ...]
+
+    @cached_property
+    def saved_inputs(self) -> dict[int, int]:
+        """Saved index -> flat input index, for the saved values that are inputs: the caller's
+        tensors themselves, read when the backward runs (`r[autograd.saved-inputs]`)."""
+        graph = self.forward.graph
+        placeholders = {node: i for i, node in enumerate(n for n in graph.nodes if n.op == "placeholder")}
+        outputs = next(iter(reversed(graph.nodes))).args[0]
+        saved = outputs[len(outputs) - self.num_saved :]
+        return {k: placeholders[node] for k, node in enumerate(saved) if node in placeholders}
 
 
 def differentiable_outputs(program: FunctionalProgram, requires_grad: list[bool]) -> tuple[int, ...]:

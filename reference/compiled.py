@@ -21,7 +21,15 @@ from attrs import define, field
 from .autograd import TrainingPlan
 from .boundary import Boundary, tensor_on
 from .eager import interpret
-from .epilogue import apply_epilogue, build_outputs, detached_where_needed, tangents_as_traced
+from .epilogue import (
+    SavedInput,
+    apply_epilogue,
+    build_outputs,
+    check_saved_inputs,
+    detached_where_needed,
+    saved_inputs_at_call,
+    tangents_as_traced,
+)
 from .functionalize import FunctionalProgram
 from .ledger import Ledger
 from .storage import Tensor
@@ -106,6 +114,7 @@ class _TrainingCall:
     boxed: bool
     run: CompiledRun
     saved: list | None = None
+    saved_inputs: dict[int, SavedInput] | None = None
 
 
 class _Forward(torch.autograd.Function):
@@ -119,6 +128,8 @@ class _Forward(torch.autograd.Function):
         results = runner.run(plan.forward, _import(list(tensors), call.stolen), held)
         n_outputs = len(results) - plan.num_saved
         call.saved = results[n_outputs:]
+        # r[autograd.saved-inputs]: a saved input is the caller's tensor, read when the backward runs.
+        call.saved_inputs = saved_inputs_at_call(plan, {k: tensors[i] for k, i in plan.saved_inputs.items()})
         flats = _export(results[:n_outputs])
         ctx.call = call
         ctx.mark_non_differentiable(*[f for k, f in enumerate(flats) if k not in plan.differentiable_outputs])
@@ -129,11 +140,17 @@ class _Forward(torch.autograd.Function):
         call: _TrainingCall = ctx.call
         plan = call.plan
         saved, call.saved = call.saved, None  # handed over in one list, freed at last use
-        tangents = tangents_as_traced(plan, grads)  # materialized: zeros, never None
+        saved_inputs, call.saved_inputs = call.saved_inputs, None
+        check_saved_inputs(saved_inputs)
         boundary = Boundary()
+        held = [False] * len(saved)
+        for k, record in saved_inputs.items():
+            saved[k] = boundary.import_tensor(record.tensor)  # its bytes now, not at the call
+            held[k] = plan.saved_inputs[k] not in call.stolen  # else the backward holds the last reference
+        tangents = tangents_as_traced(plan, grads)  # materialized: zeros, never None
         inputs = saved + [boundary.import_tensor(t) for t in tangents]
         runner = _GraphRunner(call.boxed)
-        results = runner.run(plan.backward, inputs, [False] * len(inputs))
+        results = runner.run(plan.backward, inputs, held + [False] * len(tangents))
         call.run.backward_ledger = runner.ledger
         call.run.saved_storages = frozenset(cell.storage.id for cell in saved)
         input_grads: list = [None] * len(plan.functional.inputs)

@@ -60,9 +60,12 @@ def execute(program: Program, args, kwargs) -> EagerRun:
     for cell in inputs:
         ledger.hold(cell)  # the caller holds its arguments for the whole call
     tape = Tape.needed(inputs, callers, ledger)
+    input_storages = [cell.storage for cell in inputs]
     with np.errstate(all="ignore"):  # inf and nan are values here, as in PyTorch
         outputs = interpret(program, inputs, ledger, call=_call if tape is None else tape.call)
     boundary.apply_to_caller()
+    if tape is not None:
+        tape.note_callers_after_call(input_storages, callers)
     torch_outputs = [boundary.export(value) for value in outputs]
     run = EagerRun(None, ledger, program)
     if tape is not None:

@@ -39,7 +39,7 @@ from aotspec.errors import InternalError, UnsupportedError
 
 from . import eager
 from .autograd import GraphProgram
-from .boundary import Boundary
+from .boundary import Boundary, bytes_of
 from .capture import grad_enabled
 from .ledger import Ledger
 from .optable import DERIVATIVES, NONDIFFERENTIABLE, OpKind, bind, qualified_name
@@ -270,6 +270,8 @@ class Tape:
         self._views: dict[int, _View] = {}
         self._versions: dict[int, tuple[Storage, int]] = {}
         self._input_storages = {id(cell.storage) for cell in inputs}
+        #: (input storage, the caller's tensor on it, its version once the call returned).
+        self._callers: list[tuple[Storage, torch.Tensor, int]] = []
         #: The caller's tensors that require grad (each once, in argument order) and their Vars.
         self.leaves: list[tuple[torch.Tensor, Var]] = []
         for cell, caller in zip(inputs, callers, strict=True):
@@ -318,6 +320,23 @@ class Tape:
     def _bump(self, storage: Storage) -> None:
         self._versions[id(storage)] = (storage, self._version(storage) + 1)
 
+    def note_callers_after_call(self, storages: list[Storage], callers: list[torch.Tensor]) -> None:
+        """The caller's tensor on each input storage and its version once the call returned."""
+        first: dict[int, tuple[Storage, torch.Tensor, int]] = {}
+        for storage, caller in zip(storages, callers, strict=True):
+            first.setdefault(id(storage), (storage, caller, caller._version))
+        self._callers = list(first.values())
+
+    def catch_up_with_callers(self) -> None:
+        """Before the backward: what the caller did to its tensors since the call is what the
+        saved inputs hold now, as in eager, where they are the caller's tensors. A write bumps
+        the version (the saved-variable check then refuses); new bytes, resized ones included
+        (FSDP's re-gather), are read."""
+        for storage, caller, version in self._callers:
+            if caller._version != version:
+                self._bump(storage)
+            storage.buffer = bytes_of(caller.untyped_storage())
+
     # ------------------------------------------------------------ ops
 
     def call(self, node: torch.fx.Node, entry, env, ledger: Ledger):
@@ -331,7 +350,7 @@ class Tape:
             # r[capture.grad-mode]: under torch.no_grad() nothing is recorded; a write still bumps
             # the target's version (an optimizer's update of a parameter).
             result = eager._call(node, entry, env, ledger)
-            if entry.kind in (OpKind.INPLACE, OpKind.EFFECT) or node.target is aten.copy_.default:
+            if _bumps_version(node, entry):
                 self._bump(bound[0].storage)
             return result
         if entry.kind is OpKind.INPLACE or node.target is aten.copy_.default:
@@ -339,7 +358,8 @@ class Tape:
         if entry.kind is OpKind.EFFECT:
             self._refuse_if_needs_grad(node, bound)
             result = eager._call(node, entry, env, ledger)
-            self._bump(bound[0].storage)
+            if _bumps_version(node, entry):
+                self._bump(bound[0].storage)
             return result
         inputs = self._input_vars(bound)
         result = eager._call(node, entry, env, ledger)
@@ -625,6 +645,14 @@ class Backward:
         self.ledger.end_step()
 
 
+def _bumps_version(node: torch.fx.Node, entry) -> bool:
+    """In-place ops, copy_ and set_ advance a tensor's version; resize_storage_bytes_ does not
+    (r[resize.eager.version])."""
+    if node.target is torch.ops.inductor.resize_storage_bytes_.default:
+        return False
+    return entry.kind in (OpKind.INPLACE, OpKind.EFFECT) or node.target is aten.copy_.default
+
+
 # ---------------------------------------------------------------- the link to torch's autograd
 
 
@@ -670,6 +698,7 @@ class TapeFunction(torch.autograd.Function):
         node: _TapeNode = ctx.node
         boundary = Boundary()
         seeds = [(var, boundary.import_tensor(g.detach())) for var, g in zip(node.seeds_for, grads, strict=True) if g is not None]
+        node.tape.catch_up_with_callers()
         backward = Backward(node.tape)
         node.run.saved_storages = frozenset(cell.storage.id for cell in node.tape.held_cells())
         results = backward.run(seeds)

@@ -12,9 +12,13 @@ backend uses this module as it is.
 from __future__ import annotations
 
 import torch
+from attrs import frozen
+
+from aotspec.errors import SpecViolation
 
 from .autograd import TrainingPlan
 from .boundary import set_within, tensor_on
+from .storage import Layout
 from .functionalize import CallerStorage, FunctionalProgram, OutputIsInput, Rebind, Resize, WriteBack
 
 
@@ -27,6 +31,46 @@ def detached_where_needed(plan: TrainingPlan, tensors: list) -> list:
         detached.append(t.detach() if needs_detach else t)
     return detached
 
+
+
+@frozen
+class SavedInput:
+    """A saved value that is the caller's tensor (`r[autograd.saved-inputs]`), and the version
+    its counter had when the compiled call began."""
+
+    tensor: torch.Tensor
+    version: int
+
+
+def saved_inputs_at_call(plan: TrainingPlan, saved: dict[int, torch.Tensor]) -> dict[int, SavedInput]:
+    """Each saved input (by saved index) with its version now, before the epilogue writes anything."""
+    return {k: SavedInput(t, t._version) for k, t in saved.items()}
+
+
+def check_saved_inputs(saved: dict[int, SavedInput]) -> None:
+    """Before the backward runs any op: each saved input still holds what the forward read."""
+    for record in saved.values():
+        t = record.tensor
+        if t._version != record.version:
+            # r[autograd.saved-inputs.version]: eager's check on its saved variables, same words.
+            raise SpecViolation(
+                "one of the variables needed for gradient computation has been modified by an inplace "
+                f"operation: [{t.type()} {list(t.shape)}] is at version {t._version}; expected version "
+                f"{record.version} instead",
+                rule="autograd.saved-inputs.version",
+                fix="write this input only after the backward has run, or clone it inside the function "
+                "and let the backward read the clone",
+            )
+        needed = Layout.of(t).extent_bytes()
+        if needed > t.untyped_storage().nbytes():
+            # r[autograd.saved-inputs.in-bounds]: eager would read freed memory here.
+            raise SpecViolation(
+                f"the backward reads a saved input ({t.type()} {list(t.shape)}) whose storage holds "
+                f"{t.untyped_storage().nbytes()} bytes; its layout needs {needed}",
+                rule="autograd.saved-inputs.in-bounds",
+                fix="resize the storage up and refill it before the backward (FSDP gathers parameters "
+                "again in its pre-backward hook)",
+            )
 
 
 def tangents_as_traced(plan: TrainingPlan, grads) -> list[torch.Tensor]:
@@ -49,10 +93,19 @@ def apply_epilogue(program: FunctionalProgram, tensors, caller_storages, flats: 
             target = torch.empty(0, dtype=flats[step.output_index].dtype).set_(caller_storages[step.input_index])
             with torch.no_grad():
                 target.copy_(flats[step.output_index])
+            _advance_versions(program, tensors, step.input_index)
         elif isinstance(step, Rebind):
             storage = _storage_of(step.storage, caller_storages, flats)
             with torch.no_grad():
                 set_within(tensors[step.input_index], storage, step.layout)
+
+
+def _advance_versions(program: FunctionalProgram, tensors, storage: int) -> None:
+    """r[functionalize.epilogue.version]: the caller's tensors on a written storage see a new
+    version, as after an eager in-place op, so autograd's checks of saved tensors see the write."""
+    for i, (t, meta) in enumerate(zip(tensors, program.inputs, strict=True)):
+        if t is not None and meta.storage == storage and meta.same_object == i:  # each object once
+            torch.autograd.graph.increment_version(t)
 
 
 def _storage_of(where, caller_storages, flats) -> torch.UntypedStorage:

@@ -6,9 +6,9 @@ private copies; never taken from the reference.
 
 import torch
 
-from aotspec.errors import UnsupportedError
+from aotspec.errors import SpecViolation, UnsupportedError
 
-from ..case import COMPILED_ONLY, Absent, Case, Raises, SavedFreedDuringBackward, Values
+from ..case import COMPILED_ONLY, Absent, BackwardRaises, Case, Raises, SavedFreedDuringBackward, Values
 
 torch.manual_seed(0)
 _X, _W1, _W2 = torch.randn(5, 4), torch.randn(8, 4), torch.randn(3, 8)
@@ -53,6 +53,38 @@ def _scaled_by_a_constant_copy(x):
 def _inplace_on_leaf(w):
     w.add_(1)
     return w * 2
+
+
+def _product_then_zero_w(x, w):
+    y = x * w  # saves w for x's gradient
+    w.copy_(torch.zeros(3))
+    return y
+
+
+def _product_then_free_w(x, w):
+    y = x * w  # saves w for x's gradient
+    torch.ops.inductor.resize_storage_bytes_(w, 0)  # FSDP's reshard after forward
+    return y
+
+
+def _x_and_w():
+    return {"x": torch.ones(3, requires_grad=True), "w": torch.tensor([1.0, 2.0, 3.0])}
+
+
+def _caller_writes_w(world):
+    world["w"].add_(1)
+
+
+def _caller_regathers_w(world):
+    """FSDP's pre-backward all-gather: the storage comes back with new bytes, same version."""
+    w = world["w"]
+    w.untyped_storage().resize_(3 * w.element_size())
+    with torch.no_grad(), torch.autograd._unsafe_preserve_version_counter(w):
+        w.copy_(torch.tensor([5.0, 6.0, 7.0]))
+
+
+#: eager reads the freed storage in the backward: a segfault on CPU (research 2.2).
+_EAGER_READS_FREED_MEMORY = {"torch-eager": "eager reads a 0-byte storage in the backward (segfault)"}
 
 
 def _mutates_grad_input(y, z):
@@ -118,6 +150,52 @@ CASES = [
         program=_mutates_grad_input,
         expect=[Raises(UnsupportedError, rule="autograd.mutated-grad-input")],
         skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="autograd.saved-input-written-by-the-program",
+        rules=["autograd.saved-inputs.version", "functionalize.epilogue.version"],
+        setup=_x_and_w,
+        args=["x", "w"],
+        program=_product_then_zero_w,
+        backward=True,
+        # eager: mul saved w at version 0, copy_ made it version 1, the backward refuses
+        expect=[
+            Values("out0", [1.0, 2.0, 3.0]),
+            Values("w", [0.0, 0.0, 0.0]),
+            BackwardRaises(RuntimeError, match="modified by an inplace operation"),
+            Absent("x.grad"),
+        ],
+    ),
+    Case(
+        name="autograd.saved-input-written-by-the-caller",
+        rules=["autograd.saved-inputs.version"],
+        setup=_x_and_w,
+        args=["x", "w"],
+        program=_product,
+        backward=True,
+        before_backward=_caller_writes_w,
+        expect=[BackwardRaises(RuntimeError, match="modified by an inplace operation"), Absent("x.grad")],
+    ),
+    Case(
+        name="autograd.saved-input-regathered-before-the-backward",
+        rules=["autograd.saved-inputs", "autograd.saved-inputs.in-bounds", "resize.eager.version"],
+        setup=_x_and_w,
+        args=["x", "w"],
+        program=_product_then_free_w,
+        backward=True,
+        before_backward=_caller_regathers_w,
+        # d(sum(x * w))/dx is w as the backward reads it: the re-gathered [5, 6, 7]
+        expect=[Values("out0", [1.0, 2.0, 3.0]), Values("w", [5.0, 6.0, 7.0]), Values("x.grad", [5.0, 6.0, 7.0])],
+    ),
+    Case(
+        name="autograd.saved-input-left-at-zero-bytes",
+        rules=["autograd.saved-inputs.in-bounds"],
+        setup=_x_and_w,
+        args=["x", "w"],
+        program=_product_then_free_w,
+        backward=True,
+        expect=[BackwardRaises(SpecViolation), Absent("x.grad")],
+        skip=_EAGER_READS_FREED_MEMORY,
     ),
     Case(
         name="autograd.inplace-on-a-grad-leaf-raises",
