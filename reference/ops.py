@@ -1640,7 +1640,11 @@ def as_strided_backward(grad, out, x, size, stride, storage_offset):
     def read(layout: Layout):
         return locations.as_strided(layout.sizes, layout.strides, layout.offset - base).reshape(-1)
 
-    if _may_overlap(output):
+    if output.offset == base and output.numel == length and output.strides == contiguous_strides(output.sizes):
+        # the output reads every location once, in order: grad is the buffer (no zeros, no scatter;
+        # the backward of reading a parameter's whole storage, FSDP's pattern)
+        buffer = grad.reshape(-1)
+    elif _may_overlap(output):
         buffer = aten.index_put(grad.new_zeros(length), [read(output)], grad.reshape(-1), True)
     else:  # each location read once: a plain scatter, no index arithmetic
         window = (output.sizes, output.strides, output.offset - base)
@@ -1650,5 +1654,6 @@ def as_strided_backward(grad, out, x, size, stride, storage_offset):
         ones = torch.ones_like(shared, dtype=grad.dtype)
         count = aten.index_put(grad.new_zeros(length), [shared], ones, True)
         buffer = buffer / count
-    x_grad = buffer.as_strided(inputs.sizes, inputs.strides, inputs.offset - base)
+    # as_strided's offset counts from the start of the buffer's storage, not of the buffer
+    x_grad = buffer.as_strided(inputs.sizes, inputs.strides, buffer.storage_offset() + inputs.offset - base)
     return _grad_like(x_grad, x), None, None, None

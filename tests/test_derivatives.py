@@ -459,6 +459,10 @@ SAMPLES: dict[torch._ops.OpOverload, list[Sample]] = {
         sample(make((3, 1)).expand(3, 4), [2, 2], [1, 1]),
         sample(make((2, 3)), [0, 2], [1, 1]),
         sample(make((2, 3)), [], []),
+        # The output reads every location once, in order: grad itself is the buffer.
+        sample(make((12,)), [3, 4], [4, 1], 0),
+        sample(make((3, 4), "sliced"), [2, 4], [4, 1]),
+        sample(make((4, 3), "transposed"), [12], [1], 0),
     ],
     # Ops that overwrite all of x: a zero gradient.
     aten.fill.Scalar: [sample(make((3, 4), "transposed"), 2.0)],
