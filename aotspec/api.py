@@ -190,13 +190,16 @@ def _build_plan_without_hooks_firing(fn, args, kwargs, tensors, stolen, hooks: _
     needs_grad = [i for i, meta in enumerate(program.inputs) if meta.requires_grad]
     if not (torch.is_grad_enabled() and needs_grad):
         return program
+    # r[autograd.mutated-grad-input]: only writes under torch.no_grad() and resizes, as FSDP does.
     rebound = {step.input_index for step in program.epilogue if isinstance(step, Rebind)}
-    mutated = sorted(i for i in needs_grad if program.inputs[i].storage in program.touched_storages or i in rebound)
+    mutated = sorted(i for i in needs_grad if program.inputs[i].storage in program.written_with_grad or i in rebound)
     if mutated:
         raise UnsupportedError(
-            f"flat inputs {mutated} require grad and the program writes, resizes or rebinds their storage",
+            f"flat inputs {mutated} require grad and the program writes them with grad mode on, or rebinds "
+            "them with set_",
             rule="autograd.mutated-grad-input",
-            fix="mutate such inputs outside the compiled function, or call it under torch.no_grad()",
+            fix="write such inputs under torch.no_grad() (as FSDP's all-gather does), mutate them outside "
+            "the compiled function, or call it under torch.no_grad()",
         )
     plan = build_training_plan(program, tensors)
     if hooks is None:

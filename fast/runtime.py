@@ -21,9 +21,8 @@ from aotspec.reference.autograd import TrainingPlan
 from aotspec.reference.epilogue import (
     apply_epilogue,
     build_outputs,
-    check_saved_inputs,
+    SavedInputs,
     detached_where_needed,
-    saved_inputs_at_call,
     tangents_as_traced,
 )
 from aotspec.reference.functionalize import FunctionalProgram
@@ -79,13 +78,16 @@ def run_fast(fast: FastPlan, tensors: list, stolen: frozenset[int] = frozenset()
         handed_over = {i: inputs[i] for i in stolen if not inputs[i].requires_grad}
         for i in handed_over:
             inputs[i] = tensors[i] = None
-        flats = list(_Forward.apply(_Call(fast, handed_over), *inputs))
+        call = _Call(fast, handed_over)
+        flats = list(_Forward.apply(call, *inputs))
     else:
         arguments = list(tensors)
         for i in stolen:
             tensors[i] = None  # a stolen input is only read; the graph frees it at its last use
         flats = fast.forward(arguments)  # clears `arguments`
     apply_epilogue(program, tensors, caller_storages, flats)
+    if fast.backward is not None:
+        call.saved_inputs.after_call()
     return build_outputs(program, tensors, caller_storages, flats)
 
 
@@ -94,6 +96,7 @@ class _Call:
     fast: FastPlan
     #: Stolen inputs by flat index, handed to the forward outside apply's arguments.
     handed_over: dict[int, torch.Tensor]
+    saved_inputs: SavedInputs | None = None
 
     def arguments(self, tensors: tuple) -> list:
         return [self.handed_over.pop(i) if i in self.handed_over else t for i, t in enumerate(tensors)]
@@ -110,8 +113,9 @@ class _Forward(torch.autograd.Function):
         n_outputs = len(results) - plan.num_saved
         ctx.fast = fast
         ctx.saved = results[n_outputs:]  # plain references: handed over whole to the backward
-        # r[autograd.saved-inputs]: a saved input is the caller's tensor; its version is noted now.
-        ctx.saved_inputs = saved_inputs_at_call(plan, {k: ctx.saved[k] for k in plan.saved_inputs})
+        # r[autograd.saved-inputs]: a saved input is the caller's tensor; its version is noted.
+        call.saved_inputs = SavedInputs.at_call(plan, {k: ctx.saved[k] for k in plan.saved_inputs})
+        ctx.saved_inputs = call.saved_inputs
         flats = results[:n_outputs]
         ctx.mark_non_differentiable(*[f for k, f in enumerate(flats) if k not in plan.differentiable_outputs])
         return tuple(flats)
@@ -120,7 +124,7 @@ class _Forward(torch.autograd.Function):
     def backward(ctx, *grads):
         fast: FastPlan = ctx.fast
         plan: TrainingPlan = fast.plan
-        check_saved_inputs(ctx.saved_inputs)
+        ctx.saved_inputs.check()
         ctx.saved_inputs = None
         arguments = ctx.saved + tangents_as_traced(plan, grads)
         ctx.saved = None  # the list below is now the only holder of the saved tensors

@@ -20,14 +20,25 @@ from operator import getitem
 
 import torch
 import torch.fx
-from attrs import frozen
+from attrs import field, frozen
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from aotspec.errors import UnsupportedError
 
 from .capture import grad_enabled
-from .functionalize import FunctionalProgram, GraphStorage, OutputView
+from .functionalize import (
+    FINAL_CONTENTS_OF,
+    NO_GRAD_WRITE,
+    RESIZED_CONTENTS_OF,
+    FunctionalProgram,
+    GraphStorage,
+    OutputView,
+    Rebind,
+    node_of,
+)
 from .optable import DERIVATIVES, NONDIFFERENTIABLE, OpEntry, OpKind, bind, lookup, qualified_name
+
+aten = torch.ops.aten
 
 
 @frozen
@@ -65,6 +76,9 @@ class TrainingPlan:
     num_saved: int
     #: Strides of each tangent as traced; the runtime lays tangents out so (`r[autograd.tangent-layout]`).
     tangent_strides: tuple[tuple[int, ...], ...]
+    #: Inputs the backward reads as the program left them (input index -> bytes of their storage it
+    #: reads), rather than as they were when the call began (`r[autograd.saved-inputs]`).
+    read_after_call: dict[int, int] = field(factory=dict)
 
     @cached_property
     def saved_inputs(self) -> dict[int, int]:
@@ -79,7 +93,7 @@ class TrainingPlan:
 
 def differentiable_outputs(program: FunctionalProgram, requires_grad: list[bool]) -> tuple[int, ...]:
     """Graph outputs holding storages of user outputs that may carry gradients (floating point)."""
-    flows = _requires_grad_nodes(program.graph, requires_grad)
+    flows = _requires_grad_nodes(program.graph, requires_grad, resized_inputs(program))
     output_node = next(iter(reversed(program.graph.nodes)))
     user_storages = {o.storage.output_index for o in program.outputs if isinstance(o, OutputView) and isinstance(o.storage, GraphStorage)}
     return tuple(
@@ -89,14 +103,50 @@ def differentiable_outputs(program: FunctionalProgram, requires_grad: list[bool]
     )
 
 
-def _requires_grad_nodes(graph: torch.fx.Graph, requires_grad: list[bool]) -> set[torch.fx.Node]:
+def resized_inputs(program: FunctionalProgram) -> dict[torch.fx.Node, int]:
+    """r[autograd.no-grad-input-writes.identity]: the contents a resize up gave the storage of an
+    input that requires grad are that input for autograd: node -> the input's flat index. (Writes
+    under torch.no_grad() pass gradients to the contents before them, down to the input itself.)"""
+    owner: dict[int, int] = {}
+    for i, meta in enumerate(program.inputs):
+        if not (meta.requires_grad and meta.same_object == i and meta.storage in program.touched_storages):
+            continue
+        if owner.setdefault(meta.storage, i) != i:
+            raise UnsupportedError(
+                f"flat inputs {owner[meta.storage]} and {i} require grad, share one storage, and "
+                "the program writes or resizes it, so its new contents belong to neither alone",
+                rule="autograd.no-grad-input-writes.identity",
+                fix="pass one of the two tensors, and take the other as a view of it inside the function",
+            )
+        if meta.layout.dtype != program.inputs[meta.storage].layout.dtype:
+            raise UnsupportedError(
+                f"flat input {i} requires grad and the program writes its storage, which an earlier "
+                f"input reads as {program.inputs[meta.storage].layout.dtype}",
+                rule="autograd.no-grad-input-writes.identity",
+                fix="pass the tensor that requires grad before the other views of its storage",
+            )
+    return {
+        node: owner[node.meta[RESIZED_CONTENTS_OF]]
+        for node in program.graph.nodes
+        if node.meta.get(RESIZED_CONTENTS_OF) in owner
+    }
+
+
+def _requires_grad_nodes(graph: torch.fx.Graph, requires_grad: list[bool], resized: dict) -> set[torch.fx.Node]:
     """r[autograd.requires-grad]: a value needs a gradient when a differentiable op computed it from
-    one that does; inputs need one when they require grad."""
+    one that does; inputs need one when they require grad, and so do the contents a resize up
+    gave an input's storage (`r[autograd.no-grad-input-writes.identity]`); a write under
+    torch.no_grad() needs one when the contents it writes into do (`r[autograd.no-grad-writes]`)."""
     flows: set[torch.fx.Node] = set()
     placeholders = iter(requires_grad)
     for node in graph.nodes:
         if node.op == "placeholder":
             if next(placeholders):
+                flows.add(node)
+        elif node in resized:
+            flows.add(node)
+        elif node.meta.get(NO_GRAD_WRITE):
+            if node.args[0] in flows:
                 flows.add(node)
         elif node.op == "call_function":
             if node.target is not getitem and node.target in NONDIFFERENTIABLE:
@@ -111,7 +161,8 @@ def _requires_grad_nodes(graph: torch.fx.Graph, requires_grad: list[bool]) -> se
 def build_training_plan(program: FunctionalProgram, tensors: list[torch.Tensor]) -> TrainingPlan:
     requires_grad = [meta.requires_grad for meta in program.inputs]
     graph = program.graph
-    flows = _requires_grad_nodes(graph, requires_grad)
+    resized = resized_inputs(program)
+    flows = _requires_grad_nodes(graph, requires_grad, resized)
     outputs_node = next(iter(reversed(graph.nodes)))
     differentiable = differentiable_outputs(program, requires_grad)
     grad_inputs = tuple(i for i, r in enumerate(requires_grad) if r)
@@ -130,8 +181,11 @@ def build_training_plan(program: FunctionalProgram, tensors: list[torch.Tensor])
                 kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
                 env[node] = node.target(*args, **kwargs)
         outputs = [env[node] for node in outputs_node.args[0]]
-        grads = _backward_pass(graph, env, flows, {outputs_node.args[0][k]: t for k, t in zip(differentiable, tangents, strict=True)})
         placeholder_nodes = [node for node in graph.nodes if node.op == "placeholder"]
+        seeds = {outputs_node.args[0][k]: t for k, t in zip(differentiable, tangents, strict=True)}
+        resized_as = {node: (placeholder_nodes[i], program.inputs[i].layout) for node, i in resized.items()}
+        grads = _backward_pass(graph, env, flows, seeds, resized_as)
+        received["final_contents"] = _final_contents(program, graph, env)
         got = [i for i in grad_inputs if placeholder_nodes[i] in grads]
         received["grad_inputs"] = tuple(got)
         return outputs, [grads[placeholder_nodes[i]] for i in got]
@@ -139,9 +193,25 @@ def build_training_plan(program: FunctionalProgram, tensors: list[torch.Tensor])
     tangent_examples = [torch.zeros_like(_meta_value(outputs_node.args[0][k])) for k in differentiable]
     joint_module = make_fx(joint, tracing_mode="fake")(*tensors, *tangent_examples)
     joint_module.graph.eliminate_dead_code()  # rules may compute gradients nobody needs
-    forward, backward, num_saved = partition(joint_module, n_inputs, len(outputs_node.args[0]))
+    forward, backward, num_saved, read_after_call = partition(
+        joint_module, n_inputs, len(outputs_node.args[0]), received["final_contents"]
+    )
     tangent_strides = tuple(t.stride() for t in tangent_examples)
-    return TrainingPlan(program, forward, backward, differentiable, received["grad_inputs"], num_saved, tangent_strides)
+    return TrainingPlan(
+        program, forward, backward, differentiable, received["grad_inputs"], num_saved, tangent_strides, read_after_call
+    )
+
+
+def _final_contents(program: FunctionalProgram, graph: torch.fx.Graph, env) -> dict[torch.fx.Node, int]:
+    """Joint-graph node -> input index, for the last contents the program gave a caller storage
+    still read through that input when the call returns (`r[autograd.saved-inputs]`)."""
+    rebound = {step.input_index for step in program.epilogue if isinstance(step, Rebind)}
+    found = {}
+    for node in graph.nodes:
+        i = node.meta.get(FINAL_CONTENTS_OF)
+        if i is not None and i not in rebound:
+            found[node_of(env[node])] = i
+    return found
 
 
 def _meta_value(node: torch.fx.Node) -> torch.Tensor:
@@ -149,13 +219,24 @@ def _meta_value(node: torch.fx.Node) -> torch.Tensor:
     return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype)
 
 
-def _backward_pass(graph, env, flows, seeds) -> dict[torch.fx.Node, torch.Tensor]:
-    """Reverse mode over the functional graph with the table's derivative rules."""
+def _backward_pass(graph, env, flows, seeds, resized_as) -> dict[torch.fx.Node, torch.Tensor]:
+    """Reverse mode over the functional graph with the table's derivative rules; a write under
+    torch.no_grad() passes its gradient on unchanged, and the gradient of contents a resize up
+    gave an input's storage goes to the input, read through its layout."""
     grads: dict[torch.fx.Node, object] = dict(seeds)
     for node in reversed(list(graph.nodes)):
         if node.op != "call_function" or node not in grads or node not in flows:
             continue
         grad = grads.pop(node)
+        if node in resized_as:  # r[autograd.no-grad-input-writes.identity]
+            placeholder, layout = resized_as[node]
+            grad = aten.as_strided(grad, list(layout.sizes), list(layout.strides), layout.offset)
+            grads[placeholder] = grad if placeholder not in grads else grads[placeholder] + grad
+            continue
+        if node.meta.get(NO_GRAD_WRITE):  # r[autograd.no-grad-writes]: the old contents' history
+            before = node.args[0]
+            grads[before] = grad if before not in grads else grads[before] + grad
+            continue
         if node.target is getitem:
             source, index = node.args
             parts = grads.setdefault(source, {})
@@ -188,8 +269,11 @@ def _pairs(arg_nodes, arg_grads):
     return [(arg_nodes, arg_grads)]
 
 
-def partition(joint_module: torch.fx.GraphModule, n_inputs: int, n_outputs: int):
-    """Split the joint graph into forward and backward graphs and the values between them."""
+def partition(joint_module: torch.fx.GraphModule, n_inputs: int, n_outputs: int, final_contents: dict):
+    """Split the joint graph into forward and backward graphs and the values between them.
+
+    `final_contents` maps joint nodes to input indices: the last contents the program gave that
+    input's storage, which the backward reads from the input itself."""
     joint = joint_module.graph
     placeholders = [node for node in joint.nodes if node.op == "placeholder"]
     primals, tangents = placeholders[:n_inputs], placeholders[n_inputs:]
@@ -211,9 +295,32 @@ def partition(joint_module: torch.fx.GraphModule, n_inputs: int, n_outputs: int)
         if any(user not in forward_nodes and user.op != "output" for user in node.users):
             saved.append(node)
     saved = _save_bases_of_views(saved)
+    saved, reread = _read_contents_from_inputs(saved, primals, final_contents)
     forward = _extract(joint, primals, forward_outputs + saved)
-    backward = _extract(joint, saved + tangents, grads)
-    return GraphProgram.of(forward), GraphProgram.of(backward), len(saved)
+    backward = _extract(joint, saved + tangents, grads, reread)
+    read_after_call = {primals.index(primal): node.meta["val"].nbytes for node, primal in reread.items()}
+    return GraphProgram.of(forward), GraphProgram.of(backward), len(saved), read_after_call
+
+
+def _read_contents_from_inputs(saved: list[torch.fx.Node], primals: list[torch.fx.Node], final_contents: dict):
+    """r[autograd.saved-inputs]: a saved value that is the last contents the program gave an
+    input's storage is that input when the call returns: the forward saves the input, and the
+    backward reads its whole storage when it runs. Returns the new saved list and, for each
+    replaced value, the input it is read from.
+
+    Where the backward also reads the input as the call began, the contents stay saved as they
+    are: the input's saved entry value then fails eager's version check when the backward runs
+    (`r[autograd.saved-inputs.version]`), as in eager."""
+    entry_values = set(saved)
+    reread = {
+        node: primals[final_contents[node]]
+        for node in saved
+        if node in final_contents and primals[final_contents[node]] not in entry_values
+    }
+    new_saved: dict[torch.fx.Node, None] = {}
+    for node in saved:
+        new_saved[reread.get(node, node)] = None
+    return list(new_saved), reread
 
 
 def _ancestors(roots: list) -> set[torch.fx.Node]:
@@ -244,11 +351,13 @@ def _is_view(node: torch.fx.Node) -> bool:
     return entry.kind is OpKind.VIEW
 
 
-def _extract(graph: torch.fx.Graph, inputs: list[torch.fx.Node], outputs: list[torch.fx.Node]) -> torch.fx.GraphModule:
-    """A graph computing `outputs` from `inputs`, copying the nodes in between in their order."""
+def _extract(graph: torch.fx.Graph, inputs: list[torch.fx.Node], outputs: list[torch.fx.Node], reread=None) -> torch.fx.GraphModule:
+    """A graph computing `outputs` from `inputs`, copying the nodes in between in their order;
+    each node of `reread` is read as the whole storage of the input it maps to."""
+    reread = reread or {}
     needed: set[torch.fx.Node] = set()
     stack = [o for o in outputs if isinstance(o, torch.fx.Node)]
-    input_set = set(inputs)
+    input_set = set(inputs) | set(reread)
     while stack:
         node = stack.pop()
         if node in needed or node in input_set:
@@ -259,6 +368,10 @@ def _extract(graph: torch.fx.Graph, inputs: list[torch.fx.Node], outputs: list[t
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     for node in inputs:
         env[node] = new.placeholder(node.name)
+        env[node].meta = dict(node.meta)
+    for node, primal in reread.items():
+        elements = node.meta["val"].numel()
+        env[node] = new.call_function(aten.as_strided.default, (env[primal], [elements], [1], 0))
         env[node].meta = dict(node.meta)
     for node in graph.nodes:
         if node in needed:

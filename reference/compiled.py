@@ -22,12 +22,10 @@ from .autograd import TrainingPlan
 from .boundary import Boundary, tensor_on
 from .eager import interpret
 from .epilogue import (
-    SavedInput,
+    SavedInputs,
     apply_epilogue,
     build_outputs,
-    check_saved_inputs,
     detached_where_needed,
-    saved_inputs_at_call,
     tangents_as_traced,
 )
 from .functionalize import FunctionalProgram
@@ -94,15 +92,17 @@ def run_compiled(
     if isinstance(plan, TrainingPlan):
         program = plan.functional
         run = CompiledRun([], Ledger())
-        flats = _Forward.apply(_TrainingCall(plan, stolen, boxed, run), *detached_where_needed(plan, tensors))
-        flats = list(flats)
+        call = _TrainingCall(plan, stolen, boxed, run)
+        flats = list(_Forward.apply(call, *detached_where_needed(plan, tensors)))
+        apply_epilogue(program, tensors, caller_storages, flats)
+        call.saved_inputs.after_call()
     else:
         program = plan
         runner = _GraphRunner(boxed)
         results = runner.run(plan, _import(tensors, stolen), [i not in stolen for i in range(len(tensors))])
         flats = _export(results)
         run = CompiledRun([], runner.ledger)
-    apply_epilogue(program, tensors, caller_storages, flats)
+        apply_epilogue(program, tensors, caller_storages, flats)
     run.outputs = build_outputs(program, tensors, caller_storages, flats)
     return run
 
@@ -114,7 +114,7 @@ class _TrainingCall:
     boxed: bool
     run: CompiledRun
     saved: list | None = None
-    saved_inputs: dict[int, SavedInput] | None = None
+    saved_inputs: SavedInputs | None = None
 
 
 class _Forward(torch.autograd.Function):
@@ -129,7 +129,7 @@ class _Forward(torch.autograd.Function):
         n_outputs = len(results) - plan.num_saved
         call.saved = results[n_outputs:]
         # r[autograd.saved-inputs]: a saved input is the caller's tensor, read when the backward runs.
-        call.saved_inputs = saved_inputs_at_call(plan, {k: tensors[i] for k, i in plan.saved_inputs.items()})
+        call.saved_inputs = SavedInputs.at_call(plan, {k: tensors[i] for k, i in plan.saved_inputs.items()})
         flats = _export(results[:n_outputs])
         ctx.call = call
         ctx.mark_non_differentiable(*[f for k, f in enumerate(flats) if k not in plan.differentiable_outputs])
@@ -141,11 +141,11 @@ class _Forward(torch.autograd.Function):
         plan = call.plan
         saved, call.saved = call.saved, None  # handed over in one list, freed at last use
         saved_inputs, call.saved_inputs = call.saved_inputs, None
-        check_saved_inputs(saved_inputs)
+        saved_inputs.check()
         boundary = Boundary()
         held = [False] * len(saved)
-        for k, record in saved_inputs.items():
-            saved[k] = boundary.import_tensor(record.tensor)  # its bytes now, not at the call
+        for k, t in saved_inputs.tensors.items():
+            saved[k] = boundary.import_tensor(t)  # its bytes now, not at the call
             held[k] = plan.saved_inputs[k] not in call.stolen  # else the backward holds the last reference
         tangents = tangents_as_traced(plan, grads)  # materialized: zeros, never None
         inputs = saved + [boundary.import_tensor(t) for t in tangents]

@@ -356,7 +356,8 @@ class Tape:
         if entry.kind is OpKind.INPLACE or node.target is aten.copy_.default:
             return self._mutation(node, entry, bound, env, ledger)
         if entry.kind is OpKind.EFFECT:
-            self._refuse_if_needs_grad(node, bound)
+            if _bumps_version(node, entry):  # set_; a resize is nothing to autograd (FSDP's reshard)
+                self._refuse_if_needs_grad(node, bound)
             result = eager._call(node, entry, env, ledger)
             if _bumps_version(node, entry):
                 self._bump(bound[0].storage)
@@ -426,7 +427,7 @@ class Tape:
     def _refuse_if_needs_grad(self, node, bound) -> None:
         if any(self.var(leaf) for leaf in pytree.tree_leaves(bound) if isinstance(leaf, Tensor)):
             raise UnsupportedError(
-                f"{node.name} rebinds or resizes a tensor that needs a gradient",
+                f"{node.name} rebinds a tensor that needs a gradient",
                 rule="autograd.mutated-grad-input",
                 fix="detach the tensor first, or run this part under torch.no_grad()",
             )

@@ -12,7 +12,7 @@ backend uses this module as it is.
 from __future__ import annotations
 
 import torch
-from attrs import frozen
+from attrs import define, field, frozen
 
 from aotspec.errors import SpecViolation
 
@@ -35,42 +35,67 @@ def detached_where_needed(plan: TrainingPlan, tensors: list) -> list:
 
 @frozen
 class SavedInput:
-    """A saved value that is the caller's tensor (`r[autograd.saved-inputs]`), and the version
-    its counter had when the compiled call began."""
+    """A saved value that is the caller's tensor (`r[autograd.saved-inputs]`), the version its
+    counter must still have when the backward runs, and the bytes of its storage the backward reads."""
 
     tensor: torch.Tensor
     version: int
+    nbytes: int
 
 
-def saved_inputs_at_call(plan: TrainingPlan, saved: dict[int, torch.Tensor]) -> dict[int, SavedInput]:
-    """Each saved input (by saved index) with its version now, before the epilogue writes anything."""
-    return {k: SavedInput(t, t._version) for k, t in saved.items()}
+@define
+class SavedInputs:
+    """The saved inputs of one call, by saved index. Those the backward reads as the call began
+    are noted when the forward graph hands them over; those it reads as the call left them, once
+    the epilogue has run (the call's own writes are the forward's)."""
+
+    plan: TrainingPlan
+    tensors: dict[int, torch.Tensor]
+    noted: dict[int, SavedInput] = field(factory=dict)
+
+    @classmethod
+    def at_call(cls, plan: TrainingPlan, tensors: dict[int, torch.Tensor]) -> SavedInputs:
+        saved = cls(plan, tensors)
+        saved._note(read_after_call=False)
+        return saved
+
+    def after_call(self) -> None:
+        self._note(read_after_call=True)
+
+    def _note(self, read_after_call: bool) -> None:
+        for k, t in self.tensors.items():
+            i = self.plan.saved_inputs[k]
+            if (i in self.plan.read_after_call) == read_after_call:
+                nbytes = self.plan.read_after_call[i] if read_after_call else Layout.of(t).extent_bytes()
+                self.noted[k] = SavedInput(t, t._version, nbytes)
+
+    def check(self) -> None:
+        """Before the backward runs any op: each saved input still holds what the forward read."""
+        for record in self.noted.values():
+            _check_saved_input(record)
 
 
-def check_saved_inputs(saved: dict[int, SavedInput]) -> None:
-    """Before the backward runs any op: each saved input still holds what the forward read."""
-    for record in saved.values():
-        t = record.tensor
-        if t._version != record.version:
-            # r[autograd.saved-inputs.version]: eager's check on its saved variables, same words.
-            raise SpecViolation(
-                "one of the variables needed for gradient computation has been modified by an inplace "
-                f"operation: [{t.type()} {list(t.shape)}] is at version {t._version}; expected version "
-                f"{record.version} instead",
-                rule="autograd.saved-inputs.version",
-                fix="write this input only after the backward has run, or clone it inside the function "
-                "and let the backward read the clone",
-            )
-        needed = Layout.of(t).extent_bytes()
-        if needed > t.untyped_storage().nbytes():
-            # r[autograd.saved-inputs.in-bounds]: eager would read freed memory here.
-            raise SpecViolation(
-                f"the backward reads a saved input ({t.type()} {list(t.shape)}) whose storage holds "
-                f"{t.untyped_storage().nbytes()} bytes; its layout needs {needed}",
-                rule="autograd.saved-inputs.in-bounds",
-                fix="resize the storage up and refill it before the backward (FSDP gathers parameters "
-                "again in its pre-backward hook)",
-            )
+def _check_saved_input(record: SavedInput) -> None:
+    t = record.tensor
+    if t._version != record.version:
+        # r[autograd.saved-inputs.version]: eager's check on its saved variables, same words.
+        raise SpecViolation(
+            "one of the variables needed for gradient computation has been modified by an inplace "
+            f"operation: [{t.type()} {list(t.shape)}] is at version {t._version}; expected version "
+            f"{record.version} instead",
+            rule="autograd.saved-inputs.version",
+            fix="write this input only after the backward has run, or clone it inside the function "
+            "and let the backward read the clone",
+        )
+    if record.nbytes > t.untyped_storage().nbytes():
+        # r[autograd.saved-inputs.in-bounds]: eager would read freed memory here.
+        raise SpecViolation(
+            f"the backward reads {record.nbytes} bytes of a saved input's storage ({t.type()} "
+            f"{list(t.shape)}), which holds {t.untyped_storage().nbytes()}",
+            rule="autograd.saved-inputs.in-bounds",
+            fix="resize the storage up and refill it before the backward (FSDP gathers parameters "
+            "again in its pre-backward hook)",
+        )
 
 
 def tangents_as_traced(plan: TrainingPlan, grads) -> list[torch.Tensor]:
@@ -93,16 +118,18 @@ def apply_epilogue(program: FunctionalProgram, tensors, caller_storages, flats: 
             target = torch.empty(0, dtype=flats[step.output_index].dtype).set_(caller_storages[step.input_index])
             with torch.no_grad():
                 target.copy_(flats[step.output_index])
-            _advance_versions(program, tensors, step.input_index)
         elif isinstance(step, Rebind):
             storage = _storage_of(step.storage, caller_storages, flats)
             with torch.no_grad():
                 set_within(tensors[step.input_index], storage, step.layout)
+    for storage in program.written:
+        _advance_versions(program, tensors, storage)
 
 
 def _advance_versions(program: FunctionalProgram, tensors, storage: int) -> None:
-    """r[functionalize.epilogue.version]: the caller's tensors on a written storage see a new
-    version, as after an eager in-place op, so autograd's checks of saved tensors see the write."""
+    """r[functionalize.epilogue.version]: the caller's tensors on a storage the program wrote see
+    a new version, as after an eager in-place op (even when the storage ends at 0 bytes and
+    nothing is written back), so autograd's checks of saved tensors see the write."""
     for i, (t, meta) in enumerate(zip(tensors, program.inputs, strict=True)):
         if t is not None and meta.storage == storage and meta.same_object == i:  # each object once
             torch.autograd.graph.increment_version(t)

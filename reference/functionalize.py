@@ -12,13 +12,14 @@ Conventions: a `_Cell` is a tensor object of the program (`set_` rebinds it in p
 
 from __future__ import annotations
 
+import contextlib
 from operator import getitem
 
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from attrs import define, field, frozen
-from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
 
 from aotspec.errors import SpecViolation, UnsupportedError
 
@@ -27,6 +28,15 @@ from .optable import OpEntry, OpKind, bind, lookup
 from .storage import Layout, numpy_dtype
 
 aten = torch.ops.aten
+
+#: Node meta key: the node is the whole contents of a caller storage (by first input) that a
+#: resize up from 0 bytes made.
+RESIZED_CONTENTS_OF = "aotspec_resized_contents_of"
+#: Node meta key: the node is the last contents the program gave a caller storage (by first input).
+FINAL_CONTENTS_OF = "aotspec_final_contents_of"
+#: Node meta key: the node is a write under torch.no_grad() (an as_strided_scatter into the old
+#: contents, its first argument).
+NO_GRAD_WRITE = "aotspec_no_grad_write"
 
 # ---------------------------------------------------------------- what a compiled program assumes
 
@@ -146,6 +156,10 @@ class FunctionalProgram:
     captured: Program
     #: Caller storages (by first input) the program wrote or resized at some point.
     touched_storages: frozenset[int] = frozenset()
+    #: Caller storages the program wrote, and those it wrote with grad mode on
+    #: (`r[functionalize.epilogue.version]`, `r[autograd.no-grad-input-writes]`).
+    written: frozenset[int] = frozenset()
+    written_with_grad: frozenset[int] = frozenset()
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -168,7 +182,10 @@ class _Storage:
     flat: torch.Tensor | None = None
     version: int = 0
     written: bool = False
+    written_with_grad: bool = False
     resized: bool = False
+    #: The last contents a write or resize gave it (kept when a resize to 0 drops `flat`).
+    last_contents: torch.Tensor | None = None
 
     def __attrs_post_init__(self):
         if self.entry_nbytes is None:
@@ -190,13 +207,16 @@ class _Cell:
     entry_layout: Layout | None = None
     #: The input this tensor was viewed from (itself for an input), if any.
     root: int | None = None
+    #: A view taken under torch.no_grad(): what it reads carries no gradient, after writes too.
+    viewed_without_grad: bool = False
 
 
-def _flat(storage: _Storage) -> torch.Tensor:
+def _flat(storage: _Storage, replay: _Replay) -> torch.Tensor:
     """The storage's whole contents as a 1-D value."""
     if storage.flat is None:
         # Version 0: the origin value's own storage holds the bytes (r[functionalize.storage-values]).
-        storage.flat = aten.as_strided(storage.origin, [storage.elements], [1], 0)
+        with replay.materializing(grad_enabled=True):
+            storage.flat = aten.as_strided(storage.origin, [storage.elements], [1], 0)
     return storage.flat
 
 
@@ -211,7 +231,7 @@ def _check_in_bounds(cell: _Cell, action: str, name: str) -> None:
         )
 
 
-def _read(cell: _Cell, name: str, *, for_view: bool = False) -> torch.Tensor:
+def _read(cell: _Cell, name: str, replay: _Replay, *, for_view: bool = False) -> torch.Tensor:
     """The cell's current value; after a write to its storage it is read back through its layout.
 
     Taking a view reads no element, so a view of a zero-storage tensor is not an out-of-bounds read.
@@ -221,12 +241,27 @@ def _read(cell: _Cell, name: str, *, for_view: bool = False) -> torch.Tensor:
     if cell.value is not None and cell.version == cell.storage.version:
         return cell.value
     layout = cell.layout
-    cell.value = aten.as_strided(_flat(cell.storage), layout.sizes, layout.strides, layout.offset)
+    flat = _flat(cell.storage, replay)
+    # r[functionalize.reads.grad-mode]: made under the grad mode of the tensor read, not the reader's.
+    with replay.materializing(grad_enabled=not cell.viewed_without_grad):
+        cell.value = aten.as_strided(flat, layout.sizes, layout.strides, layout.offset)
     cell.version = cell.storage.version
     return cell.value
 
 
-def _write(cell: _Cell, new: torch.Tensor, name: str) -> None:
+def node_of(value: torch.Tensor) -> torch.fx.Node:
+    """The graph node `make_fx` is recording for a traced value."""
+    return get_proxy_slot(value, get_proxy_mode().tracer).proxy.node
+
+
+def _note_contents(storage: _Storage) -> None:
+    """Note a caller storage's new contents: the last ones become the input as the call leaves
+    it (`r[autograd.saved-inputs]`)."""
+    if storage.caller is not None and storage.flat is not None:
+        storage.last_contents = storage.flat
+
+
+def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
     """r[functionalize.writes]: a write through a layout is an as_strided_scatter into the contents."""
     layout = cell.layout
     if layout.has_internal_overlap():
@@ -240,9 +275,14 @@ def _write(cell: _Cell, new: torch.Tensor, name: str) -> None:
     if tuple(new.shape) != layout.sizes:
         new = aten.expand(new, list(layout.sizes))
     storage = cell.storage
-    storage.flat = aten.as_strided_scatter(_flat(storage), new, layout.sizes, layout.strides, layout.offset)
+    storage.flat = aten.as_strided_scatter(_flat(storage, replay), new, layout.sizes, layout.strides, layout.offset)
     storage.version += 1
     storage.written = True
+    storage.written_with_grad |= replay.grad_enabled
+    if not replay.grad_enabled:
+        # r[autograd.no-grad-writes]: the tensor keeps its history; the written values carry none.
+        node_of(storage.flat).meta[NO_GRAD_WRITE] = True
+    _note_contents(storage)
 
 
 # ---------------------------------------------------------------- op by op
@@ -276,6 +316,10 @@ def _resize(cell: _Cell, n: int, name: str) -> None:
     # r[resize.keeps-prefix] in a compiled program: from or to 0 bytes nothing is kept, and the
     # bytes after a resize up are written before they are read.
     storage.flat = aten.zeros([storage.elements], dtype=storage.dtype) if n else None
+    if n:
+        # r[autograd.no-grad-input-writes.identity]: bytes a resize up gives an input are that input.
+        node_of(storage.flat).meta[RESIZED_CONTENTS_OF] = storage.caller
+    _note_contents(storage)
 
 
 @define
@@ -318,6 +362,19 @@ class _Replay:
                 return [self.env[value] for value in node.args[0]]
         raise AssertionError("a captured graph ends with an output node")
 
+    @contextlib.contextmanager
+    def materializing(self, grad_enabled: bool):
+        """Nodes made inside count as made under `grad_enabled` (r[capture.grad-mode]): a value
+        read back lazily belongs to the tensor it reads, whatever op first needs it."""
+        if grad_enabled == self.grad_enabled:
+            yield
+            return
+        self.grad_modes.note(grad_enabled)
+        try:
+            yield
+        finally:
+            self.grad_modes.note(self.grad_enabled)
+
     def fresh(self, value: torch.Tensor) -> _Cell:
         layout = Layout.of(value)
         storage = _Storage(value.dtype, layout.extent_bytes(), None, value)
@@ -332,7 +389,7 @@ class _Replay:
         name = node.name
 
         def read_all(tree):
-            return pytree.tree_map(lambda v: _read(v, name) if isinstance(v, _Cell) else v, tree)
+            return pytree.tree_map(lambda v: _read(v, name, self) if isinstance(v, _Cell) else v, tree)
 
         if entry.kind is OpKind.COMPUTE:
             return pytree.tree_map(self.fresh, node.target(*read_all(args), **read_all(kwargs)))
@@ -341,7 +398,7 @@ class _Replay:
         if entry.kind is OpKind.INPLACE:
             target = args[0]
             new = entry.functional(*read_all(args), **read_all(kwargs))
-            _write(target, new, name)
+            _write(target, new, name, self)
             return target
         if entry.kind is OpKind.EFFECT:
             return self.effect(node, args, read_all)
@@ -353,18 +410,19 @@ class _Replay:
         source: _Cell = args[0]
         bound = bind(node.target._schema, args, kwargs)
         layouts = entry.rule(source.layout, *bound[1:])
-        values = node.target(_read(source, node.name, for_view=True), *read_all(args[1:]), **read_all(kwargs))
+        values = node.target(_read(source, node.name, self, for_view=True), *read_all(args[1:]), **read_all(kwargs))
+        without_grad = source.viewed_without_grad or not self.grad_enabled
         if isinstance(layouts, tuple):
             return tuple(
-                _Cell(source.storage, layout, value, source.storage.version, root=source.root)
+                _Cell(source.storage, layout, value, source.storage.version, root=source.root, viewed_without_grad=without_grad)
                 for layout, value in zip(layouts, values, strict=True)
             )
-        return _Cell(source.storage, layouts, values, source.storage.version, root=source.root)
+        return _Cell(source.storage, layouts, values, source.storage.version, root=source.root, viewed_without_grad=without_grad)
 
     def effect(self, node, args, read_all):
         if node.target is aten.copy_.default:
             dst, src = args[0], args[1]
-            _write(dst, read_all(src), node.name)
+            _write(dst, read_all(src), node.name, self)
             return dst
         if node.target is aten.set_.source_Tensor:
             return self.set_(args[0], args[1], node.name)
@@ -421,7 +479,7 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
                 index_of[id(storage)] = len(graph_outputs)
                 # r[functionalize.outputs]: a storage no op wrote or resized is returned as the
                 # result that made it, so an output laid out like that result is the result itself.
-                graph_outputs.append(storage.origin if storage.flat is None else _flat(storage))
+                graph_outputs.append(storage.origin if storage.flat is None else _flat(storage, state))
             return index_of[id(storage)]
 
         def where(storage: _Storage):
@@ -449,7 +507,12 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
                 outputs.append(OutputIsInput(cell.input_index))
             else:
                 outputs.append(OutputView(where(cell.storage), cell.layout, cell.root))
+        for storage in state.caller_storages:
+            if storage.last_contents is not None:
+                node_of(storage.last_contents).meta[FINAL_CONTENTS_OF] = storage.caller
         found["touched"] = frozenset(s.caller for s in state.caller_storages if s.written or s.resized)
+        found["written"] = frozenset(s.caller for s in state.caller_storages if s.written)
+        found["written_with_grad"] = frozenset(s.caller for s in state.caller_storages if s.written_with_grad)
         found["epilogue"] = tuple(epilogue)
         found["outputs"] = tuple(outputs)
         return graph_outputs
@@ -464,6 +527,7 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
         if node.op == "call_function" and node.target is not getitem
     }
     return FunctionalProgram(
-        graph_module, entries, inputs, found["epilogue"], found["outputs"], program, found["touched"]
+        graph_module, entries, inputs, found["epilogue"], found["outputs"], program, found["touched"],
+        found["written"], found["written_with_grad"],
     )
 

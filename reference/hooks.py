@@ -76,7 +76,7 @@ def inline_hooks(
     """`plan` with `hooks` inlined for the saved values `hooks_filter` selects."""
     forward, backward = plan.forward.graph, plan.backward.graph
     saved = _saved_nodes(forward, plan.num_saved)
-    selected = _select(forward, saved, plan.num_saved, hooks_filter, static_inputs)
+    selected = _select(forward, saved, plan.num_saved, hooks_filter, static_inputs, frozenset(plan.read_after_call))
     if not selected:
         if hooks_filter == "donated":
             # r[hooks.filter.donated-empty]
@@ -110,15 +110,17 @@ def _saved_nodes(forward: torch.fx.Graph, num_saved: int) -> list[torch.fx.Node]
     return list(outputs[len(outputs) - num_saved :])
 
 
-def _select(forward, saved, num_saved, hooks_filter, static_inputs) -> list[int]:
-    """Indices (into `saved`) of the values the hooks apply to."""
+def _select(forward, saved, num_saved, hooks_filter, static_inputs, read_after_call) -> list[int]:
+    """Indices (into `saved`) of the values the hooks apply to. An input the backward reads as the
+    call left it is never packed: the forward only has it as it was when the call began
+    (`r[hooks.filter.read-after-call]`)."""
     placeholders = {node: i for i, node in enumerate(n for n in forward.nodes if n.op == "placeholder")}
     outputs = _output_node(forward).args[0]
     returned = set(outputs[: len(outputs) - num_saved])
     if hooks_filter == "all":  # r[hooks.filter.all]
-        return list(range(len(saved)))
+        return [j for j, node in enumerate(saved) if placeholders.get(node) not in read_after_call]
     if hooks_filter == "no_static":  # r[hooks.filter.no-static]
-        return [j for j, node in enumerate(saved) if placeholders.get(node) not in static_inputs]
+        return [j for j, node in enumerate(saved) if placeholders.get(node) not in static_inputs | read_after_call]
     # r[hooks.filter.donated]: intermediates the caller never sees
     return [j for j, node in enumerate(saved) if node not in placeholders and node not in returned]
 

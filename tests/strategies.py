@@ -195,6 +195,9 @@ OPS: dict[str, Op] = {
     "matmul": _call("torch.matmul", torch.matmul),
     # x * y under torch.no_grad(): a value that carries no gradient (r[capture.grad-mode])
     "no_grad_mul": _call("torch.no_grad()(torch.mul)", torch.no_grad()(torch.mul)),
+    # writes under torch.no_grad() into an argument that requires grad (r[autograd.no-grad-input-writes])
+    "no_grad_mul_": _call("torch.no_grad()(torch.Tensor.mul_)", torch.no_grad()(torch.Tensor.mul_)),
+    "no_grad_copy_": _call("torch.no_grad()(torch.Tensor.copy_)", torch.no_grad()(torch.Tensor.copy_)),
     "where": _call("torch.where", torch.where),
     # torch.cat([xs...], dim), with the dim first among the arguments
     "cat": Op(lambda dim, *xs: torch.cat(xs, dim), _render_cat),
@@ -345,6 +348,12 @@ class _Storage:
     #: raise ("modified by an inplace operation"), so nothing writes it any more.
     saved: bool = False
     positive: bool = False  # every value on it is > 0 (log and fractional powers may read it)
+    #: Distinct argument objects on it that require grad: a write under torch.no_grad() needs
+    #: exactly one, whose contents the written values become (r[autograd.no-grad-input-writes.identity]),
+    #: and a leaf (`grad_leaf`), as FSDP's parameters are: capture cannot trace such a write into a
+    #: view argument that requires grad (PyTorch replays the view's history from a fake base).
+    grad_args: int = 0
+    grad_leaf: bool = False
 
 
 @define
@@ -812,8 +821,9 @@ def programs(draw, max_steps: int = 10, compiled: bool = False) -> Program:
 # buffer writes from values computed without grad. Validity for eager autograd, on top of the
 # rules above, is kept per storage (one view family here, so one version counter):
 #
-# - nothing writes an argument that requires grad or a view of one (eager raises for leaves,
-#   and aotspec.compile rejects it: rule autograd.mutated-grad-input);
+# - nothing writes an argument that requires grad or a view of one with grad mode on (eager
+#   raises for leaves, and aotspec.compile rejects it: rule autograd.mutated-grad-input); under
+#   torch.no_grad() it may, when it is the one argument requiring grad on its storage;
 # - a buffer is written only from values that do not require grad;
 # - nothing writes a storage once autograd saved a tensor on it for the backward (eager's
 #   backward raises "modified by an inplace operation"): `SAVES_INPUTS` and `SAVES_RESULT`
@@ -885,11 +895,16 @@ def _initial_grad_model(setup: Setup) -> Model:
     requires_grad = {base.name for base in setup.bases if base.requires_grad}
     requires_grad |= {view.name for view in setup.views if view.base in requires_grad}
     detached = {view.name for view in setup.views if view.detached}
+    counted: set[str] = set()
     for i, name in enumerate(setup.args):
         storage = model.storage(f"x{i}")
         storage.caller = True
         storage.requires_grad |= name in requires_grad
         model.obj(f"x{i}").detached = name in detached
+        if name in requires_grad and name not in counted:
+            counted.add(name)
+            storage.grad_args += 1
+            storage.grad_leaf = any(base.name == name for base in setup.bases)
     return model
 
 
@@ -1125,6 +1140,33 @@ def _g_write(draw, model: Model, targets: list[str]) -> list[Instr]:
     return [*body, Instr(op, (), (Var(target), *args))]
 
 
+def _no_grad_writable(model: Model) -> list[str]:
+    """What a write under torch.no_grad() may target (r[autograd.no-grad-writes]): intermediates,
+    and arguments that require grad, or views of them (FSDP's all-gather into a parameter, an
+    optimizer-like update: r[autograd.no-grad-input-writes])."""
+    return [
+        v
+        for v in model.names
+        if model.writable(v)
+        and not model.obj(v).detached
+        and not model.storage(v).saved
+        and (not model.storage(v).caller or (model.storage(v).grad_args == 1 and model.storage(v).grad_leaf))
+    ]
+
+
+def _g_no_grad_write(draw, model: Model) -> list[Instr]:
+    """`x.mul_(c)` or `x.copy_(y)` under torch.no_grad(), into an intermediate or an argument that
+    requires grad: the target keeps its history, the written values carry none."""
+    target = _recent(draw, _no_grad_writable(model))
+    sources = [v for v in _copy_sources(model, target) if model.obj(v).storage != model.obj(target).storage]
+    if sources and draw(st.booleans()):
+        instr = Instr("no_grad_copy_", (), (Var(target), Var(draw(st.sampled_from(sources)))))
+    else:
+        instr = Instr("no_grad_mul_", (), (Var(target), draw(st.sampled_from(SCALARS))))
+    model.storage(target).positive = False
+    return [instr]
+
+
 def _writes_intermediates(model: Model) -> bool:
     return any(not model.storage(v).caller for v in _grad_writable(model))
 
@@ -1150,6 +1192,7 @@ GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("cat", _g_cat, lambda m: any(m.lay(v).sizes for v in m.names)),
     ("where", _g_where, lambda m: True),
     ("no_grad", _g_no_grad, lambda m: True),
+    ("no_grad_write", _g_no_grad_write, lambda m: bool(_no_grad_writable(m))),
     # Writes come three times: the point of the exercise, and each is blocked often (saved).
     ("write", _g_write_intermediate, _writes_intermediates),
     ("write", _g_write_intermediate, _writes_intermediates),

@@ -87,6 +87,90 @@ def _caller_regathers_w(world):
 _EAGER_READS_FREED_MEMORY = {"torch-eager": "eager reads a 0-byte storage in the backward (segfault)"}
 
 
+_resize = torch.ops.inductor.resize_storage_bytes_
+_G = torch.randn(4, 4)
+
+
+def _fsdp_layer(x, w, gathered):
+    """FSDP's forward for one layer: all-gather into the parameter's storage, use, reshard."""
+    _resize(w, gathered.numel() * gathered.element_size())
+    with torch.no_grad():
+        w.copy_(gathered)
+    y = x @ w
+    _resize(w, 0)
+    return y
+
+
+def _update_then_use(x, w):
+    with torch.no_grad():
+        w.mul_(0.5)
+    return (x @ w).sin()
+
+
+def _use_update_use(x, w):
+    before = x @ w  # saves w as it is now, for x's gradient
+    with torch.no_grad():
+        w.mul_(0.5)
+    return before + x @ w
+
+
+def _sharded_world():
+    w = torch.nn.Parameter(torch.empty(4, 4))
+    w.untyped_storage().resize_(0)  # sharded: the parameter holds no bytes between uses
+    return {"x": _X[:2].clone().requires_grad_(), "w": w, "gathered": _G.clone()}
+
+
+def _regather(world):
+    """FSDP's pre-backward all-gather, which leaves the version alone."""
+    w = world["w"]
+    w.untyped_storage().resize_(_G.numel() * _G.element_size())
+    with torch.no_grad(), torch.autograd._unsafe_preserve_version_counter(w):
+        w.copy_(_G)
+
+
+def _eager_grads(program, world, before_backward=None) -> dict[str, torch.Tensor]:
+    """Eager PyTorch's outputs and gradients of `program` on a private world."""
+    out = program(world["x"], *[world[k] for k in ("w", "gathered") if k in world])
+    if before_backward is not None:
+        before_backward(world)
+    out.sum().backward()
+    return {"out0": out.detach(), "x.grad": world["x"].grad, "w.grad": world["w"].grad, "w": world["w"].detach()}
+
+
+def _x_w_world():
+    return {"x": _X[:2].clone().requires_grad_(), "w": _G.clone().requires_grad_()}
+
+
+_FSDP = _eager_grads(_fsdp_layer, _sharded_world(), _regather)
+_UPDATE = _eager_grads(_update_then_use, _x_w_world())
+
+
+def _two_grad_inputs_world():
+    w = _G.clone().requires_grad_()
+    return {"w": w, "flat": w.view(16)}
+
+
+def _writes_one_of_two(w, flat):
+    with torch.no_grad():
+        w.mul_(0.5)
+    return flat * 2
+
+
+def _no_grad_write_into_an_intermediate(x):
+    v = x * 2
+    with torch.no_grad():
+        v[0].mul_(3)  # v keeps its history: d v / d x stays 2
+    return (v * v).sum()
+
+
+def _write_then_first_read_without_grad(x):
+    v = torch.cat([x, x])
+    v.mul_(2)
+    with torch.no_grad():
+        v * 2  # the first read of v after the write
+    return v.neg()
+
+
 def _mutates_grad_input(y, z):
     y.mul_(2)
     return y * z
@@ -196,6 +280,74 @@ CASES = [
         backward=True,
         expect=[BackwardRaises(SpecViolation), Absent("x.grad")],
         skip=_EAGER_READS_FREED_MEMORY,
+    ),
+    Case(
+        name="autograd.fsdp-gather-use-reshard",
+        rules=[
+            "autograd.no-grad-input-writes",
+            "autograd.no-grad-input-writes.identity",
+            "autograd.saved-inputs",
+            "autograd.saved-inputs.in-bounds",
+        ],
+        setup=_sharded_world,
+        args=["x", "w", "gathered"],
+        program=_fsdp_layer,
+        backward=True,
+        before_backward=_regather,
+        # eager on a private world: y = x @ g, x.grad = 1 @ g^T, w.grad = x^T @ 1, w re-gathered
+        expect=[Values(name, _FSDP[name]) for name in ("out0", "x.grad", "w.grad", "w")],
+    ),
+    Case(
+        name="autograd.no-grad-update-then-use",
+        rules=["autograd.no-grad-input-writes", "autograd.no-grad-input-writes.identity"],
+        setup=_x_w_world,
+        args=["x", "w"],
+        program=_update_then_use,
+        backward=True,
+        expect=[Values(name, _UPDATE[name]) for name in ("out0", "x.grad", "w.grad", "w")],
+    ),
+    Case(
+        name="autograd.read-before-a-no-grad-write",
+        rules=["autograd.saved-inputs", "autograd.saved-inputs.version"],
+        setup=_x_w_world,
+        args=["x", "w"],
+        program=_use_update_use,
+        backward=True,
+        # eager: the first mm saved w at version 0; mul_ made it version 1
+        expect=[
+            Values("w", _G * 0.5),
+            BackwardRaises(RuntimeError, match="modified by an inplace operation"),
+            Absent("w.grad"),
+        ],
+    ),
+    Case(
+        name="autograd.no-grad-write-shared-by-two-grad-inputs",
+        rules=["autograd.no-grad-input-writes.identity"],
+        setup=_two_grad_inputs_world,
+        args=["w", "flat"],
+        program=_writes_one_of_two,
+        expect=[Raises(UnsupportedError, rule="autograd.no-grad-input-writes.identity")],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="autograd.no-grad-write-into-an-intermediate",
+        rules=["autograd.no-grad-writes"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0])),
+        args=["x"],
+        program=_no_grad_write_into_an_intermediate,
+        backward=True,
+        # v = [6, 4, 6] after the write; d sum(v * v) / d v = 2 v; d v / d x = 2
+        expect=[Values("out0", 88.0), Values("x.grad", [24.0, 16.0, 24.0])],
+    ),
+    Case(
+        name="autograd.first-read-after-a-write-is-under-no-grad",
+        rules=["functionalize.reads.grad-mode", "capture.grad-mode"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0])),
+        args=["x"],
+        program=_write_then_first_read_without_grad,
+        backward=True,
+        # out = -2 [x, x]: each x element reaches two outputs, each with d out / d x = -2
+        expect=[Values("out0", [-2.0, -4.0, -6.0, -2.0, -4.0, -6.0]), Values("x.grad", [-4.0, -4.0, -4.0])],
     ),
     Case(
         name="autograd.inplace-on-a-grad-leaf-raises",

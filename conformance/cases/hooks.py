@@ -52,6 +52,12 @@ def _product(x, w):
     return (x * w).sum()
 
 
+def _halve_then_product(x, w):
+    with torch.no_grad():
+        w.mul_(0.5)  # an update of the parameter: the backward reads w as the call leaves it
+    return (x * w).sum()
+
+
 def _matmul_sin(a, b):
     return (a @ b).sin().sum()
 
@@ -132,6 +138,20 @@ CASES = [
             Steps("backward", ["mm_unpacked", "cos"]),
             FreedBy("backward", made_by="mm_packed", freed_by="mm_unpacked"),
         ],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="hooks.input-read-after-the-call-is-not-packed",
+        rules=["hooks.filter.read-after-call", "autograd.saved-inputs"],
+        setup=lambda: _leaves(x=_X, w=_W),
+        args=["x", "w"],
+        program=_halve_then_product,
+        hooks=_LOSSY,
+        hooks_filter="all",
+        backward=True,
+        # x is packed (w's gradient reads it rounded); the halved w is read from the caller's
+        # tensor, exact (eager would pack the halved w: its x.grad is rounded)
+        expect=[Values("w", _W * 0.5), Values("x.grad", _W * 0.5), Values("w.grad", _rounded(_X))],
         skip=COMPILED_ONLY,
     ),
     Case(
