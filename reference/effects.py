@@ -1,4 +1,5 @@
-"""Ops that act on storages and tensor cells directly: copy_, set_, resize_storage_bytes_.
+"""Ops that act on storages and tensor cells directly: copy_ (and FSDP's fsdp.copy_), set_,
+resize_storage_bytes_.
 
 Each rule gets the ledger and the interpreter's Tensor cells, in schema order.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .ledger import Ledger
-from .optable import effect
+from .optable import effect, effect_defined_on_import
 from .storage import Tensor
 
 aten = torch.ops.aten
@@ -20,6 +21,13 @@ def copy_(ledger: Ledger, dst: Tensor, src: Tensor, non_blocking) -> Tensor:
     # and dst still reads its own storage afterwards.
     dst.write(src.read())
     return dst
+
+
+@effect_defined_on_import("fsdp.copy_.default", "writes input 0's bytes, returns nothing")
+def fsdp_copy_(ledger: Ledger, tensor: Tensor, data: Tensor) -> None:
+    # r[aliasing.copy.fsdp]: FSDP's copy into an unsharded parameter is copy_ without a result
+    # (torch/distributed/fsdp/_fully_shard/_fsdp_param.py, defined when FSDP is imported).
+    tensor.write(data.read())
 
 
 @effect(aten.set_.source_Tensor, "rebinds input 0 to input 1's storage, returns it")

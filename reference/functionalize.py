@@ -424,6 +424,9 @@ class _Replay:
             dst, src = args[0], args[1]
             _write(dst, read_all(src), node.name, self)
             return dst
+        if self.program.entries[node].name == "fsdp.copy_.default":  # r[aliasing.copy.fsdp]
+            _write(args[0], read_all(args[1]), node.name, self)
+            return None
         if node.target is aten.set_.source_Tensor:
             return self.set_(args[0], args[1], node.name)
         if node.target is torch.ops.inductor.resize_storage_bytes_.default:

@@ -56,6 +56,9 @@ class OpEntry:
 
 
 OP_TABLE: dict[torch._ops.OpOverload, OpEntry] = {}
+#: Ops PyTorch defines only once some module is imported (FSDP's `fsdp.copy_`), by qualified name:
+#: `lookup` finds them when a program calls them, without importing that module here.
+DEFINED_ON_IMPORT: dict[str, tuple[OpKind, Callable, str]] = {}
 
 
 def qualified_name(overload: torch._ops.OpOverload) -> str:
@@ -103,6 +106,18 @@ def effect(overload, description: str):
 
     def register(rule):
         _register(overload, OpKind.EFFECT, rule, description)
+        return rule
+
+    return register
+
+
+def effect_defined_on_import(name: str, description: str):
+    """`effect` for an op PyTorch defines only once its module is imported, named `name`."""
+
+    def register(rule):
+        if name in DEFINED_ON_IMPORT:
+            raise ValueError(f"{name} is registered twice in the op table")
+        DEFINED_ON_IMPORT[name] = (OpKind.EFFECT, rule, description)
         return rule
 
     return register
@@ -163,6 +178,9 @@ def lookup(overload, where: str) -> OpEntry:
     """The table entry for `overload`, or UnsupportedError naming the op and the user's line."""
     if overload in OP_TABLE:
         return OP_TABLE[overload]
+    if isinstance(overload, torch._ops.OpOverload) and qualified_name(overload) in DEFINED_ON_IMPORT:
+        kind, rule, effect = DEFINED_ON_IMPORT[qualified_name(overload)]
+        return OpEntry(overload, kind, rule, effect)
     if isinstance(overload, torch._ops.OpOverload) and overload.namespace not in BUILTIN_NAMESPACES:
         return OpEntry(overload, OpKind.OPAQUE, run_opaque, "as its schema's alias annotations say")
     name = qualified_name(overload) if isinstance(overload, torch._ops.OpOverload) else repr(overload)

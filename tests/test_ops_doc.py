@@ -1,4 +1,5 @@
-"""The op table in `specs/ops.md` lists exactly the entries of the reference's OP_TABLE.
+"""The op table in `specs/ops.md` lists exactly the entries of the reference's OP_TABLE (and the
+ops it takes once PyTorch defines them, DEFINED_ON_IMPORT).
 
 When an op is added to (or removed from) `reference/ops.py`, the failure message gives the rows
 to add to (or remove from) the table; `render_op_table()` gives the whole table.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from aotspec.reference.optable import OP_TABLE
+from aotspec.reference.optable import DEFINED_ON_IMPORT, OP_TABLE
 
 SPEC = Path(__file__).resolve().parent.parent / "specs" / "ops.md"
 HEADER = "| op | kind | effect |"
@@ -17,8 +18,10 @@ ROW = re.compile(r"^\| `(?P<op>[^`]+)` \| (?P<kind>[^|]+?) \| (?P<effect>[^|]+?)
 
 
 def table_rows() -> list[tuple[str, str, str]]:
-    """(op, kind, effect) of every OP_TABLE entry, sorted by op name."""
-    return sorted((entry.name, entry.kind.value, entry.effect) for entry in OP_TABLE.values())
+    """(op, kind, effect) of every OP_TABLE entry and every op defined on import, sorted by name."""
+    rows = [(entry.name, entry.kind.value, entry.effect) for entry in OP_TABLE.values()]
+    rows += [(name, kind.value, effect) for name, (kind, _, effect) in DEFINED_ON_IMPORT.items()]
+    return sorted(rows)
 
 
 def _format(row: tuple[str, str, str]) -> str:

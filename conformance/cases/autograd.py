@@ -101,6 +101,22 @@ def _fsdp_layer(x, w, gathered):
     return y
 
 
+def _fsdp_layer_with_fsdp_copy(x, w, gathered):
+    """The same layer with the copy FSDP itself uses (r[aliasing.copy.fsdp])."""
+    _resize(w, gathered.numel() * gathered.element_size())
+    with torch.no_grad():
+        torch.ops.fsdp.copy_(w, gathered)
+    y = x @ w
+    _resize(w, 0)
+    return y
+
+
+def _sharded_world_with_fsdp():
+    import torch.distributed.fsdp._fully_shard._fsdp_param  # noqa: F401  (defines fsdp.copy_)
+
+    return _sharded_world()
+
+
 def _update_then_use(x, w):
     with torch.no_grad():
         w.mul_(0.5)
@@ -295,6 +311,17 @@ CASES = [
         backward=True,
         before_backward=_regather,
         # eager on a private world: y = x @ g, x.grad = 1 @ g^T, w.grad = x^T @ 1, w re-gathered
+        expect=[Values(name, _FSDP[name]) for name in ("out0", "x.grad", "w.grad", "w")],
+    ),
+    Case(
+        name="autograd.fsdp-copy-gather-use-reshard",
+        rules=["aliasing.copy.fsdp", "autograd.no-grad-input-writes", "autograd.saved-inputs"],
+        setup=_sharded_world_with_fsdp,
+        args=["x", "w", "gathered"],
+        program=_fsdp_layer_with_fsdp_copy,
+        backward=True,
+        before_backward=_regather,
+        # fsdp.copy_ is copy_: eager's values of the case above
         expect=[Values(name, _FSDP[name]) for name in ("out0", "x.grad", "w.grad", "w")],
     ),
     Case(
