@@ -370,8 +370,9 @@ def _extract(graph: torch.fx.Graph, inputs: list[torch.fx.Node], outputs: list[t
         env[node] = new.placeholder(node.name)
         env[node].meta = dict(node.meta)
     for node, primal in reread.items():
-        elements = node.meta["val"].numel()
-        env[node] = new.call_function(aten.as_strided.default, (env[primal], [elements], [1], 0))
+        # the node is laid out contiguously over its input's whole storage: read it from there
+        value = node.meta["val"]
+        env[node] = new.call_function(aten.as_strided.default, (env[primal], list(value.shape), list(value.stride()), 0))
         env[node].meta = dict(node.meta)
     for node in graph.nodes:
         if node in needed:

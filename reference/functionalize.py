@@ -186,6 +186,8 @@ class _Storage:
     resized: bool = False
     #: The last contents a write or resize gave it (kept when a resize to 0 drops `flat`).
     last_contents: torch.Tensor | None = None
+    #: A resize up gave it `flat`, and nothing has read those bytes since.
+    unread_since_resize: bool = False
 
     def __attrs_post_init__(self):
         if self.entry_nbytes is None:
@@ -213,6 +215,7 @@ class _Cell:
 
 def _flat(storage: _Storage, replay: _Replay) -> torch.Tensor:
     """The storage's whole contents as a 1-D value."""
+    storage.unread_since_resize = False
     if storage.flat is None:
         # Version 0: the origin value's own storage holds the bytes (r[functionalize.storage-values]).
         with replay.materializing(grad_enabled=True):
@@ -254,11 +257,11 @@ def node_of(value: torch.Tensor) -> torch.fx.Node:
     return get_proxy_slot(value, get_proxy_mode().tracer).proxy.node
 
 
-def _note_contents(storage: _Storage) -> None:
-    """Note a caller storage's new contents: the last ones become the input as the call leaves
-    it (`r[autograd.saved-inputs]`)."""
+def _note_contents(storage: _Storage, contents: torch.Tensor | None = None) -> None:
+    """Note a caller storage's new contents (`flat`, or a contiguous value it views): the last
+    ones become the input as the call leaves it (`r[autograd.saved-inputs]`)."""
     if storage.caller is not None and storage.flat is not None:
-        storage.last_contents = storage.flat
+        storage.last_contents = storage.flat if contents is None else contents
 
 
 def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
@@ -275,14 +278,29 @@ def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
     if tuple(new.shape) != layout.sizes:
         new = aten.expand(new, list(layout.sizes))
     storage = cell.storage
-    storage.flat = aten.as_strided_scatter(_flat(storage, replay), new, layout.sizes, layout.strides, layout.offset)
+    if storage.unread_since_resize and _covers(layout, storage):
+        # r[functionalize.writes.whole-after-resize]: the written values are the new contents;
+        # the unspecified bytes of the resize are never read, so they are never held alongside.
+        contents = aten.clone(new, memory_format=torch.contiguous_format)
+        storage.flat = aten.view(contents, [storage.elements])
+        node_of(storage.flat).meta[RESIZED_CONTENTS_OF] = storage.caller
+        storage.unread_since_resize = False
+    else:
+        contents = None
+        storage.flat = aten.as_strided_scatter(_flat(storage, replay), new, layout.sizes, layout.strides, layout.offset)
+        if not replay.grad_enabled:
+            # r[autograd.no-grad-writes]: the tensor keeps its history; the written values carry none.
+            node_of(storage.flat).meta[NO_GRAD_WRITE] = True
     storage.version += 1
     storage.written = True
     storage.written_with_grad |= replay.grad_enabled
-    if not replay.grad_enabled:
-        # r[autograd.no-grad-writes]: the tensor keeps its history; the written values carry none.
-        node_of(storage.flat).meta[NO_GRAD_WRITE] = True
-    _note_contents(storage)
+    _note_contents(storage, contents)
+
+
+def _covers(layout: Layout, storage: _Storage) -> bool:
+    """`layout` reads every element of `storage` once, in order."""
+    whole = Layout.contiguous(layout.dtype, layout.sizes)
+    return layout.dtype == storage.dtype and layout.numel == storage.elements and layout.addresses_like(whole)
 
 
 # ---------------------------------------------------------------- op by op
@@ -319,6 +337,7 @@ def _resize(cell: _Cell, n: int, name: str) -> None:
     if n:
         # r[autograd.no-grad-input-writes.identity]: bytes a resize up gives an input are that input.
         node_of(storage.flat).meta[RESIZED_CONTENTS_OF] = storage.caller
+        storage.unread_since_resize = True
     _note_contents(storage)
 
 

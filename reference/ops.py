@@ -1643,7 +1643,7 @@ def as_strided_backward(grad, out, x, size, stride, storage_offset):
     if output.offset == base and output.numel == length and output.strides == contiguous_strides(output.sizes):
         # the output reads every location once, in order: grad is the buffer (no zeros, no scatter;
         # the backward of reading a parameter's whole storage, FSDP's pattern)
-        buffer = grad.reshape(-1)
+        buffer = grad.contiguous().view(-1)  # an expanded grad (sum's) is copied, not viewed
     elif _may_overlap(output):
         buffer = aten.index_put(grad.new_zeros(length), [read(output)], grad.reshape(-1), True)
     else:  # each location read once: a plain scatter, no index arithmetic

@@ -216,7 +216,9 @@ def build_inputs(
     world: dict[str, torch.Tensor] = {}
     for base in setup.bases:
         t = torch.tensor(base.values, dtype=dtype).reshape(base.shape)
-        world[base.name] = t.requires_grad_() if base.requires_grad else t
+        # A leaf that requires grad is a tensor of its own, as a parameter is: reshape's result is
+        # a view, and eager's autograd sends a view-leaf's gradients to its base after a write.
+        world[base.name] = t.clone().requires_grad_() if base.requires_grad else t
     for view in setup.views:
         base = world[view.base].detach() if view.detached else world[view.base]
         world[view.name] = base.as_strided(view.sizes, view.strides, view.offset)
@@ -261,7 +263,7 @@ def setup_source(setup: Setup) -> str:
     lines = ["def make_inputs():"]
     for base in setup.bases:
         values = list(base.values)
-        grad = ".requires_grad_()" if base.requires_grad else ""
+        grad = ".clone().requires_grad_()" if base.requires_grad else ""
         lines.append(f"    {base.name} = torch.tensor({values!r}).reshape({base.shape!r}){grad}")
     for view in setup.views:
         layout = f"{view.sizes!r}, {view.strides!r}, {view.offset}"

@@ -751,3 +751,14 @@ def test_rule_runs_on_the_reference(op, index):
     assert expected_spec == actual_spec
     for actual, wanted in zip(actual_leaves, expected_leaves, strict=True):
         torch.testing.assert_close(actual, wanted, equal_nan=True)
+
+
+def test_as_strided_backward_takes_an_expanded_gradient_whole():
+    """sum's gradient comes expanded (strides 0): it must be copied, not viewed, before the
+    input reads its locations (a view would read past the one element it holds)."""
+    from aotspec.reference.ops import as_strided_backward
+
+    x = torch.randn(2, 2, generator=_GENERATOR, dtype=F64)
+    grad = torch.tensor(3.0, dtype=F64).expand(2, 2)
+    x_grad = as_strided_backward(grad, None, x, [2, 2], [2, 1], 0)[0]
+    torch.testing.assert_close(x_grad, torch.full((2, 2), 3.0, dtype=F64))
