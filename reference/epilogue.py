@@ -12,13 +12,12 @@ backend uses this module as it is.
 from __future__ import annotations
 
 import torch
-from attrs import define, field, frozen
+from attrs import define, field
 
 from aotspec.errors import SpecViolation
 
 from .autograd import TrainingPlan
 from .boundary import set_within, tensor_on
-from .storage import Layout
 from .functionalize import CallerStorage, FunctionalProgram, OutputIsInput, Rebind, Resize, WriteBack
 
 
@@ -33,25 +32,18 @@ def detached_where_needed(plan: TrainingPlan, tensors: list) -> list:
 
 
 
-@frozen
-class SavedInput:
-    """A saved value that is the caller's tensor (`r[autograd.saved-inputs]`), the version its
-    counter must still have when the backward runs, and the bytes of its storage the backward reads."""
-
-    tensor: torch.Tensor
-    version: int
-    nbytes: int
-
-
 @define
 class SavedInputs:
-    """The saved inputs of one call, by saved index. Those the backward reads as the call began
-    are noted when the forward graph hands them over; those it reads as the call left them, once
-    the epilogue has run (the call's own writes are the forward's)."""
+    """The saved inputs of one call (`r[autograd.saved-inputs]`): the caller's tensors by saved
+    index, with what the backward checks before it reads them. Those the backward reads as the
+    call began are noted when the forward graph hands them over; those it reads as the call left
+    them, once the epilogue has run (the call's own writes are the forward's)."""
 
     plan: TrainingPlan
     tensors: dict[int, torch.Tensor]
-    noted: dict[int, SavedInput] = field(factory=dict)
+    #: (tensor, its version then, bytes its storage must hold: exactly these when the backward
+    #: reads it as the call left it, else at most these, the storage's size at the call)
+    noted: list[tuple[torch.Tensor, int, int, bool]] = field(factory=list)
 
     @classmethod
     def at_call(cls, plan: TrainingPlan, tensors: dict[int, torch.Tensor]) -> SavedInputs:
@@ -63,34 +55,46 @@ class SavedInputs:
         self._note(read_after_call=True)
 
     def _note(self, read_after_call: bool) -> None:
+        after = self.plan.read_after_call
         for k, t in self.tensors.items():
             i = self.plan.saved_inputs[k]
-            if (i in self.plan.read_after_call) == read_after_call:
-                nbytes = self.plan.read_after_call[i] if read_after_call else Layout.of(t).extent_bytes()
-                self.noted[k] = SavedInput(t, t._version, nbytes)
+            if (i in after) == read_after_call:
+                nbytes = after[i] if read_after_call else t.untyped_storage().nbytes()
+                self.noted.append((t, t._version, nbytes, read_after_call))
 
     def check(self) -> None:
-        """Before the backward runs any op: each saved input still holds what the forward read."""
-        for record in self.noted.values():
-            _check_saved_input(record)
+        """Before the backward runs any op: each saved input still holds what the forward read.
+        A storage as big as it was at the call is big enough; a smaller one is measured against
+        the tensor's layout."""
+        for t, version, nbytes, exact in self.noted:
+            if not exact and t.untyped_storage().nbytes() < nbytes:
+                nbytes = _extent_bytes(t)
+            _check_saved_input(t, version, nbytes)
 
 
-def _check_saved_input(record: SavedInput) -> None:
-    t = record.tensor
-    if t._version != record.version:
+def _extent_bytes(t: torch.Tensor) -> int:
+    """Bytes of its storage, from the start, that `t` reads (`r[memory.extent]`)."""
+    if t.numel() == 0:
+        return 0
+    last = t.storage_offset() + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return (last + 1) * t.element_size()
+
+
+def _check_saved_input(t: torch.Tensor, version: int, nbytes: int) -> None:
+    if t._version != version:
         # r[autograd.saved-inputs.version]: eager's check on its saved variables, same words.
         raise SpecViolation(
             "one of the variables needed for gradient computation has been modified by an inplace "
             f"operation: [{t.type()} {list(t.shape)}] is at version {t._version}; expected version "
-            f"{record.version} instead",
+            f"{version} instead",
             rule="autograd.saved-inputs.version",
             fix="write this input only after the backward has run, or clone it inside the function "
             "and let the backward read the clone",
         )
-    if record.nbytes > t.untyped_storage().nbytes():
+    if nbytes > t.untyped_storage().nbytes():
         # r[autograd.saved-inputs.in-bounds]: eager would read freed memory here.
         raise SpecViolation(
-            f"the backward reads {record.nbytes} bytes of a saved input's storage ({t.type()} "
+            f"the backward reads {nbytes} bytes of a saved input's storage ({t.type()} "
             f"{list(t.shape)}), which holds {t.untyped_storage().nbytes()}",
             rule="autograd.saved-inputs.in-bounds",
             fix="resize the storage up and refill it before the backward (FSDP gathers parameters "
