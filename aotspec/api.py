@@ -190,17 +190,26 @@ def _build_plan_without_hooks_firing(fn, args, kwargs, tensors, stolen, hooks: _
     needs_grad = [i for i, meta in enumerate(program.inputs) if meta.requires_grad]
     if not (torch.is_grad_enabled() and needs_grad):
         return program
-    # r[autograd.mutated-grad-input]: only writes under torch.no_grad() and resizes, as FSDP does.
-    rebound = {step.input_index for step in program.epilogue if isinstance(step, Rebind)}
-    mutated = sorted(i for i in needs_grad if program.inputs[i].storage in program.written_with_grad or i in rebound)
+    # r[autograd.mutated-grad-input]: only writes and set_ under torch.no_grad(), and resizes.
+    mutated = sorted(
+        i for i in needs_grad if program.inputs[i].storage in program.written_with_grad or i in program.rebound_with_grad
+    )
     if mutated:
         raise UnsupportedError(
-            f"flat inputs {mutated} require grad and the program writes them with grad mode on, or rebinds "
-            "them with set_",
+            f"flat inputs {mutated} require grad and the program writes or rebinds them with grad mode on",
             rule="autograd.mutated-grad-input",
-            fix="write such inputs under torch.no_grad() (as FSDP's all-gather does), mutate them outside "
-            "the compiled function, or call it under torch.no_grad()",
+            fix="write or set_ such inputs under torch.no_grad() (as FSDP's all-gather does), mutate them "
+            "outside the compiled function, or call it under torch.no_grad()",
         )
+    for step in program.epilogue:
+        entry = program.inputs[step.input_index]
+        if isinstance(step, Rebind) and entry.requires_grad and (step.layout.sizes, step.layout.dtype) != (entry.layout.sizes, entry.layout.dtype):
+            raise UnsupportedError(
+                f"set_ gives flat input {step.input_index}, which requires grad, sizes {step.layout.sizes} and "
+                f"dtype {step.layout.dtype} where it had {entry.layout.sizes} and {entry.layout.dtype}",
+                rule="autograd.no-grad-set",
+                fix="set_ a tensor that requires grad only to a source of its own sizes and dtype",
+            )
     plan = build_training_plan(program, tensors)
     if hooks is None:
         return plan

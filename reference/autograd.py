@@ -29,6 +29,7 @@ from .capture import grad_enabled
 from .functionalize import (
     FINAL_CONTENTS_OF,
     NO_GRAD_WRITE,
+    READ_AS_INPUT,
     RESIZED_CONTENTS_OF,
     FunctionalProgram,
     GraphStorage,
@@ -93,7 +94,7 @@ class TrainingPlan:
 
 def differentiable_outputs(program: FunctionalProgram, requires_grad: list[bool]) -> tuple[int, ...]:
     """Graph outputs holding storages of user outputs that may carry gradients (floating point)."""
-    flows = _requires_grad_nodes(program.graph, requires_grad, resized_inputs(program))
+    flows = _requires_grad_nodes(program.graph, requires_grad, resized_inputs(program) | rebound_inputs(program))
     output_node = next(iter(reversed(program.graph.nodes)))
     user_storages = {o.storage.output_index for o in program.outputs if isinstance(o, OutputView) and isinstance(o.storage, GraphStorage)}
     return tuple(
@@ -132,18 +133,29 @@ def resized_inputs(program: FunctionalProgram) -> dict[torch.fx.Node, int]:
     }
 
 
-def _requires_grad_nodes(graph: torch.fx.Graph, requires_grad: list[bool], resized: dict) -> set[torch.fx.Node]:
+def rebound_inputs(program: FunctionalProgram) -> dict[torch.fx.Node, int]:
+    """r[autograd.no-grad-set]: reads through an input that requires grad, after set_ rebound it
+    under torch.no_grad(), are that input for autograd: node -> the input's flat index."""
+    return {
+        node: node.meta[READ_AS_INPUT]
+        for node in program.graph.nodes
+        if READ_AS_INPUT in node.meta and program.inputs[node.meta[READ_AS_INPUT]].requires_grad
+    }
+
+
+def _requires_grad_nodes(graph: torch.fx.Graph, requires_grad: list[bool], as_inputs: dict) -> set[torch.fx.Node]:
     """r[autograd.requires-grad]: a value needs a gradient when a differentiable op computed it from
-    one that does; inputs need one when they require grad, and so do the contents a resize up
-    gave an input's storage (`r[autograd.no-grad-input-writes.identity]`); a write under
-    torch.no_grad() needs one when the contents it writes into do (`r[autograd.no-grad-writes]`)."""
+    one that does; inputs need one when they require grad, and so do the values that stand for
+    them (`as_inputs`: the contents a resize up gave an input's storage, reads through an input
+    that set_ rebound under torch.no_grad()); a write under torch.no_grad() needs one when the
+    contents it writes into do (`r[autograd.no-grad-writes]`)."""
     flows: set[torch.fx.Node] = set()
     placeholders = iter(requires_grad)
     for node in graph.nodes:
         if node.op == "placeholder":
             if next(placeholders):
                 flows.add(node)
-        elif node in resized:
+        elif node in as_inputs:
             flows.add(node)
         elif node.meta.get(NO_GRAD_WRITE):
             if node.args[0] in flows:
@@ -161,8 +173,8 @@ def _requires_grad_nodes(graph: torch.fx.Graph, requires_grad: list[bool], resiz
 def build_training_plan(program: FunctionalProgram, tensors: list[torch.Tensor]) -> TrainingPlan:
     requires_grad = [meta.requires_grad for meta in program.inputs]
     graph = program.graph
-    resized = resized_inputs(program)
-    flows = _requires_grad_nodes(graph, requires_grad, resized)
+    resized, rebound = resized_inputs(program), rebound_inputs(program)
+    flows = _requires_grad_nodes(graph, requires_grad, resized | rebound)
     outputs_node = next(iter(reversed(graph.nodes)))
     differentiable = differentiable_outputs(program, requires_grad)
     grad_inputs = tuple(i for i, r in enumerate(requires_grad) if r)
@@ -184,7 +196,8 @@ def build_training_plan(program: FunctionalProgram, tensors: list[torch.Tensor])
         placeholder_nodes = [node for node in graph.nodes if node.op == "placeholder"]
         seeds = {outputs_node.args[0][k]: t for k, t in zip(differentiable, tangents, strict=True)}
         resized_as = {node: (placeholder_nodes[i], program.inputs[i].layout) for node, i in resized.items()}
-        grads = _backward_pass(graph, env, flows, seeds, resized_as)
+        rebound_as = {node: placeholder_nodes[i] for node, i in rebound.items()}
+        grads = _backward_pass(graph, env, flows, seeds, resized_as, rebound_as)
         received["final_contents"] = _final_contents(program, graph, env)
         got = [i for i in grad_inputs if placeholder_nodes[i] in grads]
         received["grad_inputs"] = tuple(got)
@@ -219,10 +232,11 @@ def _meta_value(node: torch.fx.Node) -> torch.Tensor:
     return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype)
 
 
-def _backward_pass(graph, env, flows, seeds, resized_as) -> dict[torch.fx.Node, torch.Tensor]:
+def _backward_pass(graph, env, flows, seeds, resized_as, rebound_as) -> dict[torch.fx.Node, torch.Tensor]:
     """Reverse mode over the functional graph with the table's derivative rules; a write under
-    torch.no_grad() passes its gradient on unchanged, and the gradient of contents a resize up
-    gave an input's storage goes to the input, read through its layout."""
+    torch.no_grad() passes its gradient on unchanged, the gradient of contents a resize up gave
+    an input's storage goes to the input, read through its layout, and that of a read through an
+    input set_ rebound goes to the input as it is."""
     grads: dict[torch.fx.Node, object] = dict(seeds)
     for node in reversed(list(graph.nodes)):
         if node.op != "call_function" or node not in grads or node not in flows:
@@ -231,6 +245,10 @@ def _backward_pass(graph, env, flows, seeds, resized_as) -> dict[torch.fx.Node, 
         if node in resized_as:  # r[autograd.no-grad-input-writes.identity]
             placeholder, layout = resized_as[node]
             grad = aten.as_strided(grad, list(layout.sizes), list(layout.strides), layout.offset)
+            grads[placeholder] = grad if placeholder not in grads else grads[placeholder] + grad
+            continue
+        if node in rebound_as:  # r[autograd.no-grad-set]: the same sizes as the input
+            placeholder = rebound_as[node]
             grads[placeholder] = grad if placeholder not in grads else grads[placeholder] + grad
             continue
         if node.meta.get(NO_GRAD_WRITE):  # r[autograd.no-grad-writes]: the old contents' history

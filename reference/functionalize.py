@@ -34,6 +34,8 @@ aten = torch.ops.aten
 RESIZED_CONTENTS_OF = "aotspec_resized_contents_of"
 #: Node meta key: the node is the last contents the program gave a caller storage (by first input).
 FINAL_CONTENTS_OF = "aotspec_final_contents_of"
+#: Node meta key: the node reads an input that set_ rebound under torch.no_grad() (its flat index).
+READ_AS_INPUT = "aotspec_read_as_input"
 #: Node meta key: the node is a write under torch.no_grad() (an as_strided_scatter into the old
 #: contents, its first argument).
 NO_GRAD_WRITE = "aotspec_no_grad_write"
@@ -160,6 +162,8 @@ class FunctionalProgram:
     #: (`r[functionalize.epilogue.version]`, `r[autograd.no-grad-input-writes]`).
     written: frozenset[int] = frozenset()
     written_with_grad: frozenset[int] = frozenset()
+    #: Inputs that set_ rebound with grad mode on (`r[autograd.mutated-grad-input]`).
+    rebound_with_grad: frozenset[int] = frozenset()
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -211,6 +215,8 @@ class _Cell:
     root: int | None = None
     #: A view taken under torch.no_grad(): what it reads carries no gradient, after writes too.
     viewed_without_grad: bool = False
+    #: An input that set_ rebound under torch.no_grad(): what it reads is that input for autograd.
+    read_as_input: int | None = None
 
 
 def _flat(storage: _Storage, replay: _Replay) -> torch.Tensor:
@@ -248,6 +254,8 @@ def _read(cell: _Cell, name: str, replay: _Replay, *, for_view: bool = False) ->
     # r[functionalize.reads.grad-mode]: made under the grad mode of the tensor read, not the reader's.
     with replay.materializing(grad_enabled=not cell.viewed_without_grad):
         cell.value = aten.as_strided(flat, layout.sizes, layout.strides, layout.offset)
+    if cell.read_as_input is not None:  # r[autograd.no-grad-set]
+        node_of(cell.value).meta[READ_AS_INPUT] = cell.read_as_input
     cell.version = cell.storage.version
     return cell.value
 
@@ -355,6 +363,8 @@ class _Replay:
     #: The caller's storages, in the order of their first input.
     caller_storages: list = field(factory=list)
     grad_enabled: bool = field(factory=torch.is_grad_enabled)
+    #: Inputs that set_ rebound with grad mode on.
+    rebound_with_grad: set = field(factory=set)
 
     def run(self, values: list[torch.Tensor]):
         storages: dict[int, _Storage] = {}
@@ -466,6 +476,14 @@ class _Replay:
         cell.root = source.root
         cell.value = source.value
         cell.version = source.version
+        if cell.input_index is not None and self.grad_enabled:
+            self.rebound_with_grad.add(cell.input_index)
+        elif cell.input_index is not None:
+            # r[autograd.no-grad-set]: the input keeps its identity; the source's history stays
+            # behind, so the cell reads the source's bytes afresh, as that input.
+            cell.read_as_input = cell.input_index
+            cell.viewed_without_grad = True
+            cell.value = None
         return cell
 
     def opaque(self, node, entry: OpEntry, args, kwargs, read_all):
@@ -533,6 +551,7 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
             if storage.last_contents is not None:
                 node_of(storage.last_contents).meta[FINAL_CONTENTS_OF] = storage.caller
         found["touched"] = frozenset(s.caller for s in state.caller_storages if s.written or s.resized)
+        found["rebound_with_grad"] = frozenset(state.rebound_with_grad)
         found["written"] = frozenset(s.caller for s in state.caller_storages if s.written)
         found["written_with_grad"] = frozenset(s.caller for s in state.caller_storages if s.written_with_grad)
         found["epilogue"] = tuple(epilogue)
@@ -550,6 +569,6 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
     }
     return FunctionalProgram(
         graph_module, entries, inputs, found["epilogue"], found["outputs"], program, found["touched"],
-        found["written"], found["written_with_grad"],
+        found["written"], found["written_with_grad"], found["rebound_with_grad"],
     )
 

@@ -8,7 +8,7 @@ import torch
 
 from aotspec.errors import SpecViolation, UnsupportedError
 
-from ..case import COMPILED_ONLY, Absent, BackwardRaises, Case, Raises, SavedFreedDuringBackward, Values
+from ..case import COMPILED_ONLY, Absent, BackwardRaises, Case, Raises, SavedFreedDuringBackward, Shares, Values
 
 torch.manual_seed(0)
 _X, _W1, _W2 = torch.randn(5, 4), torch.randn(8, 4), torch.randn(3, 8)
@@ -185,6 +185,33 @@ def _write_then_first_read_without_grad(x):
     with torch.no_grad():
         v * 2  # the first read of v after the write
     return v.neg()
+
+
+def _set_to_a_doubled_copy(p, y, w):
+    with torch.no_grad():
+        p.set_(y * 2)
+    return (p * w).sum()
+
+
+def _set_to_another_input(p, y, w):
+    with torch.no_grad():
+        p.set_(y)
+    return (p * w).sum() + (y * y).sum()
+
+
+def _set_to_other_sizes(p, y, w):
+    with torch.no_grad():
+        p.set_(y.view(2, 2))
+    return p.sum()
+
+
+def _set_world(y_requires_grad=False):
+    def world():
+        p = torch.zeros(4, requires_grad=True)
+        y = torch.arange(4.0).requires_grad_(y_requires_grad)
+        return {"p": p, "p_alias": p.detach().view(2, 2), "y": y, "w": torch.ones(4, requires_grad=True)}
+
+    return world
 
 
 def _mutates_grad_input(y, z):
@@ -375,6 +402,48 @@ CASES = [
         backward=True,
         # out = -2 [x, x]: each x element reaches two outputs, each with d out / d x = -2
         expect=[Values("out0", [-2.0, -4.0, -6.0, -2.0, -4.0, -6.0]), Values("x.grad", [-4.0, -4.0, -4.0])],
+    ),
+    Case(
+        name="autograd.no-grad-set-keeps-the-leaf",
+        rules=["autograd.no-grad-set", "aliasing.set.rebinds"],
+        setup=_set_world(),
+        args=["p", "y", "w"],
+        program=_set_to_a_doubled_copy,
+        backward=True,
+        # research 3.2 (eager and aot_function agree): p reads 2y = [0, 2, 4, 6]; its old
+        # storage keeps its zeros; sum(p * w) sends w to p and p to w
+        expect=[
+            Values("out0", 12.0),
+            Values("p", [0.0, 2.0, 4.0, 6.0]),
+            Values("p_alias", [[0.0, 0.0], [0.0, 0.0]]),
+            Values("p.grad", [1.0, 1.0, 1.0, 1.0]),
+            Values("w.grad", [0.0, 2.0, 4.0, 6.0]),
+        ],
+    ),
+    Case(
+        name="autograd.no-grad-set-to-an-input-that-requires-grad",
+        rules=["autograd.no-grad-set", "functionalize.epilogue.set"],
+        setup=_set_world(y_requires_grad=True),
+        args=["p", "y", "w"],
+        program=_set_to_another_input,
+        backward=True,
+        # p aliases y afterwards; p * w sends its gradient to p, not to y: y's is 2y from y * y
+        expect=[
+            Values("out0", 20.0),
+            Shares("p", "y"),
+            Values("p.grad", [1.0, 1.0, 1.0, 1.0]),
+            Values("y.grad", [0.0, 2.0, 4.0, 6.0]),
+            Values("w.grad", [0.0, 1.0, 2.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="autograd.no-grad-set-to-other-sizes-is-rejected",
+        rules=["autograd.no-grad-set"],
+        setup=_set_world(),
+        args=["p", "y", "w"],
+        program=_set_to_other_sizes,
+        expect=[Raises(UnsupportedError, rule="autograd.no-grad-set")],
+        skip=COMPILED_ONLY,
     ),
     Case(
         name="autograd.inplace-on-a-grad-leaf-raises",
