@@ -22,8 +22,11 @@ import torch.fx
 import torch.utils._pytree as pytree
 from attrs import frozen
 from torch._decomp import get_decompositions
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.overrides import TorchFunctionMode
+
+from aotspec.errors import UnsupportedError
 
 from . import effects, ops  # noqa: F401  (importing them fills the op table)
 from .optable import OpEntry, lookup
@@ -185,6 +188,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         record_stack_traces=True,
     )(*tensors)
     grad_modes.annotate(graph_module.graph)
+    _drop_view_replays(graph_module)
     entries = {
         node: lookup(node.target, where=_source_line(node))
         for node in graph_module.graph.nodes
@@ -199,6 +203,45 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         entries=entries,
         name=getattr(fn, "__qualname__", repr(fn)),
     )
+
+def _drop_view_replays(graph_module: torch.fx.GraphModule) -> None:
+    """r[capture.view-replays]: after a write under torch.no_grad() into an input that is a view
+    of a tensor requiring grad, autograd replays the view's history from its base, which the
+    trace only has as a fake constant; those ops feed nothing the function computes."""
+    graph = graph_module.graph
+    for node in list(graph.nodes):
+        if node.op != "get_attr" or not isinstance(getattr(graph_module, node.target), FakeTensor):
+            continue
+        replayed = _computed_from(node)
+        if any(user.op == "output" or _mutates(user) for user in replayed):
+            raise UnsupportedError(
+                f"the function reads {node.target}, a tensor the trace made up while replaying a view's history",
+                rule="capture.view-replays",
+                fix="pass the view's base, and take the view inside the function",
+            )
+        for user in reversed(list(graph.nodes)):
+            if user in replayed:
+                graph.erase_node(user)
+        delattr(graph_module, node.target)
+    graph_module.recompile()
+
+
+def _mutates(node: torch.fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    return schema is not None and schema.is_mutable
+
+
+def _computed_from(node: torch.fx.Node) -> set[torch.fx.Node]:
+    """`node` and every node computed from it."""
+    found = {node}
+    stack = [node]
+    while stack:
+        for user in stack.pop().users:
+            if user not in found:
+                found.add(user)
+                stack.append(user)
+    return found
+
 
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>.*)')
 

@@ -351,11 +351,8 @@ class _Storage:
     saved: bool = False
     positive: bool = False  # every value on it is > 0 (log and fractional powers may read it)
     #: Distinct argument objects on it that require grad: a write under torch.no_grad() needs
-    #: exactly one, whose contents the written values become (r[autograd.no-grad-input-writes.identity]),
-    #: and a leaf (`grad_leaf`), as FSDP's parameters are: capture cannot trace such a write into a
-    #: view argument that requires grad (PyTorch replays the view's history from a fake base).
+    #: exactly one, whose contents the written values become (r[autograd.no-grad-input-writes.identity]).
     grad_args: int = 0
-    grad_leaf: bool = False
 
 
 @define
@@ -906,7 +903,6 @@ def _initial_grad_model(setup: Setup) -> Model:
         if name in requires_grad and name not in counted:
             counted.add(name)
             storage.grad_args += 1
-            storage.grad_leaf = any(base.name == name for base in setup.bases)
     return model
 
 
@@ -1152,7 +1148,7 @@ def _no_grad_writable(model: Model) -> list[str]:
         if model.writable(v)
         and not model.obj(v).detached
         and not model.storage(v).saved
-        and (not model.storage(v).caller or (model.storage(v).grad_args == 1 and model.storage(v).grad_leaf))
+        and (not model.storage(v).caller or model.storage(v).grad_args == 1)
     ]
 
 

@@ -214,6 +214,17 @@ def _set_world(y_requires_grad=False):
     return world
 
 
+def _no_grad_write_into_a_view_input(v):
+    with torch.no_grad():
+        v.mul_(2)
+    return v.view(3) * 1
+
+
+def _view_input_world():
+    b = torch.ones(3, requires_grad=True)
+    return {"b": b, "v": b.as_strided((3,), (1,), 0)}
+
+
 def _mutates_grad_input(y, z):
     y.mul_(2)
     return y * z
@@ -444,6 +455,16 @@ CASES = [
         program=_set_to_other_sizes,
         expect=[Raises(UnsupportedError, rule="autograd.no-grad-set")],
         skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="autograd.no-grad-write-into-a-view-input",
+        rules=["capture.view-replays", "autograd.no-grad-writes"],
+        setup=_view_input_world,
+        args=["v"],
+        program=_no_grad_write_into_a_view_input,
+        backward=True,
+        # b reads [2, 2, 2] through its view; the output's gradient (ones) reaches b through v
+        expect=[Values("out0", [2.0, 2.0, 2.0]), Values("b", [2.0, 2.0, 2.0]), Values("b.grad", [1.0, 1.0, 1.0])],
     ),
     Case(
         name="autograd.inplace-on-a-grad-leaf-raises",
