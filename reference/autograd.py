@@ -195,9 +195,11 @@ def build_training_plan(program: FunctionalProgram, tensors: list[torch.Tensor])
         outputs = [env[node] for node in outputs_node.args[0]]
         placeholder_nodes = [node for node in graph.nodes if node.op == "placeholder"]
         seeds = {outputs_node.args[0][k]: t for k, t in zip(differentiable, tangents, strict=True)}
-        resized_as = {node: (placeholder_nodes[i], program.inputs[i].layout) for node, i in resized.items()}
-        rebound_as = {node: placeholder_nodes[i] for node, i in rebound.items()}
-        grads = _backward_pass(graph, env, flows, seeds, resized_as, rebound_as)
+        # values standing for an input: storage contents (read through the input's layout), or
+        # reads through the input itself (laid out as it is)
+        stands_for = {node: (placeholder_nodes[i], program.inputs[i].layout) for node, i in resized.items()}
+        stands_for |= {node: (placeholder_nodes[i], None) for node, i in rebound.items()}
+        grads = _backward_pass(graph, env, flows, seeds, stands_for)
         received["final_contents"] = _final_contents(program, graph, env)
         got = [i for i in grad_inputs if placeholder_nodes[i] in grads]
         received["grad_inputs"] = tuple(got)
@@ -232,28 +234,24 @@ def _meta_value(node: torch.fx.Node) -> torch.Tensor:
     return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype)
 
 
-def _backward_pass(graph, env, flows, seeds, resized_as, rebound_as) -> dict[torch.fx.Node, torch.Tensor]:
+def _backward_pass(graph, env, flows, seeds, stands_for) -> dict[torch.fx.Node, torch.Tensor]:
     """Reverse mode over the functional graph with the table's derivative rules; a write under
-    torch.no_grad() passes its gradient on unchanged, the gradient of contents a resize up gave
-    an input's storage goes to the input, read through its layout, and that of a read through an
-    input set_ rebound goes to the input as it is."""
+    torch.no_grad() passes its gradient on unchanged, and the gradient of a value standing for an
+    input (`stands_for`: node -> (placeholder, the input's layout on the value, or None when the
+    value is laid out as the input)) goes to the input."""
     grads: dict[torch.fx.Node, object] = dict(seeds)
     for node in reversed(list(graph.nodes)):
         if node.op != "call_function" or node not in grads or node not in flows:
             continue
         grad = grads.pop(node)
-        if node in resized_as:  # r[autograd.no-grad-input-writes.identity]
-            placeholder, layout = resized_as[node]
-            grad = aten.as_strided(grad, list(layout.sizes), list(layout.strides), layout.offset)
-            grads[placeholder] = grad if placeholder not in grads else grads[placeholder] + grad
-            continue
-        if node in rebound_as:  # r[autograd.no-grad-set]: the same sizes as the input
-            placeholder = rebound_as[node]
-            grads[placeholder] = grad if placeholder not in grads else grads[placeholder] + grad
+        if node in stands_for:  # r[autograd.no-grad-input-writes.identity], r[autograd.no-grad-set]
+            placeholder, layout = stands_for[node]
+            if layout is not None:
+                grad = aten.as_strided(grad, list(layout.sizes), list(layout.strides), layout.offset)
+            _accumulate(grads, placeholder, grad)
             continue
         if node.meta.get(NO_GRAD_WRITE):  # r[autograd.no-grad-writes]: the old contents' history
-            before = node.args[0]
-            grads[before] = grad if before not in grads else grads[before] + grad
+            _accumulate(grads, node.args[0], grad)
             continue
         if node.target is getitem:
             source, index = node.args
@@ -276,8 +274,12 @@ def _backward_pass(graph, env, flows, seeds, resized_as, rebound_as) -> dict[tor
         for arg_nodes, arg_grads in zip(bound_nodes, rule(grad, env[node], *bound_values), strict=True):
             for arg_node, arg_grad in _pairs(arg_nodes, arg_grads):
                 if isinstance(arg_node, torch.fx.Node) and arg_node in flows and arg_grad is not None:
-                    grads[arg_node] = arg_grad if arg_node not in grads else grads[arg_node] + arg_grad
+                    _accumulate(grads, arg_node, arg_grad)
     return grads
+
+
+def _accumulate(grads: dict, node: torch.fx.Node, grad) -> None:
+    grads[node] = grad if node not in grads else grads[node] + grad
 
 
 def _pairs(arg_nodes, arg_grads):

@@ -19,6 +19,7 @@ from aotspec.errors import SpecViolation
 from .autograd import TrainingPlan
 from .boundary import set_within, tensor_on
 from .functionalize import CallerStorage, FunctionalProgram, OutputIsInput, Rebind, Resize, WriteBack
+from .storage import Layout
 
 
 def detached_where_needed(plan: TrainingPlan, tensors: list) -> list:
@@ -68,16 +69,8 @@ class SavedInputs:
         the tensor's layout."""
         for t, version, nbytes, exact in self.noted:
             if not exact and t.untyped_storage().nbytes() < nbytes:
-                nbytes = _extent_bytes(t)
+                nbytes = Layout.of(t).extent_bytes()
             _check_saved_input(t, version, nbytes)
-
-
-def _extent_bytes(t: torch.Tensor) -> int:
-    """Bytes of its storage, from the start, that `t` reads (`r[memory.extent]`)."""
-    if t.numel() == 0:
-        return 0
-    last = t.storage_offset() + sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
-    return (last + 1) * t.element_size()
 
 
 def _check_saved_input(t: torch.Tensor, version: int, nbytes: int) -> None:
