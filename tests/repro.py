@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hypothesis.control import current_build_context
 
-from strategies import Program, source
+from strategies.program import Program, source
 
 REPRO_DIR = Path(__file__).resolve().parent.parent / "repros"
 

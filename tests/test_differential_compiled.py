@@ -9,7 +9,7 @@ after the call, `sum(out.sum() for outputs that require grad)` is backpropagated
 and the `.grad` of every leaf the caller made is compared, absence included. The caller's
 tensors are observed again after the backward, which must leave them as they were.
 
-Two generators (tests/strategies.py):
+Two generators (tests/strategies/):
 - `programs(compiled=True)`: the eager differential test's mutation programs (views, in-place
   ops, copy_, set_, resizes, aliased arguments), restricted to what compiled programs accept;
   nothing requires grad.
@@ -37,8 +37,10 @@ from hypothesis import strategies as st
 import aotspec
 from aotspec.conformance.observe import Observation, differences, observe, world_of
 from repro import compiled_repro_source, is_final_run, write_compiled_repro
-from strategies import GRAD_VIEWS, Base, Instr, Program, Setup, Var, as_function, build_inputs
-from strategies import grad_programs, programs, run_on_eager, source
+from strategies.grad import GRAD_VIEWS, grad_programs
+from strategies.mutations import programs
+from strategies.program import Base, Instr, Program, Setup, Var, as_function, build_inputs
+from strategies.program import run_on_eager, source
 
 #: A profile's examples a property, split: ci (500) runs 300 programs with backward and 200
 #: mutation programs, dev 1,200 and 800, nightly 12,000 and 8,000.

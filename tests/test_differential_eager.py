@@ -21,7 +21,8 @@ from hypothesis import event, given, settings
 from aotspec.conformance.observe import Observation, differences, observe, world_of
 from aotspec.reference import run
 from repro import is_final_run, write_repro
-from strategies import Program, as_function, build_inputs, programs, run_on_eager, source
+from strategies.mutations import programs
+from strategies.program import Program, as_function, build_inputs, run_on_eager, source
 
 
 def eager_observation(program: Program) -> Observation:

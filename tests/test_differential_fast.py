@@ -7,8 +7,8 @@ rule), outputs, the caller's tensors after the call, aliasing, requires_grad and
 agree (`compare`). Generators: `programs(compiled=True)` (views, in-place ops, copy_, set_,
 resizes, aliased arguments), `grad_programs()` (backward; also called inside bfloat16
 saved-tensor hooks under each `hooks_filter`, so the inlined pack and unpack ops are compared
-too), and tests/strategies_fast.py's `stealing_programs()` (either kind after a stolen list of
-activations).
+too), and tests/strategies/stealing.py's `stealing_programs()` (either kind after a stolen list
+of activations).
 
 Memory facts. The fast run happens under `aotspec.tracker.MemoryTracker`, once the plan is built
 (a first call on other fresh tensors builds it, so tracing is not tracked). The test wraps the
@@ -59,10 +59,11 @@ from aotspec.conformance.observe import world_of
 from aotspec.fast.runtime import FastPlan
 from aotspec.tracker import MemoryTracker
 from repro import REPRO_DIR, is_final_run
-from strategies import Base, Instr, Program, Setup, Var, as_function, build_inputs, grad_programs
-from strategies import programs, source
-from strategies_fast import Stealing, as_stealing_function, make_activations, stealing_programs
-from strategies_fast import stealing_source
+from strategies.grad import grad_programs
+from strategies.mutations import programs
+from strategies.program import Base, Instr, Program, Setup, Var, as_function, build_inputs, source
+from strategies.stealing import Stealing, as_stealing_function, make_activations
+from strategies.stealing import stealing_programs, stealing_source
 from test_differential_compiled import Outcome, call_and_backward, compare, numerically_explained
 from test_differential_hooks import pack_bf16, unpack_bf16
 

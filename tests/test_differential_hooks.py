@@ -1,7 +1,7 @@
 """Differential tests of saved-tensor hooks (`specs/saved-tensor-hooks.md`) against eager PyTorch.
 
-Programs with backward come from `grad_programs()` (tests/strategies.py). Each runs on eager and
-through `aotspec.compile(backend="reference")`, both called inside `saved_tensors_hooks`:
+Programs with backward come from `grad_programs()` (tests/strategies/grad.py). Each runs on eager
+and through `aotspec.compile(backend="reference")`, both called inside `saved_tensors_hooks`:
 - lossless hooks (pack widens to float64 and remembers the dtype, unpack narrows back), under each
   `hooks_filter`: the compiled gradients equal eager's without hooks, and every other observable
   agrees, so inlining the hooks changes nothing but memory;
@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 import aotspec
 from repro import is_final_run, write_hooks_repro
-from strategies import as_function, build_inputs, grad_programs, source
+from strategies.grad import grad_programs
+from strategies.program import as_function, build_inputs, source
 from test_differential_compiled import call_and_backward, compare
 
 EXAMPLES = max(settings.default.max_examples // 5, 10)

@@ -1,0 +1,355 @@
+"""Programs with backward.
+
+Generates `grad_programs()`: float32 leaves that require grad and buffers that do not
+(`grad_setups()`, tests/strategies/setups.py), a chain of differentiable ops, in-place ops and
+copy_ into intermediates (through views too), and buffer writes from values computed without
+grad; at least one output requires grad. Validity for eager autograd, on top of the mutation
+programs' rules (tests/strategies/mutations.py), is kept per storage (one view family here, so
+one version counter):
+
+- nothing writes an argument that requires grad or a view of one with grad mode on (eager
+  raises for leaves, and aotspec.compile rejects it: rule autograd.mutated-grad-input); under
+  torch.no_grad() it may, when it is the one argument requiring grad on its storage;
+- a buffer is written only from values that do not require grad;
+- nothing writes a storage once autograd saved a tensor on it for the backward (eager's
+  backward raises "modified by an inplace operation"): `SAVES_INPUTS` and `SAVES_RESULT`
+  over-approximate what autograd saves when some input requires grad;
+- no multi-output views (split): eager forbids writing them when they require grad;
+- log and fractional or negative powers read only values known to be positive.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from hypothesis import strategies as st
+
+from strategies.model import ITEMSIZE, SCALARS, Model, Strided, apply_view, broadcastable
+from strategies.model import copy_sources, draw_view_args, view_ops, viewable
+from strategies.program import OPS, Instr, Program, Var
+from strategies.setups import grad_setups, initial_grad_model
+
+GRAD_VIEWS = ["view", "reshape", "t", "transpose", "permute", "expand", "slice", "select"]
+GRAD_VIEWS += ["unsqueeze", "squeeze"]
+POSITIVE_SCALARS = {2.0, 0.5, 3.0}
+#: Ops whose autograd node saves their tensor inputs, or their result, when an input requires
+#: grad.
+SAVES_INPUTS = {"mul", "maximum", "abs", "log", "pow", "mm", "matmul", "amax", "mul_"}
+SAVES_RESULT = {"relu", "sigmoid", "tanh", "exp", "amax"}
+
+
+def _requires_grad(model: Model, v: str) -> bool:
+    return model.storage(v).requires_grad and not model.obj(v).detached
+
+
+def _bind_view(model: Model, out: str, v: str, lay: Strided) -> None:
+    """`out`, a view of `v`: the same storage, and detached if `v` is."""
+    model.bind(out, model.obj(v).storage, lay)
+    model.obj(out).detached = model.obj(v).detached
+
+
+def _grad_writable(model: Model) -> list[str]:
+    return [
+        v
+        for v in model.names
+        if model.writable(v)
+        and not model.storage(v).saved
+        and not (model.storage(v).caller and model.storage(v).requires_grad)
+    ]
+
+
+def _grad_sources(model: Model, dst: str) -> list[str]:
+    """What may be read into dst: another storage, and no grad into a buffer."""
+    into_buffer = model.storage(dst).caller
+    return [
+        v
+        for v in copy_sources(model, dst)
+        if model.obj(v).storage != model.obj(dst).storage
+        and not (into_buffer and _requires_grad(model, v))
+    ]
+
+
+def _compute(model: Model, op: str, args: tuple, positive: bool = False) -> Instr:
+    """A fresh output of `op`: its layout from the meta kernel; it requires grad when a tensor
+    argument does; storages autograd saves are marked."""
+    tensors = [a.name for a in args if isinstance(a, Var)]
+
+    def meta(a):
+        if not isinstance(a, Var):
+            return a
+        if a.name in model.masks:
+            return torch.empty(model.masks[a.name], dtype=torch.bool, device="meta")
+        return model.lay(a.name).meta()
+
+    result = OPS[op].run(*map(meta, args))
+    differentiable = [v for v in tensors if v not in model.masks]
+    requires_grad = any(_requires_grad(model, v) for v in differentiable)
+    out = model.new_name()
+    storage = model.new_storage(
+        result.untyped_storage().nbytes(), requires_grad=requires_grad, positive=positive
+    )
+    model.bind(out, storage, Strided.of(result))
+    if requires_grad and op in SAVES_INPUTS:
+        for v in differentiable:
+            model.storage(v).saved = True
+    if requires_grad and op in SAVES_RESULT:
+        model.storage(out).saved = True
+    return Instr(op, (out,), args)
+
+
+def _recent(draw, names: list[str]) -> str:
+    """One of `names`, often one of the latest: programs become chains more than fans."""
+    recent = draw(st.booleans())  # drawn always: the same choices however many names exist
+    return draw(st.sampled_from(names[-2:] if recent else names))
+
+
+def _is_positive(model: Model, arg) -> bool:
+    if isinstance(arg, Var):
+        return model.storage(arg.name).positive
+    return arg in POSITIVE_SCALARS
+
+
+def _g_view(draw, model: Model) -> list[Instr]:
+    v = _recent(draw, list(model.names))
+    lay = model.lay(v)
+    ops = [op for op in view_ops(lay, in_bounds=True) if op in GRAD_VIEWS]
+    if 1 in lay.sizes:
+        ops.append("squeeze")
+    op = draw(st.sampled_from(ops))
+    if op == "squeeze":
+        args = draw(st.sampled_from([(), *((d,) for d, n in enumerate(lay.sizes) if n == 1)]))
+    else:
+        args = draw_view_args(draw, op, lay, may_copy=True)
+    (result,) = apply_view(op, lay, args)
+    obj, out = model.obj(v), model.new_name()
+    if op == "reshape" and not viewable(lay, args[0]):  # a copy: a new view family
+        old = model.storages[obj.storage]
+        storage = model.new_storage(
+            result.numel * ITEMSIZE, requires_grad=_requires_grad(model, v), positive=old.positive
+        )
+        model.bind(out, storage, result)
+    else:
+        _bind_view(model, out, v, result)
+    return [Instr(op, (out,), (Var(v), *args))]
+
+
+def _g_unary(draw, model: Model) -> list[Instr]:
+    x = _recent(draw, list(model.names))
+    positive = model.storage(x).positive
+    ops = ["neg", "abs", "relu", "sigmoid", "tanh", "exp", "pow", "clone"]
+    op = draw(st.sampled_from(ops + ["log"] * positive))
+    args = ()
+    if op == "pow":
+        args = (draw(st.sampled_from([2.0, 3.0] + [0.5, -1.0] * positive)),)
+    stays_positive = op in ("sigmoid", "exp") or (positive and op in ("pow", "clone"))
+    return [_compute(model, op, (Var(x), *args), positive=stays_positive)]
+
+
+def _g_no_grad(draw, model: Model) -> list[Instr]:
+    """`x * c` computed under torch.no_grad(): a value that requires no grad."""
+    x = _recent(draw, list(model.names))
+    other = draw(st.sampled_from(SCALARS))
+    positive = _is_positive(model, Var(x)) and other > 0
+    instr = _compute(model, "no_grad_mul", (Var(x), other), positive=positive)
+    model.storage(instr.outs[0]).requires_grad = False
+    return [instr]
+
+
+def _g_binary(draw, model: Model) -> list[Instr]:
+    x = _recent(draw, list(model.names))
+    op = draw(st.sampled_from(["add", "sub", "mul", "maximum"]))
+    shape = model.lay(x).sizes
+    others = [v for v in model.names if broadcastable(model.lay(v).sizes, shape)]
+    if op != "maximum" and draw(st.booleans()):
+        other = draw(st.sampled_from(SCALARS))
+    else:
+        other = Var(draw(st.sampled_from(others)))
+    positive = op != "sub" and _is_positive(model, Var(x)) and _is_positive(model, other)
+    return [_compute(model, op, (Var(x), other), positive=positive)]
+
+
+def _g_matmul(draw, model: Model) -> list[Instr]:
+    """mm or matmul of 2-D values; with no fitting pair, of a value and its transpose."""
+    twod = [v for v in model.names if len(model.lay(v).sizes) == 2]
+    a = _recent(draw, twod)
+    partners = [b for b in twod if model.lay(b).sizes[0] == model.lay(a).sizes[1]]
+    op = draw(st.sampled_from(["mm", "matmul"]))
+    if partners and draw(st.booleans()):
+        return [_compute(model, op, (Var(a), Var(draw(st.sampled_from(partners)))))]
+    t = model.new_name()
+    _bind_view(model, t, a, apply_view("t", model.lay(a), ())[0])
+    return [Instr("t", (t,), (Var(a),)), _compute(model, op, (Var(a), Var(t)))]
+
+
+def _g_reduce(draw, model: Model) -> list[Instr]:
+    x = _recent(draw, list(model.names))
+    sizes = model.lay(x).sizes
+    ops = ["sum", "mean"]
+    if not sizes or draw(st.booleans()):  # every dim
+        ops += ["amax"] * (math.prod(sizes) > 0)
+        return [_compute(model, draw(st.sampled_from(ops)), (Var(x),))]
+    dims = draw(st.lists(st.integers(0, len(sizes) - 1), min_size=1, unique=True))
+    if all(sizes[d] > 0 for d in dims):  # amax of nothing raises
+        ops.append("amax")
+    op = draw(st.sampled_from(ops))
+    dims = tuple(d - len(sizes) if draw(st.booleans()) else d for d in dims)
+    return [_compute(model, op, (Var(x), dims, draw(st.booleans())))]
+
+
+def _g_cat(draw, model: Model) -> list[Instr]:
+    x = _recent(draw, [v for v in model.names if model.lay(v).sizes])
+    sizes = model.lay(x).sizes
+    d = draw(st.integers(0, len(sizes) - 1))
+
+    def fits(v):
+        other = model.lay(v).sizes
+        return len(other) == len(sizes) and all(
+            a == b for k, (a, b) in enumerate(zip(other, sizes, strict=True)) if k != d
+        )
+
+    fitting = [v for v in model.names if fits(v)]
+    partners = draw(st.lists(st.sampled_from(fitting), min_size=1, max_size=2))
+    return [_compute(model, "cat", (d, Var(x), *map(Var, partners)))]
+
+
+def _g_where(draw, model: Model) -> list[Instr]:
+    """A mask from comparing a value with a scalar, then where(mask, a, b), all broadcasting."""
+    c = _recent(draw, list(model.names))
+    mask = model.new_name()
+    scalar = draw(st.sampled_from(SCALARS))
+    compare = Instr(draw(st.sampled_from(["gt", "lt"])), (mask,), (Var(c), scalar))
+    model.masks[mask] = shape = model.lay(c).sizes
+
+    def fitting(shape):
+        return [v for v in model.names if broadcastable(model.lay(v).sizes, shape)]
+
+    a = _recent(draw, fitting(shape))
+    b = draw(st.sampled_from(fitting(torch.broadcast_shapes(model.lay(a).sizes, shape))))
+    positive = _is_positive(model, Var(a)) and _is_positive(model, Var(b))
+    return [compare, _compute(model, "where", (Var(mask), Var(a), Var(b)), positive=positive)]
+
+
+#: Views that a write may go through (single-output, no internal overlap).
+WRITE_VIEWS = ["view", "reshape", "t", "transpose", "permute", "slice", "select", "unsqueeze"]
+
+
+def _g_write(draw, model: Model, targets: list[str]) -> list[Instr]:
+    """An in-place op or copy_ into one of `targets` (see `_grad_writable`), or into a view of
+    it made just before."""
+    target = _recent(draw, targets)
+    body = []
+    if draw(st.booleans()):
+        lay = model.lay(target)
+        view_op = draw(st.sampled_from([op for op in view_ops(lay, True) if op in WRITE_VIEWS]))
+        view_args = draw_view_args(draw, view_op, lay, may_copy=False)
+        (result,) = apply_view(view_op, lay, view_args)
+        view = model.new_name()
+        _bind_view(model, view, target, result)
+        body.append(Instr(view_op, (view,), (Var(target), *view_args)))
+        target = view
+    sources = _grad_sources(model, target)
+    ops = ["add_", "sub_", "mul_", "fill_", "zero_"] + ["copy_"] * bool(sources)
+    op = draw(st.sampled_from(ops))
+    other = draw(st.sampled_from(SCALARS))
+    if sources and (op == "copy_" or (op in ("add_", "sub_", "mul_") and draw(st.booleans()))):
+        other = Var(draw(st.sampled_from(sources)))
+    if op in ("add_", "sub_"):
+        args = (other, draw(st.sampled_from([1, 2.0])))
+    elif op in ("mul_", "copy_", "fill_"):
+        args = (other,)
+    else:
+        args = ()
+    storage = model.storage(target)
+    if isinstance(other, Var):
+        source, source_grad = model.storage(other.name), _requires_grad(model, other.name)
+        storage.requires_grad |= source_grad
+        # mul_ saves its operand for the target's gradient and the target's old value for the
+        # operand's: both storages are frozen from here on.
+        if op == "mul_" and (storage.requires_grad or source_grad):
+            storage.saved = source.saved = True
+    storage.positive = False
+    return [*body, Instr(op, (), (Var(target), *args))]
+
+
+def _no_grad_writable(model: Model) -> list[str]:
+    """What a write under torch.no_grad() may target (r[autograd.no-grad-writes]): intermediates,
+    and arguments that require grad, or views of them (FSDP's all-gather into a parameter, an
+    optimizer-like update: r[autograd.no-grad-input-writes])."""
+    return [
+        v
+        for v in model.names
+        if model.writable(v)
+        and not model.obj(v).detached
+        and not model.storage(v).saved
+        and (not model.storage(v).caller or model.storage(v).grad_args == 1)
+    ]
+
+
+def _g_no_grad_write(draw, model: Model) -> list[Instr]:
+    """`x.mul_(c)` or `x.copy_(y)` under torch.no_grad(), into an intermediate or an argument that
+    requires grad: the target keeps its history, the written values carry none."""
+    target = _recent(draw, _no_grad_writable(model))
+    storage = model.obj(target).storage
+    sources = [v for v in copy_sources(model, target) if model.obj(v).storage != storage]
+    if sources and draw(st.booleans()):
+        instr = Instr("no_grad_copy_", (), (Var(target), Var(draw(st.sampled_from(sources)))))
+    else:
+        instr = Instr("no_grad_mul_", (), (Var(target), draw(st.sampled_from(SCALARS))))
+    model.storage(target).positive = False
+    return [instr]
+
+
+def _writes_intermediates(model: Model) -> bool:
+    return any(not model.storage(v).caller for v in _grad_writable(model))
+
+
+def _writes_buffers(model: Model) -> bool:
+    return any(model.storage(v).caller for v in _grad_writable(model))
+
+
+def _g_write_intermediate(draw, model: Model) -> list[Instr]:
+    return _g_write(draw, model, [v for v in _grad_writable(model) if not model.storage(v).caller])
+
+
+def _g_write_buffer(draw, model: Model) -> list[Instr]:
+    return _g_write(draw, model, [v for v in _grad_writable(model) if model.storage(v).caller])
+
+
+GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
+    ("view", _g_view, lambda m: True),
+    ("unary", _g_unary, lambda m: True),
+    ("binary", _g_binary, lambda m: True),
+    ("matmul", _g_matmul, lambda m: any(len(m.lay(v).sizes) == 2 for v in m.names)),
+    ("reduce", _g_reduce, lambda m: True),
+    ("cat", _g_cat, lambda m: any(m.lay(v).sizes for v in m.names)),
+    ("where", _g_where, lambda m: True),
+    ("no_grad", _g_no_grad, lambda m: True),
+    ("no_grad_write", _g_no_grad_write, lambda m: bool(_no_grad_writable(m))),
+    # Writes come three times: the point of the exercise, and each is blocked often (saved).
+    ("write", _g_write_intermediate, _writes_intermediates),
+    ("write", _g_write_intermediate, _writes_intermediates),
+    ("buffer", _g_write_buffer, _writes_buffers),
+]
+
+
+@st.composite
+def grad_programs(draw, max_steps: int = 10) -> Program:
+    """A program with backward: at least one output requires grad (see the section comment)."""
+    setup = draw(grad_setups())
+    model = initial_grad_model(setup)
+    body: list[Instr] = []
+    # At least two steps (one rarely reaches a write), then go on with odds 5:1. A "go on" choice
+    # per step, rather than a count drawn first, lets shrinking delete any one step.
+    steps = 0
+    while steps < 2 or (steps < max_steps and draw(st.sampled_from([False] + [True] * 5))):
+        kinds = [(name, step) for name, step, allowed in GRAD_STEPS if allowed(model)]
+        _, step = draw(st.sampled_from(kinds))
+        body += step(draw, model)
+        steps += 1
+    names = list(model.names)
+    with_grad = [v for v in reversed(names) if _requires_grad(model, v)]  # latest first
+    returns = [with_grad[0] if draw(st.booleans()) else draw(st.sampled_from(with_grad))]
+    returns += draw(st.lists(st.sampled_from(names), max_size=2))
+    return Program(setup, tuple(body), tuple(draw(st.permutations(returns))))

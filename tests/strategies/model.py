@@ -1,0 +1,280 @@
+"""The generators' symbolic model of a program's tensors, and the views they draw.
+
+A `Model` follows every tensor object (storage, sizes, strides, offset) and every storage (bytes
+now, bytes when full) while a program is drawn, and answers what eager PyTorch accepts next:
+what is readable, writable, may be read while writing what. Layouts of views and pointwise
+results come from PyTorch's meta kernels (they may differ from eager only in strides that
+address nothing, which validity never depends on).
+
+Generates views: `draw_view` draws a view op that eager accepts on a layout, its arguments, and
+the layouts of its results (`as_strided`-based views only of tensors in bounds of their storage,
+as eager's setStorage check raises otherwise; `view` and viewable `reshape` of any tensor).
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+
+import numpy as np
+import torch
+from attrs import define, field, frozen
+from hypothesis import strategies as st
+
+from strategies.program import OPS
+
+ITEMSIZE = 4  # every tensor here is float32
+#: The constants both generators draw as a scalar operand.
+SCALARS = [2.0, -1.0, 0.5, 3.0, 0.0]
+
+
+@frozen
+class Strided:
+    """Sizes, strides (in elements) and storage offset of a float32 tensor."""
+
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int = 0
+
+    @classmethod
+    def contiguous(cls, sizes) -> Strided:
+        return cls.of(torch.empty(sizes, device="meta"))
+
+    @classmethod
+    def of(cls, t: torch.Tensor) -> Strided:
+        return cls(tuple(t.shape), tuple(t.stride()), t.storage_offset())
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.sizes)
+
+    @property
+    def extent_bytes(self) -> int:
+        if self.numel == 0:
+            return 0
+        steps = zip(self.sizes, self.strides, strict=True)
+        return (self.offset + sum((n - 1) * s for n, s in steps) + 1) * ITEMSIZE
+
+    def meta(self) -> torch.Tensor:
+        """A meta tensor with this layout, for PyTorch's own shape and stride rules."""
+        room = torch.empty(max(self.extent_bytes // ITEMSIZE, 1), device="meta")
+        return room.as_strided(self.sizes, self.strides, self.offset)
+
+    def footprint(self) -> np.ndarray:
+        """The storage elements this layout reads, one per element (repeats if overlapping)."""
+        addresses = np.array(self.offset)
+        for n, s in zip(self.sizes, self.strides, strict=True):
+            addresses = addresses[..., None] + np.arange(n) * s
+        return addresses.ravel()
+
+    def overlaps_itself(self) -> bool:
+        footprint = self.footprint()
+        return np.unique(footprint).size != footprint.size
+
+
+@define
+class _Storage:
+    full: int  # bytes while allocated
+    nbytes: int  # bytes now: `full`, or 0 after a resize to zero
+    # The rest is for programs with backward (`grad_programs`); a storage there is one view
+    # family, so these hold for every tensor on it.
+    caller: bool = False  # an argument's storage
+    requires_grad: bool = False
+    #: Autograd saved a tensor on it for the backward: writing it now makes eager's backward
+    #: raise ("modified by an inplace operation"), so nothing writes it any more.
+    saved: bool = False
+    positive: bool = False  # every value on it is > 0 (log and fractional powers may read it)
+    #: Distinct argument objects on it that require grad: a write under torch.no_grad() needs
+    #: exactly one, whose contents the written values become
+    #: (r[autograd.no-grad-input-writes.identity]).
+    grad_args: int = 0
+
+
+@define
+class _Object:
+    """A tensor object: `set_` changes its storage and layout for every name bound to it."""
+
+    storage: int
+    lay: Strided
+    param: bool = False  # an object the caller passed
+    rebound: bool = False  # set_ moved it to another storage or layout
+    detached: bool = False  # made from a detach()ed alias: requires no grad, whatever its storage
+
+
+@define
+class Model:
+    storages: list[_Storage] = field(factory=list)
+    objects: list[_Object] = field(factory=list)
+    names: dict[str, int] = field(factory=dict)  # variable -> object
+    counter: itertools.count = field(factory=itertools.count)
+    #: Draw only what `aotspec.compile` accepts (specs/storage-resize.md, "In compiled programs").
+    compiled: bool = False
+    #: Boolean masks of programs with backward (for `where`), by name: their shapes.
+    masks: dict[str, tuple[int, ...]] = field(factory=dict)
+
+    def new_storage(self, nbytes: int, **flags) -> int:
+        self.storages.append(_Storage(nbytes, nbytes, **flags))
+        return len(self.storages) - 1
+
+    def bind(self, name: str, storage: int, lay: Strided, param: bool = False) -> None:
+        self.objects.append(_Object(storage, lay, param))
+        self.names[name] = len(self.objects) - 1
+
+    def new_name(self) -> str:
+        return f"v{next(self.counter)}"
+
+    def obj(self, v: str) -> _Object:
+        return self.objects[self.names[v]]
+
+    def lay(self, v: str) -> Strided:
+        return self.obj(v).lay
+
+    def storage(self, v: str) -> _Storage:
+        return self.storages[self.obj(v).storage]
+
+    def in_bounds(self, v: str) -> bool:
+        """Readable: between instructions a storage is full and holds values, or has 0 bytes."""
+        return self.lay(v).extent_bytes <= self.storage(v).nbytes
+
+    def readable(self, v: str) -> bool:
+        return self.in_bounds(v)
+
+    def writable(self, v: str) -> bool:
+        return self.in_bounds(v) and not self.lay(v).overlaps_itself()
+
+    def may_read_while_writing(self, src: str, dst: str) -> bool:
+        """Eager's overlap rule, made strict: disjoint memory, or exactly dst's layout."""
+        a, b = self.obj(src), self.obj(dst)
+        if a.storage != b.storage or a.lay == b.lay:
+            return True
+        return np.intersect1d(a.lay.footprint(), b.lay.footprint()).size == 0
+
+    def covers_storage(self, v: str) -> bool:
+        """Writing `v` overwrites every byte of its storage when full."""
+        lay, s = self.lay(v), self.storage(v)
+        return (
+            lay.numel * ITEMSIZE == s.full
+            and lay.extent_bytes <= s.full
+            and not lay.overlaps_itself()
+        )
+
+    def readable_names(self) -> list[str]:
+        return [v for v in self.names if self.readable(v)]
+
+
+def _broadcasts_to(shape, target) -> bool:
+    try:
+        return tuple(torch.broadcast_shapes(tuple(shape), tuple(target))) == tuple(target)
+    except RuntimeError:
+        return False
+
+
+def broadcastable(a, b) -> bool:
+    try:
+        torch.broadcast_shapes(tuple(a), tuple(b))
+    except RuntimeError:
+        return False
+    return True
+
+
+def copy_sources(model: Model, dst: str) -> list[str]:
+    """Readable tensors that broadcast to dst's shape and that eager lets us read into dst."""
+    shape = model.lay(dst).sizes
+    return [
+        v
+        for v in model.readable_names()
+        if _broadcasts_to(model.lay(v).sizes, shape) and model.may_read_while_writing(v, dst)
+    ]
+
+
+def _shapes_of(numel: int) -> list[tuple[int, ...]]:
+    """Shapes of rank 1 to 3 holding `numel` elements."""
+    if numel == 0:
+        return [(0,), (1, 0), (0, 2)]
+    divisors = [d for d in range(1, numel + 1) if numel % d == 0]
+    shapes = [(numel,)]
+    shapes += [(d, numel // d) for d in divisors]
+    pairs = itertools.product(divisors, divisors)
+    shapes += [(a, b, numel // (a * b)) for a, b in pairs if numel % (a * b) == 0]
+    return shapes
+
+
+# ---------------------------------------------------------------- drawing views
+
+
+def view_ops(lay: Strided, in_bounds: bool) -> list[str]:
+    """View ops that eager accepts on this tensor: as_strided-based ones need it in bounds."""
+    ops = ["view", "reshape"]
+    if not in_bounds:
+        return ops
+    ndim = len(lay.sizes)
+    ops += ["unsqueeze", "expand"]
+    if ndim <= 2:
+        ops.append("t")
+    if ndim >= 1:
+        ops += ["slice", "split"]
+        if any(n > 0 for n in lay.sizes):
+            ops.append("select")
+    if ndim >= 2:
+        ops += ["transpose", "permute"]
+    return ops
+
+
+@functools.cache
+def viewable(lay: Strided, shape) -> bool:
+    try:
+        lay.meta().view(shape)
+    except RuntimeError:
+        return False
+    return True
+
+
+def draw_view_args(draw, op: str, lay: Strided, may_copy: bool) -> tuple:
+    sizes, ndim = lay.sizes, len(lay.sizes)
+    dim = st.integers(0, max(ndim - 1, 0))
+    if op in ("view", "reshape"):
+        shapes = _shapes_of(lay.numel)
+        if op == "view" or not may_copy:
+            # reshape copies (so reads) when no view exists.
+            shapes = [s for s in shapes if viewable(lay, s)]
+        if not shapes:  # rank above 3 and nothing else viewable: flatten a size-1 dim away
+            shapes = [tuple(n for n in sizes if n != 1) or (1,)]
+        return (draw(st.sampled_from(shapes)),)
+    if op == "t":
+        return ()
+    if op == "transpose":
+        return (draw(dim), draw(dim))
+    if op == "permute":
+        return (tuple(draw(st.permutations(range(ndim)))),)
+    if op == "slice":
+        d = draw(dim)
+        start = draw(st.integers(0, sizes[d]))
+        stop = draw(st.integers(start, sizes[d]))
+        return (d, start, stop, draw(st.integers(1, 3)))
+    if op == "select":
+        d = draw(st.sampled_from([d for d in range(ndim) if sizes[d] > 0]))
+        return (d, draw(st.integers(-sizes[d], sizes[d] - 1)))
+    if op == "unsqueeze":
+        return (draw(st.integers(-ndim - 1, ndim)),)
+    if op == "expand":
+        grown = tuple(draw(st.sampled_from([1, 2, 3])) if n == 1 else n for n in sizes)
+        lead = draw(st.lists(st.sampled_from([1, 2]), max_size=1))
+        return (tuple(lead) + grown,)
+    if op == "split":
+        d = draw(dim)
+        return (draw(st.integers(1, max(sizes[d], 1))), d)
+    raise AssertionError(f"not a view op: {op}")
+
+
+def apply_view(op: str, lay: Strided, args: tuple) -> list[Strided]:
+    result = OPS[op].run(lay.meta(), *args)
+    results = result if isinstance(result, tuple) else (result,)
+    return [Strided.of(t) for t in results]
+
+
+def draw_view(draw, lay: Strided, in_bounds: bool, may_copy: bool):
+    """A view op applicable to `lay`, its arguments, and the layouts of its results."""
+    op = draw(st.sampled_from(view_ops(lay, in_bounds)))
+    args = draw_view_args(draw, op, lay, may_copy=may_copy)
+    return op, args, apply_view(op, lay, args)

@@ -1,0 +1,280 @@
+"""Programs as data, and how to run and print them (the generators are beside this module).
+
+A program's `Setup` says how the caller builds its tensors before the call: float32 bases (some
+resized to zero bytes), views of them made with `as_strided`, which of those are passed as
+arguments, and which the caller only holds (so writes and `set_` can be observed through
+aliases the program never sees). Its body is a list of `Instr` records over named values; `Var`
+names a value, every other argument is a constant; `OPS` says how each op runs and prints.
+
+`build_inputs` makes a setup's tensors, `as_function` turns a program into a Python function (a
+closure interpreting the records), `source` renders it as Python, and `run_on_eager` runs it on
+eager PyTorch, where an error means that a generator made an invalid program.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from attrs import frozen
+
+
+resize_storage_bytes_ = torch.ops.inductor.resize_storage_bytes_
+set_source_tensor = torch.ops.aten.set_.source_Tensor
+
+
+# ---------------------------------------------------------------- program data
+
+
+@frozen(repr=False)
+class Var:
+    """A value of the program, by name; renders as its name."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+@frozen
+class Base:
+    """A contiguous float32 tensor the caller makes; `zeroed`: its storage resized to 0 bytes;
+    `requires_grad`: a leaf that requires grad (views the caller makes of it do not leaf)."""
+
+    name: str
+    shape: tuple[int, ...]
+    values: tuple[float, ...]
+    zeroed: bool = False
+    requires_grad: bool = False
+
+
+@frozen
+class CallerView:
+    """`base.as_strided(sizes, strides, offset)`, made by the caller before any resize;
+    `detached`: of `base.detach()` (the same storage, no autograd history)."""
+
+    name: str
+    base: str
+    sizes: tuple[int, ...]
+    strides: tuple[int, ...]
+    offset: int
+    detached: bool = False
+
+
+@frozen
+class Setup:
+    bases: tuple[Base, ...]
+    views: tuple[CallerView, ...]
+    #: Names (of bases or views) passed to the program, in order; a repeated name passes the
+    #: same tensor object twice.
+    args: tuple[str, ...]
+
+
+@frozen
+class Instr:
+    op: str
+    #: Names this instruction binds (none for in-place ops and effects).
+    outs: tuple[str, ...]
+    args: tuple[Any, ...]
+
+
+@frozen
+class Program:
+    setup: Setup
+    body: tuple[Instr, ...]
+    returns: tuple[str, ...]
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return tuple(f"x{i}" for i in range(len(self.setup.args)))
+
+
+# ---------------------------------------------------------------- the ops a program may use
+
+
+@frozen
+class Op:
+    #: Runs the op on torch tensors and constants.
+    run: Callable[..., Any]
+    #: The same call as Python source; gets the arguments (Vars render as their names).
+    render: Callable[..., str]
+
+
+def _slice(x, dim, start, stop, step):
+    return x[(slice(None),) * dim + (slice(start, stop, step),)]
+
+
+def _render_slice(x, dim, start, stop, step) -> str:
+    return f"{x!r}[{':, ' * dim}{start}:{stop}:{step}]"
+
+
+def _method(name: str) -> Op:
+    """`x.name(*args)`, rendered the same way."""
+
+    def render(x, *args) -> str:
+        return f"{x!r}.{name}({', '.join(map(repr, args))})"
+
+    return Op(lambda x, *args: getattr(x, name)(*args), render)
+
+
+def _with_alpha(name: str) -> Op:
+    """`x.add_(y, alpha=alpha)`, rendered without `alpha` when it is 1."""
+
+    def render(x, y, alpha) -> str:
+        return f"{x!r}.{name}({y!r}{'' if alpha == 1 else f', alpha={alpha!r}'})"
+
+    return Op(lambda x, y, alpha: getattr(x, name)(y, alpha=alpha), render)
+
+
+def _call(qualified: str, fn: Callable) -> Op:
+    """`torch.ops....(*args)` or `torch.full(*args)`, rendered by its qualified name."""
+    return Op(fn, lambda *args: f"{qualified}({', '.join(map(repr, args))})")
+
+
+def _render_cat(dim, *xs) -> str:
+    return f"torch.cat([{', '.join(map(repr, xs))}], {dim})"
+
+
+OPS: dict[str, Op] = {
+    # views
+    **{name: _method(name) for name in ("view", "reshape", "t", "transpose", "permute")},
+    **{name: _method(name) for name in ("select", "unsqueeze", "expand", "split")},
+    "slice": Op(_slice, _render_slice),
+    # in-place
+    "add_": _with_alpha("add_"),
+    "sub_": _with_alpha("sub_"),
+    **{name: _method(name) for name in ("mul_", "clamp_", "zero_", "fill_", "copy_")},
+    # effects on storages and tensor objects
+    "set_": _call("torch.ops.aten.set_.source_Tensor", set_source_tensor),
+    "resize_storage_bytes_": _call(
+        "torch.ops.inductor.resize_storage_bytes_", resize_storage_bytes_
+    ),
+    # fresh outputs
+    **{name: _method(name) for name in ("add", "sub", "mul", "neg", "abs", "clamp")},
+    "maximum": _call("torch.maximum", torch.maximum),
+    "full": _call("torch.full", torch.full),
+    # programs with backward: views, fresh outputs, masks
+    "squeeze": _method("squeeze"),
+    **{name: _method(name) for name in ("relu", "sigmoid", "tanh", "exp", "log", "pow", "clone")},
+    **{name: _method(name) for name in ("sum", "mean", "amax", "mm", "gt", "lt")},
+    "matmul": _call("torch.matmul", torch.matmul),
+    # x * y under torch.no_grad(): a value that carries no gradient (r[capture.grad-mode])
+    "no_grad_mul": _call("torch.no_grad()(torch.mul)", torch.no_grad()(torch.mul)),
+    # writes under torch.no_grad() into an argument that requires grad
+    # (r[autograd.no-grad-input-writes])
+    "no_grad_mul_": _call(
+        "torch.no_grad()(torch.Tensor.mul_)", torch.no_grad()(torch.Tensor.mul_)
+    ),
+    "no_grad_copy_": _call(
+        "torch.no_grad()(torch.Tensor.copy_)", torch.no_grad()(torch.Tensor.copy_)
+    ),
+    "where": _call("torch.where", torch.where),
+    # torch.cat([xs...], dim), with the dim first among the arguments
+    "cat": Op(lambda dim, *xs: torch.cat(xs, dim), _render_cat),
+}
+
+
+# ---------------------------------------------------------------- running and rendering
+
+
+def build_inputs(
+    setup: Setup, dtype: torch.dtype = torch.float32
+) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+    """Fresh caller tensors for `setup`: every named tensor, and the argument list.
+
+    `dtype`: float64 only to rerun a program as a numeric oracle (DESIGN.md section 5)."""
+    world: dict[str, torch.Tensor] = {}
+    for base in setup.bases:
+        t = torch.tensor(base.values, dtype=dtype).reshape(base.shape)
+        # A leaf that requires grad is a tensor of its own, as a parameter is: reshape's result is
+        # a view, and eager's autograd sends a view-leaf's gradients to its base after a write.
+        world[base.name] = t.clone().requires_grad_() if base.requires_grad else t
+    for view in setup.views:
+        base = world[view.base].detach() if view.detached else world[view.base]
+        world[view.name] = base.as_strided(view.sizes, view.strides, view.offset)
+    # Views first: as_strided checks bounds, and a zero-byte storage holds nothing.
+    for base in setup.bases:
+        if base.zeroed:
+            resize_storage_bytes_(world[base.name], 0)
+    return world, [world[name] for name in setup.args]
+
+
+def as_function(program: Program) -> Callable:
+    """The program as a Python function of its arguments, returning a tuple of its outputs."""
+
+    def program_fn(*xs):
+        env = dict(zip(program.params, xs, strict=True))
+
+        def value(arg):
+            return env[arg.name] if isinstance(arg, Var) else arg
+
+        for instr in program.body:
+            result = OPS[instr.op].run(*map(value, instr.args))
+            if isinstance(result, tuple):  # split
+                env.update(zip(instr.outs, result, strict=True))
+            elif instr.outs:
+                env[instr.outs[0]] = result
+        return tuple(env[name] for name in program.returns)
+
+    return program_fn
+
+
+def _render_instr(instr: Instr) -> str:
+    call = OPS[instr.op].render(*instr.args)
+    if not instr.outs:
+        return call
+    if instr.op == "split":  # a tuple, even of one
+        return f"{''.join(f'{out}, ' for out in instr.outs).rstrip()} = {call}"
+    return f"{instr.outs[0]} = {call}"
+
+
+def setup_source(setup: Setup) -> str:
+    """`def make_inputs()`: builds the caller's tensors, returns (named tensors, arguments)."""
+    lines = ["def make_inputs():"]
+    for base in setup.bases:
+        values = list(base.values)
+        grad = ".clone().requires_grad_()" if base.requires_grad else ""
+        lines.append(f"    {base.name} = torch.tensor({values!r}).reshape({base.shape!r}){grad}")
+    for view in setup.views:
+        layout = f"{view.sizes!r}, {view.strides!r}, {view.offset}"
+        base = f"{view.base}.detach()" if view.detached else view.base
+        lines.append(f"    {view.name} = {base}.as_strided({layout})")
+    for base in setup.bases:
+        if base.zeroed:
+            lines.append(f"    torch.ops.inductor.resize_storage_bytes_({base.name}, 0)")
+    names = [base.name for base in setup.bases] + [view.name for view in setup.views]
+    lines.append(f"    named = {{{', '.join(f'{n!r}: {n}' for n in names)}}}")
+    lines.append(f"    return named, [{', '.join(setup.args)}]")
+    return "\n".join(lines)
+
+
+def program_source(program: Program) -> str:
+    """`def program(x0, ...)`: the body as straight-line Python."""
+    lines = [f"def program({', '.join(program.params)}):"]
+    lines += [f"    {_render_instr(instr)}" for instr in program.body]
+    returns = "".join(f"{name}, " for name in program.returns)
+    lines.append(f"    return ({returns.rstrip(' ')})")
+    return "\n".join(lines)
+
+
+def source(program: Program) -> str:
+    return f"{setup_source(program.setup)}\n\n\n{program_source(program)}\n"
+
+
+def run_on_eager(run: Callable[[Program], Any], program: Program) -> Any:
+    """`run(program)` on eager PyTorch; an error there means that the generator made an invalid
+    program.
+
+    The error becomes text, its traceback dropped: pytest prints the arguments of every frame in
+    a traceback, and printing a tensor whose storage is too small segfaults.
+    """
+    try:
+        return run(program)
+    except Exception:
+        trace = traceback.format_exc(limit=-4)
+    raise AssertionError(
+        "the generator made a program that eager rejects; fix tests/strategies/:\n"
+        f"{source(program)}\n{trace}"
+    )
