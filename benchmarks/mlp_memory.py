@@ -20,7 +20,7 @@ import torch
 
 import aotspec
 from aotspec.reference.compiled import run_compiled
-from aotspec.reference.eager import interpret
+from aotspec.reference.interpreter import interpret
 from aotspec.reference.ledger import Ledger
 from aotspec.reference.boundary import Boundary
 

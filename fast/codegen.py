@@ -26,6 +26,7 @@ import torch
 import torch.fx
 from attrs import frozen
 
+from aotspec.errors import InternalError
 from aotspec.reference.lifetimes import last_uses
 
 #: Names the generated code reads; graph values never shadow them (see `_check_names`). Each
@@ -70,7 +71,7 @@ def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> Gener
             lines.append(f"    return {_render(list(results), names)}")
             continue
         else:
-            raise ValueError(f"cannot generate code for a {node.op} node: {node.format_node()}")
+            raise InternalError(f"cannot generate code for a {node.op} node: {node.format_node()}")
         dead = [value.name for value in dies_after[node]]
         if dead:
             lines.append(f"    del {', '.join(dead)}")
@@ -130,4 +131,4 @@ def _fresh_name(base: str, names: dict) -> str:
 def _check_names(graph: torch.fx.Graph) -> None:
     clashes = [node.name for node in graph.nodes if node.name in _BUILTIN_NAMES or node.name == "arguments"]
     if clashes:
-        raise ValueError(f"graph values named {clashes} would shadow names the generated code reads")
+        raise InternalError(f"graph values named {clashes} would shadow names the generated code reads")

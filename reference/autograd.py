@@ -15,149 +15,119 @@ differentiable outputs, `grads` maps a value (node) to the gradient accumulated 
 
 from __future__ import annotations
 
-from functools import cached_property
 from operator import getitem
 
 import torch
 import torch.fx
-from attrs import field, frozen
+from attrs import define, field, frozen
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from aotspec.errors import UnsupportedError
+from aotspec.errors import InternalError, UnsupportedError
 
 from .capture import grad_enabled
-from .functionalize import (
-    FINAL_CONTENTS_OF,
-    NO_GRAD_WRITE,
-    READ_AS_INPUT,
-    RESIZED_CONTENTS_OF,
-    FunctionalProgram,
-    GraphStorage,
-    OutputView,
-    Rebind,
-    node_of,
-)
-from .optable import DERIVATIVES, NONDIFFERENTIABLE, OpEntry, OpKind, bind, lookup, qualified_name
+from .functionalize import FunctionalProgram, GraphStorage, OutputView, Rebind, node_of
+from .graph import GraphProgram, output_node, placeholders
+from .optable import DERIVATIVES, NONDIFFERENTIABLE, OpKind, bind, lookup, qualified_name
+from .storage import Layout
 
 aten = torch.ops.aten
 
 
 @frozen
-class GraphProgram:
-    """A graph the reference interpreter runs, with the op table entry of each node."""
+class Differentiated:
+    """The forward and backward graphs of a functional program, and what links them."""
 
-    graph_module: torch.fx.GraphModule
-    entries: dict[torch.fx.Node, OpEntry]
-
-    @property
-    def graph(self) -> torch.fx.Graph:
-        return self.graph_module.graph
-
-    @classmethod
-    def of(cls, graph_module: torch.fx.GraphModule) -> GraphProgram:
-        entries = {
-            node: lookup(node.target, where=f"graph node {node.name}")
-            for node in graph_module.graph.nodes
-            if node.op == "call_function" and node.target is not getitem
-        }
-        return cls(graph_module, entries)
-
-
-@frozen
-class TrainingPlan:
-    functional: FunctionalProgram
     #: inputs: the functional graph's inputs; outputs: its outputs, then the saved values.
     forward: GraphProgram
-    #: inputs: the saved values, then one tangent per differentiable output; outputs: `grad_inputs`' grads.
+    #: inputs: the saved values, then one tangent per differentiable output; outputs: the
+    #: gradients of `grad_inputs`.
     backward: GraphProgram
     #: Indices of the functional graph's outputs that gradients flow into.
     differentiable_outputs: tuple[int, ...]
     #: Indices of the inputs that receive a gradient, in the backward graph's output order.
     grad_inputs: tuple[int, ...]
     num_saved: int
-    #: Strides of each tangent as traced; the runtime lays tangents out so (`r[autograd.tangent-layout]`).
+    #: Strides of each tangent as traced (`r[autograd.tangent-layout]`).
     tangent_strides: tuple[tuple[int, ...], ...]
-    #: Inputs the backward reads as the program left them (input index -> bytes of their storage it
-    #: reads), rather than as they were when the call began (`r[autograd.saved-inputs]`).
-    read_after_call: dict[int, int] = field(factory=dict)
-
-    @cached_property
-    def saved_inputs(self) -> dict[int, int]:
-        """Saved index -> flat input index, for the saved values that are inputs: the caller's
-        tensors themselves, read when the backward runs (`r[autograd.saved-inputs]`)."""
-        graph = self.forward.graph
-        placeholders = {node: i for i, node in enumerate(n for n in graph.nodes if n.op == "placeholder")}
-        outputs = next(iter(reversed(graph.nodes))).args[0]
-        saved = outputs[len(outputs) - self.num_saved :]
-        return {k: placeholders[node] for k, node in enumerate(saved) if node in placeholders}
+    #: Inputs the backward reads as the program left them (input index -> bytes of their storage
+    #: it reads), rather than as they were when the call began (`r[autograd.saved-inputs]`).
+    read_after_call: dict[int, int]
 
 
-def differentiable_outputs(program: FunctionalProgram, requires_grad: list[bool]) -> tuple[int, ...]:
+def _differentiable_outputs(program: FunctionalProgram, flows: set) -> tuple[int, ...]:
     """Graph outputs holding storages of user outputs that may carry gradients (floating point)."""
-    flows = _requires_grad_nodes(program.graph, requires_grad, resized_inputs(program) | rebound_inputs(program))
-    output_node = next(iter(reversed(program.graph.nodes)))
-    user_storages = {o.storage.output_index for o in program.outputs if isinstance(o, OutputView) and isinstance(o.storage, GraphStorage)}
+    output = output_node(program.graph)
+    user_storages = {
+        o.storage.output_index
+        for o in program.outputs
+        if isinstance(o, OutputView) and isinstance(o.storage, GraphStorage)
+    }
     return tuple(
         k
-        for k, node in enumerate(output_node.args[0])
+        for k, node in enumerate(output.args[0])
         if k in user_storages and node in flows and node.meta["val"].dtype.is_floating_point
     )
 
 
-def resized_inputs(program: FunctionalProgram) -> dict[torch.fx.Node, int]:
+def _resized_inputs(program: FunctionalProgram) -> dict[torch.fx.Node, int]:
     """r[autograd.no-grad-input-writes.identity]: the contents a resize up gave the storage of an
     input that requires grad are that input for autograd: node -> the input's flat index. (Writes
     under torch.no_grad() pass gradients to the contents before them, down to the input itself.)"""
     owner: dict[int, int] = {}
     for i, meta in enumerate(program.inputs):
-        if not (meta.requires_grad and meta.same_object == i and meta.storage in program.touched_storages):
+        touched = meta.storage in program.touched_storages
+        if not (meta.requires_grad and meta.same_object == i and touched):
             continue
         if owner.setdefault(meta.storage, i) != i:
             raise UnsupportedError(
                 f"flat inputs {owner[meta.storage]} and {i} require grad, share one storage, and "
                 "the program writes or resizes it, so its new contents belong to neither alone",
                 rule="autograd.no-grad-input-writes.identity",
-                fix="pass one of the two tensors, and take the other as a view of it inside the function",
+                fix="pass one of the two tensors, and take the other as a view of it inside the "
+                "function",
             )
         if meta.layout.dtype != program.inputs[meta.storage].layout.dtype:
             raise UnsupportedError(
-                f"flat input {i} requires grad and the program writes its storage, which an earlier "
-                f"input reads as {program.inputs[meta.storage].layout.dtype}",
+                f"flat input {i} requires grad and the program writes its storage, which an "
+                f"earlier input reads as {program.inputs[meta.storage].layout.dtype}",
                 rule="autograd.no-grad-input-writes.identity",
                 fix="pass the tensor that requires grad before the other views of its storage",
             )
     return {
-        node: owner[node.meta[RESIZED_CONTENTS_OF]]
-        for node in program.graph.nodes
-        if node.meta.get(RESIZED_CONTENTS_OF) in owner
+        node: owner[storage]
+        for node, storage in program.stand_ins.resized_contents.items()
+        if storage in owner
     }
 
 
-def rebound_inputs(program: FunctionalProgram) -> dict[torch.fx.Node, int]:
+def _rebound_inputs(program: FunctionalProgram) -> dict[torch.fx.Node, int]:
     """r[autograd.no-grad-set]: reads through an input that requires grad, after set_ rebound it
     under torch.no_grad(), are that input for autograd: node -> the input's flat index."""
     return {
-        node: node.meta[READ_AS_INPUT]
-        for node in program.graph.nodes
-        if READ_AS_INPUT in node.meta and program.inputs[node.meta[READ_AS_INPUT]].requires_grad
+        node: i
+        for node, i in program.stand_ins.read_as_input.items()
+        if program.inputs[i].requires_grad
     }
 
 
-def _requires_grad_nodes(graph: torch.fx.Graph, requires_grad: list[bool], as_inputs: dict) -> set[torch.fx.Node]:
-    """r[autograd.requires-grad]: a value needs a gradient when a differentiable op computed it from
-    one that does; inputs need one when they require grad, and so do the values that stand for
-    them (`as_inputs`: the contents a resize up gave an input's storage, reads through an input
-    that set_ rebound under torch.no_grad()); a write under torch.no_grad() needs one when the
-    contents it writes into do (`r[autograd.no-grad-writes]`)."""
+def _requires_grad_nodes(
+    program: FunctionalProgram, as_inputs: dict[torch.fx.Node, int]
+) -> set[torch.fx.Node]:
+    """r[autograd.requires-grad]: a value needs a gradient when a differentiable op computed it
+    from one that does; inputs need one when they require grad, and so do the values that stand
+    for them (`as_inputs`: the contents a resize up gave an input's storage, reads through an
+    input that set_ rebound under torch.no_grad()); a write under torch.no_grad() needs one when
+    the contents it writes into do (`r[autograd.no-grad-writes]`)."""
     flows: set[torch.fx.Node] = set()
-    placeholders = iter(requires_grad)
-    for node in graph.nodes:
+    requires_grad = iter(meta.requires_grad for meta in program.inputs)
+    no_grad_writes = program.stand_ins.no_grad_writes
+    for node in program.graph.nodes:
         if node.op == "placeholder":
-            if next(placeholders):
+            if next(requires_grad):
                 flows.add(node)
         elif node in as_inputs:
             flows.add(node)
-        elif node.meta.get(NO_GRAD_WRITE):
+        elif node in no_grad_writes:
             if node.args[0] in flows:
                 flows.add(node)
         elif node.op == "call_function":
@@ -170,63 +140,84 @@ def _requires_grad_nodes(graph: torch.fx.Graph, requires_grad: list[bool], as_in
     return flows
 
 
-def build_training_plan(program: FunctionalProgram, tensors: list[torch.Tensor]) -> TrainingPlan:
-    requires_grad = [meta.requires_grad for meta in program.inputs]
+@define
+class _Joint:
+    """What tracing the joint graph found besides the graph: which inputs got a gradient, and
+    the joint nodes holding each input's final contents."""
+
+    grad_inputs: tuple[int, ...] = ()
+    final_contents: dict[torch.fx.Node, int] = field(factory=dict)
+
+
+@frozen
+class _StandsFor:
+    """r[autograd.no-grad-input-writes.identity], r[autograd.no-grad-set]: a value standing for
+    flat input `input_index`; its gradient goes to the input, read through `layout` (the input's
+    layout on the storage contents), or as it is when `layout` is None (a read through it)."""
+
+    input_index: int
+    layout: Layout | None
+
+
+def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Differentiated:
+    """The forward and backward graphs of `program` (`r[autograd.joint]`,
+    `r[autograd.partition.saved]`), traced on `tensors`."""
     graph = program.graph
-    resized, rebound = resized_inputs(program), rebound_inputs(program)
-    flows = _requires_grad_nodes(graph, requires_grad, resized | rebound)
-    outputs_node = next(iter(reversed(graph.nodes)))
-    differentiable = differentiable_outputs(program, requires_grad)
-    grad_inputs = tuple(i for i, r in enumerate(requires_grad) if r)
-    n_inputs = len(requires_grad)
-    received: dict[str, tuple[int, ...]] = {}
+    resized, rebound = _resized_inputs(program), _rebound_inputs(program)
+    flows = _requires_grad_nodes(program, resized | rebound)
+    outputs_node = output_node(graph)
+    differentiable = _differentiable_outputs(program, flows)
+    n_inputs = len(program.inputs)
+    wanted = tuple(i for i, meta in enumerate(program.inputs) if meta.requires_grad)
+    stands_for = {node: _StandsFor(i, program.inputs[i].layout) for node, i in resized.items()}
+    stands_for |= {node: _StandsFor(i, None) for node, i in rebound.items()}
+    joint_found = _Joint()
 
     def joint(*values):
         primals, tangents = values[:n_inputs], values[n_inputs:]
         env: dict[torch.fx.Node, object] = {}
-        placeholders = iter(primals)
+        inputs = iter(primals)
         for node in graph.nodes:
             if node.op == "placeholder":
-                env[node] = next(placeholders)
+                env[node] = next(inputs)
             elif node.op == "call_function":
                 args = torch.fx.node.map_arg(node.args, env.__getitem__)
                 kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
                 env[node] = node.target(*args, **kwargs)
         outputs = [env[node] for node in outputs_node.args[0]]
-        placeholder_nodes = [node for node in graph.nodes if node.op == "placeholder"]
+        input_nodes = placeholders(graph)
         seeds = {outputs_node.args[0][k]: t for k, t in zip(differentiable, tangents, strict=True)}
-        # values standing for an input: storage contents (read through the input's layout), or
-        # reads through the input itself (laid out as it is)
-        stands_for = {node: (placeholder_nodes[i], program.inputs[i].layout) for node, i in resized.items()}
-        stands_for |= {node: (placeholder_nodes[i], None) for node, i in rebound.items()}
-        grads = _backward_pass(graph, env, flows, seeds, stands_for)
-        received["final_contents"] = _final_contents(program, graph, env)
-        got = [i for i in grad_inputs if placeholder_nodes[i] in grads]
-        received["grad_inputs"] = tuple(got)
-        return outputs, [grads[placeholder_nodes[i]] for i in got]
+        grads = _backward_pass(program, env, flows, seeds, stands_for)
+        joint_found.final_contents = _final_contents(program, env)
+        joint_found.grad_inputs = tuple(i for i in wanted if input_nodes[i] in grads)
+        return outputs, [grads[input_nodes[i]] for i in joint_found.grad_inputs]
 
-    tangent_examples = [torch.zeros_like(_meta_value(outputs_node.args[0][k])) for k in differentiable]
+    tangent_examples = [
+        torch.zeros_like(_meta_value(outputs_node.args[0][k])) for k in differentiable
+    ]
     joint_module = make_fx(joint, tracing_mode="fake")(*tensors, *tangent_examples)
     joint_module.graph.eliminate_dead_code()  # rules may compute gradients nobody needs
-    forward, backward, num_saved, read_after_call = partition(
-        joint_module, n_inputs, len(outputs_node.args[0]), received["final_contents"]
-    )
-    tangent_strides = tuple(t.stride() for t in tangent_examples)
-    return TrainingPlan(
-        program, forward, backward, differentiable, received["grad_inputs"], num_saved, tangent_strides, read_after_call
+    split = partition(joint_module, n_inputs, joint_found.final_contents)
+    return Differentiated(
+        split.forward,
+        split.backward,
+        differentiable,
+        joint_found.grad_inputs,
+        split.num_saved,
+        tuple(t.stride() for t in tangent_examples),
+        split.read_after_call,
     )
 
 
-def _final_contents(program: FunctionalProgram, graph: torch.fx.Graph, env) -> dict[torch.fx.Node, int]:
+def _final_contents(program: FunctionalProgram, env) -> dict[torch.fx.Node, int]:
     """Joint-graph node -> input index, for the last contents the program gave a caller storage
     still read through that input when the call returns (`r[autograd.saved-inputs]`)."""
     rebound = {step.input_index for step in program.epilogue if isinstance(step, Rebind)}
-    found = {}
-    for node in graph.nodes:
-        i = node.meta.get(FINAL_CONTENTS_OF)
-        if i is not None and i not in rebound:
-            found[node_of(env[node])] = i
-    return found
+    return {
+        node_of(env[node]): i
+        for node, i in program.stand_ins.final_contents.items()
+        if i not in rebound
+    }
 
 
 def _meta_value(node: torch.fx.Node) -> torch.Tensor:
@@ -234,23 +225,27 @@ def _meta_value(node: torch.fx.Node) -> torch.Tensor:
     return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype)
 
 
-def _backward_pass(graph, env, flows, seeds, stands_for) -> dict[torch.fx.Node, torch.Tensor]:
+def _backward_pass(
+    program: FunctionalProgram, env, flows, seeds, stands_for: dict[torch.fx.Node, _StandsFor]
+) -> dict[torch.fx.Node, torch.Tensor]:
     """Reverse mode over the functional graph with the table's derivative rules; a write under
     torch.no_grad() passes its gradient on unchanged, and the gradient of a value standing for an
-    input (`stands_for`: node -> (placeholder, the input's layout on the value, or None when the
-    value is laid out as the input)) goes to the input."""
+    input goes to that input."""
     grads: dict[torch.fx.Node, object] = dict(seeds)
-    for node in reversed(list(graph.nodes)):
+    no_grad_writes = program.stand_ins.no_grad_writes
+    input_nodes = placeholders(program.graph)
+    for node in reversed(list(program.graph.nodes)):
         if node.op != "call_function" or node not in grads or node not in flows:
             continue
         grad = grads.pop(node)
-        if node in stands_for:  # r[autograd.no-grad-input-writes.identity], r[autograd.no-grad-set]
-            placeholder, layout = stands_for[node]
+        if node in stands_for:
+            stand_in = stands_for[node]
+            layout = stand_in.layout
             if layout is not None:
                 grad = aten.as_strided(grad, list(layout.sizes), list(layout.strides), layout.offset)
-            _accumulate(grads, placeholder, grad)
+            _accumulate(grads, input_nodes[stand_in.input_index], grad)
             continue
-        if node.meta.get(NO_GRAD_WRITE):  # r[autograd.no-grad-writes]: the old contents' history
+        if node in no_grad_writes:  # r[autograd.no-grad-writes]: the old contents' history
             _accumulate(grads, node.args[0], grad)
             continue
         if node.target is getitem:
@@ -289,17 +284,29 @@ def _pairs(arg_nodes, arg_grads):
     return [(arg_nodes, arg_grads)]
 
 
-def partition(joint_module: torch.fx.GraphModule, n_inputs: int, n_outputs: int, final_contents: dict):
+@frozen
+class Partition:
+    """The joint graph split in two (`r[autograd.partition.saved]`)."""
+
+    forward: GraphProgram
+    backward: GraphProgram
+    num_saved: int
+    #: Input index -> bytes of its storage the backward reads as the call left it.
+    read_after_call: dict[int, int]
+
+
+def partition(
+    joint_module: torch.fx.GraphModule, n_inputs: int, final_contents: dict
+) -> Partition:
     """Split the joint graph into forward and backward graphs and the values between them.
 
     `final_contents` maps joint nodes to input indices: the last contents the program gave that
     input's storage, which the backward reads from the input itself."""
     joint = joint_module.graph
-    placeholders = [node for node in joint.nodes if node.op == "placeholder"]
-    primals, tangents = placeholders[:n_inputs], placeholders[n_inputs:]
-    output_node = next(iter(reversed(joint.nodes)))
-    forward_outputs = list(output_node.args[0][0])
-    grads = [g for g in output_node.args[0][1]]
+    inputs = placeholders(joint)
+    primals, tangents = inputs[:n_inputs], inputs[n_inputs:]
+    outputs, grads = output_node(joint).args[0]
+    forward_outputs = list(outputs)
     # r[autograd.partition.saved]: the forward holds the replayed functional graph; every op a
     # derivative rule added runs in the backward, as in eager autograd, so the saved values are
     # exactly what the rules read (and what saved-tensor hooks see: r[hooks.eager.saved-set]).
@@ -317,13 +324,17 @@ def partition(joint_module: torch.fx.GraphModule, n_inputs: int, n_outputs: int,
     saved = _save_bases_of_views(saved)
     saved, reread = _read_contents_from_inputs(saved, primals, final_contents)
     forward = _extract(joint, primals, forward_outputs + saved)
-    backward = _extract(joint, saved + tangents, grads, reread)
-    read_after_call = {primals.index(primal): node.meta["val"].nbytes for node, primal in reread.items()}
-    return GraphProgram.of(forward), GraphProgram.of(backward), len(saved), read_after_call
+    backward = _extract(joint, saved + tangents, list(grads), reread)
+    read_after_call = {
+        primals.index(primal): node.meta["val"].nbytes for node, primal in reread.items()
+    }
+    return Partition(
+        GraphProgram.of(forward), GraphProgram.of(backward), len(saved), read_after_call
+    )
 
 
 def _read_contents_from_inputs(saved: list[torch.fx.Node], primals: list[torch.fx.Node], final_contents: dict):
-    """r[autograd.saved-inputs]: a saved value that is the last contents the program gave an
+    """r[autograd.saved-inputs.final-contents]: a saved value that is the last contents the program gave an
     input's storage is that input when the call returns: the forward saves the input, and the
     backward reads its whole storage when it runs. Returns the new saved list and, for each
     replaced value, the input it is read from.
@@ -335,6 +346,7 @@ def _read_contents_from_inputs(saved: list[torch.fx.Node], primals: list[torch.f
     reread = {
         node: primals[final_contents[node]]
         for node in saved
+        # r[autograd.saved-inputs.both-values]: not when the entry value is saved too
         if node in final_contents and primals[final_contents[node]] not in entry_values
     }
     new_saved: dict[torch.fx.Node, None] = {}
@@ -397,10 +409,9 @@ def _extract(graph: torch.fx.Graph, inputs: list[torch.fx.Node], outputs: list[t
     for node in graph.nodes:
         if node in needed:
             if node.op == "placeholder":
-                raise UnsupportedError(
-                    f"the backward graph reads {node.name}, which is neither saved nor a tangent",
-                    rule="autograd.partition.saved",
-                    fix="this is a bug in the partition; please report the program",
+                raise InternalError(
+                    f"the backward graph reads {node.name}, which is neither saved nor a "
+                    "tangent (r[autograd.partition.saved] saves every forward value it reads)"
                 )
             env[node] = new.node_copy(node, env.__getitem__)
     new.output([env[o] for o in outputs])

@@ -77,6 +77,7 @@ class Boundary:
         st = t.untyped_storage()
         key = st._cdata
         if key not in self._storages:
+            # r[aliasing.inputs.shared-storage]: one reference storage per torch storage.
             s = storage_from_torch(st)
             self._storages[key] = (st, s)
             self._torch_of[id(s)] = st

@@ -11,6 +11,7 @@ in order, other leaves are baked into the program as constants.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from typing import Any
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
-from attrs import frozen
+from attrs import define, frozen
 from torch._decomp import get_decompositions
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
@@ -155,6 +156,14 @@ class Program:
         return pytree.tree_unflatten(leaves, self.out_spec)
 
 
+@define
+class _Returned:
+    """How the traced function's return value is built from its tensors, found while tracing."""
+
+    spec: pytree.TreeSpec | None = None
+    leaves: tuple[Any, ...] = ()
+
+
 def _is_tensor(leaf) -> bool:
     return isinstance(leaf, torch.Tensor)
 
@@ -162,10 +171,11 @@ def _is_tensor(leaf) -> bool:
 def capture(fn: Callable, args, kwargs=None) -> Program:
     """Trace `fn(*args, **kwargs)` to an aten graph without touching the caller's tensors."""
     kwargs = {} if kwargs is None else kwargs
+    # r[capture.flat-inputs]: tensor leaves are placeholders, the other leaves constants.
     leaves, in_spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
     in_leaves = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in leaves)
     tensors = [leaf for leaf in leaves if _is_tensor(leaf)]
-    traced_outputs: dict[str, Any] = {}
+    returned = _Returned()
     grad_modes = GradModes()
 
     def flat_fn(*flat_tensors):
@@ -175,16 +185,16 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         with _WatchGradMode(grad_modes):
             result = fn(*call_args, **call_kwargs)
         out, out_spec = pytree.tree_flatten(result)
-        traced_outputs["spec"] = out_spec
-        traced_outputs["leaves"] = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in out)
+        returned.spec = out_spec
+        returned.leaves = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in out)
         return [leaf for leaf in out if _is_tensor(leaf)]
 
     # make_fx keeps stack traces only for frames of registered functions: register the user's.
     torch.fx.proxy._register_stack_trace_anchor(fn)
     graph_module = make_fx(
         flat_fn,
-        decomposition_table=DECOMPOSITIONS,
-        tracing_mode="fake",
+        decomposition_table=DECOMPOSITIONS,  # r[capture.aten-graph]
+        tracing_mode="fake",  # r[capture.no-side-effects]: the caller's tensors are not run on
         record_stack_traces=True,
     )(*tensors)
     grad_modes.annotate(graph_module.graph)
@@ -198,11 +208,39 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         graph_module=graph_module,
         in_spec=in_spec,
         in_leaves=in_leaves,
-        out_spec=traced_outputs["spec"],
-        out_leaves=traced_outputs["leaves"],
+        out_spec=returned.spec,
+        out_leaves=returned.leaves,
         entries=entries,
         name=getattr(fn, "__qualname__", repr(fn)),
     )
+
+_HOOKS_INSIDE = "saved_tensors_hooks entered inside a function the reference captures"
+
+
+@contextlib.contextmanager
+def hooks_silenced_while_tracing(rule: str = "hooks.eager.innermost"):
+    """Capture runs autograd on fake tensors: the caller's hooks must not fire on them. Hooks that
+    the function enters itself cannot be attributed to ops of the captured graph, so they raise
+    `UnsupportedError` naming `rule` (eager: `hooks.eager.innermost`; compiled: `hooks.compiled.traced`)."""
+    previous = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message()
+    torch._C._autograd._saved_tensors_hooks_disable(_HOOKS_INSIDE, False)
+    try:
+        yield
+    except RuntimeError as error:
+        if str(error) != _HOOKS_INSIDE:
+            raise
+        raise UnsupportedError(
+            "the function enters torch.autograd.graph.saved_tensors_hooks itself; the captured "
+            "graph does not say which of its ops run inside the context",
+            rule=rule,
+            fix="enter the context around the call instead",
+        ) from None
+    finally:
+        if previous is None:
+            torch._C._autograd._saved_tensors_hooks_enable()
+        else:
+            torch._C._autograd._saved_tensors_hooks_disable(previous, False)
+
 
 def _drop_view_replays(graph_module: torch.fx.GraphModule) -> None:
     """r[capture.view-replays]: after a write under torch.no_grad() into an input that is a view

@@ -34,7 +34,7 @@ def fsdp_copy_(ledger: Ledger, tensor: Tensor, data: Tensor) -> None:
 def set_(ledger: Ledger, t: Tensor, source: Tensor) -> Tensor:
     # r[aliasing.set.rebinds]: t now reads source's storage through source's layout; tensors that
     # shared t's old storage keep reading the old bytes.
-    ledger.rebind(t, source.storage)
+    ledger.rebind(t, source.storage)  # r[aliasing.set.later-writes]: one storage from now on
     t.layout = source.layout
     # r[aliasing.set.grows-storage]: like eager's set_ (resize_impl_cpu_), a storage too small for
     # the layout grows to its extent, keeping its bytes.

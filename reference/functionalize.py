@@ -21,24 +21,13 @@ import torch.utils._pytree as pytree
 from attrs import define, field, frozen
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
 
-from aotspec.errors import SpecViolation, UnsupportedError
+from aotspec.errors import InternalError, SpecViolation, UnsupportedError
 
 from .capture import GradModes, Program, grad_enabled
 from .optable import OpEntry, OpKind, bind, lookup
 from .storage import Layout, numpy_dtype
 
 aten = torch.ops.aten
-
-#: Node meta key: the node is the whole contents of a caller storage (by first input) that a
-#: resize up from 0 bytes made.
-RESIZED_CONTENTS_OF = "aotspec_resized_contents_of"
-#: Node meta key: the node is the last contents the program gave a caller storage (by first input).
-FINAL_CONTENTS_OF = "aotspec_final_contents_of"
-#: Node meta key: the node reads an input that set_ rebound under torch.no_grad() (its flat index).
-READ_AS_INPUT = "aotspec_read_as_input"
-#: Node meta key: the node is a write under torch.no_grad() (an as_strided_scatter into the old
-#: contents, its first argument).
-NO_GRAD_WRITE = "aotspec_no_grad_write"
 
 # ---------------------------------------------------------------- what a compiled program assumes
 
@@ -147,6 +136,38 @@ class OutputView:
 
 
 @frozen
+class StandIns:
+    """Values of the functional graph that autograd does not treat as ordinary op results, found
+    by the replay (each maps a node of the functional graph to a flat input index)."""
+
+    #: The whole contents of a caller storage that a resize up from 0 bytes made, by the first
+    #: input on that storage (`r[autograd.no-grad-input-writes.identity]`).
+    resized_contents: dict[torch.fx.Node, int]
+    #: The last contents the program gave a caller storage, by first input
+    #: (`r[autograd.saved-inputs]`).
+    final_contents: dict[torch.fx.Node, int]
+    #: Reads through an input that set_ rebound under torch.no_grad() (`r[autograd.no-grad-set]`).
+    read_as_input: dict[torch.fx.Node, int]
+    #: Writes under torch.no_grad(): as_strided_scatters into the old contents, their first
+    #: argument (`r[autograd.no-grad-writes]`).
+    no_grad_writes: frozenset[torch.fx.Node]
+
+    def kept_in(self, graph: torch.fx.Graph) -> StandIns:
+        """Only the nodes still in `graph` (dead code elimination removes some)."""
+        alive = set(graph.nodes)
+
+        def kept(mapping: dict) -> dict:
+            return {node: i for node, i in mapping.items() if node in alive}
+
+        return StandIns(
+            kept(self.resized_contents),
+            kept(self.final_contents),
+            kept(self.read_as_input),
+            frozenset(node for node in self.no_grad_writes if node in alive),
+        )
+
+
+@frozen
 class FunctionalProgram:
     graph_module: torch.fx.GraphModule
     entries: dict[torch.fx.Node, OpEntry]
@@ -156,6 +177,8 @@ class FunctionalProgram:
     #: One per tensor the user's function returns, in pytree order.
     outputs: tuple[OutputIsInput | OutputView, ...]
     captured: Program
+    #: Values autograd treats as standing for something else.
+    stand_ins: StandIns
     #: Caller storages (by first input) the program wrote or resized at some point.
     touched_storages: frozenset[int] = frozenset()
     #: Caller storages the program wrote, and those it wrote with grad mode on
@@ -255,7 +278,7 @@ def _read(cell: _Cell, name: str, replay: _Replay, *, for_view: bool = False) ->
     with replay.materializing(grad_enabled=not cell.viewed_without_grad):
         cell.value = aten.as_strided(flat, layout.sizes, layout.strides, layout.offset)
     if cell.read_as_input is not None:  # r[autograd.no-grad-set]
-        node_of(cell.value).meta[READ_AS_INPUT] = cell.read_as_input
+        replay.read_as_input[node_of(cell.value)] = cell.read_as_input
     cell.version = cell.storage.version
     return cell.value
 
@@ -275,7 +298,7 @@ def _note_contents(storage: _Storage, contents: torch.Tensor | None = None) -> N
 def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
     """r[functionalize.writes]: a write through a layout is an as_strided_scatter into the contents."""
     layout = cell.layout
-    if layout.has_internal_overlap():
+    if layout.has_internal_overlap():  # r[aliasing.inplace.no-overlapping-write]
         raise RuntimeError(
             "unsupported operation: more than one element of the written-to tensor refers to a single "
             "memory location. Please clone() the tensor before performing the operation."
@@ -291,14 +314,14 @@ def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
         # the unspecified bytes of the resize are never read, so they are never held alongside.
         contents = aten.clone(new, memory_format=torch.contiguous_format)
         storage.flat = aten.view(contents, [storage.elements])
-        node_of(storage.flat).meta[RESIZED_CONTENTS_OF] = storage.caller
+        replay.resized_contents[node_of(storage.flat)] = storage.caller
         storage.unread_since_resize = False
     else:
         contents = None
         storage.flat = aten.as_strided_scatter(_flat(storage, replay), new, layout.sizes, layout.strides, layout.offset)
         if not replay.grad_enabled:
             # r[autograd.no-grad-writes]: the tensor keeps its history; the written values carry none.
-            node_of(storage.flat).meta[NO_GRAD_WRITE] = True
+            replay.no_grad_writes.add(node_of(storage.flat))
     storage.version += 1
     storage.written = True
     storage.written_with_grad |= replay.grad_enabled
@@ -314,7 +337,7 @@ def _covers(layout: Layout, storage: _Storage) -> bool:
 # ---------------------------------------------------------------- op by op
 
 
-def _resize(cell: _Cell, n: int, name: str) -> None:
+def _resize(cell: _Cell, n: int, name: str, replay: _Replay) -> None:
     storage = cell.storage
     if storage.caller is None:
         raise UnsupportedError(
@@ -344,7 +367,7 @@ def _resize(cell: _Cell, n: int, name: str) -> None:
     storage.flat = aten.zeros([storage.elements], dtype=storage.dtype) if n else None
     if n:
         # r[autograd.no-grad-input-writes.identity]: bytes a resize up gives an input are that input.
-        node_of(storage.flat).meta[RESIZED_CONTENTS_OF] = storage.caller
+        replay.resized_contents[node_of(storage.flat)] = storage.caller
         storage.unread_since_resize = True
     _note_contents(storage)
 
@@ -365,6 +388,10 @@ class _Replay:
     grad_enabled: bool = field(factory=torch.is_grad_enabled)
     #: Inputs that set_ rebound with grad mode on.
     rebound_with_grad: set = field(factory=set)
+    #: What the replay found for `StandIns`, filled as the graph is traced.
+    resized_contents: dict = field(factory=dict)
+    read_as_input: dict = field(factory=dict)
+    no_grad_writes: set = field(factory=set)
 
     def run(self, values: list[torch.Tensor]):
         storages: dict[int, _Storage] = {}
@@ -389,7 +416,7 @@ class _Replay:
                 self.env[node] = self.fresh(constant.clone())
             elif node.op == "output":
                 return [self.env[value] for value in node.args[0]]
-        raise AssertionError("a captured graph ends with an output node")
+        raise InternalError("a captured graph ends with an output node")
 
     @contextlib.contextmanager
     def materializing(self, grad_enabled: bool):
@@ -433,7 +460,7 @@ class _Replay:
             return self.effect(node, args, read_all)
         if entry.kind is OpKind.OPAQUE:
             return self.opaque(node, entry, args, kwargs, read_all)
-        raise AssertionError(f"op table entry of unknown kind: {entry}")
+        raise InternalError(f"op table entry of unknown kind: {entry}")
 
     def view(self, node, entry: OpEntry, args, kwargs, read_all):
         source: _Cell = args[0]
@@ -459,9 +486,9 @@ class _Replay:
         if node.target is aten.set_.source_Tensor:
             return self.set_(args[0], args[1], node.name)
         if node.target is torch.ops.inductor.resize_storage_bytes_.default:
-            _resize(args[0], args[1], node.name)
+            _resize(args[0], args[1], node.name, self)
             return None
-        raise AssertionError(f"effect op without a functionalization rule: {node.target}")
+        raise InternalError(f"effect op without a functionalization rule: {node.target}")
 
     def set_(self, cell: _Cell, source: _Cell, name: str) -> _Cell:
         # r[functionalize.set.rebinds-cell]: the tensor object moves; its old storage keeps its contents.
@@ -502,10 +529,20 @@ class _Replay:
 # ---------------------------------------------------------------- the pass
 
 
+@define
+class _Replayed:
+    """What the traced replay found besides the graph it recorded."""
+
+    state: _Replay | None = None
+    epilogue: tuple[WriteBack | Resize | Rebind, ...] = ()
+    outputs: tuple[OutputIsInput | OutputView, ...] = ()
+    final_contents: dict[torch.fx.Node, int] = field(factory=dict)
+
+
 def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalProgram:
     """The functional graph and epilogue of `program`, specialized to these input tensors."""
     inputs = InputMeta.of(tensors)
-    found: dict[str, object] = {}
+    replayed = _Replayed()
     grad_modes = GradModes()
 
     def replay(*values):
@@ -519,7 +556,8 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
                 index_of[id(storage)] = len(graph_outputs)
                 # r[functionalize.outputs]: a storage no op wrote or resized is returned as the
                 # result that made it, so an output laid out like that result is the result itself.
-                graph_outputs.append(storage.origin if storage.flat is None else _flat(storage, state))
+                contents = storage.origin if storage.flat is None else _flat(storage, state)
+                graph_outputs.append(contents)
             return index_of[id(storage)]
 
         def where(storage: _Storage):
@@ -530,7 +568,8 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
         epilogue: list = []
         for storage in state.caller_storages:
             if storage.nbytes != storage.entry_nbytes:
-                # r[resize.compiled.epilogue]: resized up or down overall: the caller's storage follows.
+                # r[resize.compiled.epilogue]: resized up or down overall: the caller's storage
+                # follows.
                 epilogue.append(Resize(storage.caller, storage.nbytes))
             if storage.nbytes > 0 and storage.written:
                 epilogue.append(WriteBack(storage.caller, graph_storage(storage)))
@@ -547,15 +586,14 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
                 outputs.append(OutputIsInput(cell.input_index))
             else:
                 outputs.append(OutputView(where(cell.storage), cell.layout, cell.root))
-        for storage in state.caller_storages:
-            if storage.last_contents is not None:
-                node_of(storage.last_contents).meta[FINAL_CONTENTS_OF] = storage.caller
-        found["touched"] = frozenset(s.caller for s in state.caller_storages if s.written or s.resized)
-        found["rebound_with_grad"] = frozenset(state.rebound_with_grad)
-        found["written"] = frozenset(s.caller for s in state.caller_storages if s.written)
-        found["written_with_grad"] = frozenset(s.caller for s in state.caller_storages if s.written_with_grad)
-        found["epilogue"] = tuple(epilogue)
-        found["outputs"] = tuple(outputs)
+        replayed.state = state
+        replayed.epilogue = tuple(epilogue)
+        replayed.outputs = tuple(outputs)
+        replayed.final_contents = {
+            node_of(storage.last_contents): storage.caller
+            for storage in state.caller_storages
+            if storage.last_contents is not None
+        }
         return graph_outputs
 
     graph_module = make_fx(replay, tracing_mode="fake")(*tensors)
@@ -567,8 +605,24 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
         for node in graph_module.graph.nodes
         if node.op == "call_function" and node.target is not getitem
     }
-    return FunctionalProgram(
-        graph_module, entries, inputs, found["epilogue"], found["outputs"], program, found["touched"],
-        found["written"], found["written_with_grad"], found["rebound_with_grad"],
+    state = replayed.state
+    storages = state.caller_storages
+    stand_ins = StandIns(
+        state.resized_contents,
+        replayed.final_contents,
+        state.read_as_input,
+        frozenset(state.no_grad_writes),
     )
-
+    return FunctionalProgram(
+        graph_module,
+        entries,
+        inputs,
+        replayed.epilogue,
+        replayed.outputs,
+        program,
+        stand_ins.kept_in(graph_module.graph),
+        touched_storages=frozenset(s.caller for s in storages if s.written or s.resized),
+        written=frozenset(s.caller for s in storages if s.written),
+        written_with_grad=frozenset(s.caller for s in storages if s.written_with_grad),
+        rebound_with_grad=frozenset(state.rebound_with_grad),
+    )

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
@@ -29,9 +29,12 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from aotspec.errors import HooksWarning, UnsupportedError
 
-from .autograd import GraphProgram, TrainingPlan
 from .capture import TENSOR, Program, capture
+from .graph import GraphProgram, output_node
 from .optable import OpKind
+
+if TYPE_CHECKING:  # plan.py runs this pass: the import would be a cycle at run time
+    from .plan import Plan
 
 
 @frozen
@@ -67,12 +70,12 @@ class _TracedHooks:
 
 
 def inline_hooks(
-    plan: TrainingPlan,
+    plan: Plan,
     hooks: SavedTensorHooks,
     hooks_filter: str,
     static_inputs: frozenset[int],
     placement: Placement = Placement.LAST_USE,
-) -> TrainingPlan:
+) -> Plan:
     """`plan` with `hooks` inlined for the saved values `hooks_filter` selects."""
     forward, backward = plan.forward.graph, plan.backward.graph
     saved = _saved_nodes(forward, plan.num_saved)
@@ -106,7 +109,7 @@ def inline_hooks(
 
 
 def _saved_nodes(forward: torch.fx.Graph, num_saved: int) -> list[torch.fx.Node]:
-    outputs = _output_node(forward).args[0]
+    outputs = output_node(forward).args[0]
     return list(outputs[len(outputs) - num_saved :])
 
 
@@ -115,7 +118,7 @@ def _select(forward, saved, num_saved, hooks_filter, static_inputs, read_after_c
     call left it is never packed: the forward only has it as it was when the call began
     (`r[hooks.filter.read-after-call]`)."""
     placeholders = {node: i for i, node in enumerate(n for n in forward.nodes if n.op == "placeholder")}
-    outputs = _output_node(forward).args[0]
+    outputs = output_node(forward).args[0]
     returned = set(outputs[: len(outputs) - num_saved])
     if hooks_filter == "all":  # r[hooks.filter.all]
         return [j for j, node in enumerate(saved) if placeholders.get(node) not in read_after_call]
@@ -143,7 +146,7 @@ def _trace_all(hooks: SavedTensorHooks, nodes: list[torch.fx.Node]) -> dict[torc
 def _trace(hooks: SavedTensorHooks, saved_value) -> _TracedHooks:
     # r[hooks.compiled.traced]: traced on a tensor with the saved value's layout.
     pack = _capture_hook("pack", hooks.pack, (_like(saved_value),))
-    packed_examples = [_like(node.meta["val"]) for node in _output_node(pack.graph).args[0]]
+    packed_examples = [_like(node.meta["val"]) for node in output_node(pack.graph).args[0]]
 
     def unpack_leaves(*tensors):
         it = iter(tensors)
@@ -152,7 +155,7 @@ def _trace(hooks: SavedTensorHooks, saved_value) -> _TracedHooks:
 
     unpack_leaves.__qualname__ = getattr(hooks.unpack, "__qualname__", repr(hooks.unpack))
     unpack = _capture_hook("unpack", unpack_leaves, packed_examples)
-    result = _output_node(unpack.graph).args[0]
+    result = output_node(unpack.graph).args[0]
     if unpack.out_leaves != (TENSOR,) or pytree.tree_unflatten([0], unpack.out_spec) != 0:
         _untraceable("unpack", hooks.unpack, f"it returned {unpack.out_spec} instead of one tensor")
     got = result[0].meta["val"]
@@ -222,7 +225,7 @@ def _pack_in_forward(forward, saved, selected, traced, placement):
             packed_nodes[value] = _inline(new, traced[value].pack, [env[value]], f"{value.name}_packed")
     for value in pack_after.get(None, ()):  # PyTorch's placement, kept for comparisons
         packed_nodes[value] = _inline(new, traced[value].pack, [env[value]], f"{value.name}_packed")
-    outputs = _output_node(forward).args[0]
+    outputs = output_node(forward).args[0]
     user_outputs = [env[node] for node in outputs[: len(outputs) - len(saved)]]
     saved_outputs: list[torch.fx.Node] = []
     packed: dict[int, list[str]] = {}
@@ -255,7 +258,7 @@ def _pack_points(forward, chosen, placement) -> dict[torch.fx.Node | None, list[
     for value, node in last_use.items():
         # Inputs are packed after the last placeholder: the graph's inputs come first.
         point = last_placeholder if node.op == "placeholder" else node
-        points.setdefault(point, []).append(value)
+        points.setdefault(point, []).append(value)  # r[hooks.place.pack-after-last-use]
     return points
 
 
@@ -290,7 +293,7 @@ def _unpack_in_backward(backward, packed, traced, placement):
             env[node].meta = dict(node.meta)
             continue
         pending[node] = [new.placeholder(name) for name in packed[j]]
-        for placeholder, source in zip(pending[node], _output_node(traced[j].pack.graph).args[0], strict=True):
+        for placeholder, source in zip(pending[node], output_node(traced[j].pack.graph).args[0], strict=True):
             placeholder.meta = dict(source.meta)
         unpack_of[node] = traced[j].unpack
 
@@ -306,13 +309,9 @@ def _unpack_in_backward(backward, packed, traced, placement):
             continue
         for used in node.all_input_nodes:
             if used in pending:
-                unpack(used)
+                unpack(used)  # r[hooks.place.unpack-before-first-use]
         if node.op == "output":
             new.output(torch.fx.node.map_arg(node.args[0], env.__getitem__))
         else:
             env[node] = new.node_copy(node, env.__getitem__)
     return new
-
-
-def _output_node(graph: torch.fx.Graph) -> torch.fx.Node:
-    return next(iter(reversed(graph.nodes)))

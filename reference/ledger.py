@@ -55,7 +55,7 @@ class Ledger:
         tensor, count = self._holders.get(id(t), (t, 0))
         self._holders[id(t)] = (tensor, count + 1)
         if count == 0:
-            self._add_reader(t.storage)
+            self._add_reader(t.storage)  # r[memory.live]: held, so its storage is live
 
     def release(self, t: Tensor) -> None:
         """A holder of `t` let go; the last one going frees the storage if nothing else reads it."""
@@ -83,6 +83,7 @@ class Ledger:
     def resized(self, s: Storage, old_nbytes: int) -> None:
         """Account for `s` having changed size from `old_nbytes` to `s.nbytes`."""
         if id(s) in self._readers:
+            # r[memory.resize.live-bytes]: the difference counts; the storage stays the same one.
             self._change_live(s.nbytes - old_nbytes)
         self._record("resize", s, s.nbytes)
 
@@ -101,7 +102,7 @@ class Ledger:
 
     def _drop_reader(self, s: Storage) -> None:
         storage, count = self._readers[id(s)]
-        if count == 1:
+        if count == 1:  # r[memory.freed]: the last reader of the storage went
             del self._readers[id(s)]
             self._change_live(-s.nbytes)
             self._record("free", s, 0)
@@ -119,7 +120,7 @@ class Ledger:
 
     def _change_live(self, delta: int) -> None:
         self.live_bytes += delta
-        self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+        self.peak_bytes = max(self.peak_bytes, self.live_bytes)  # r[memory.peak]
 
     def _record(self, kind: str, s: Storage, nbytes: int) -> None:
         self.events.append(Event(self.step, self.node, kind, s.id, nbytes, self.live_bytes))

@@ -63,7 +63,7 @@ _storage_ids = itertools.count()
 class Storage:
     """A resizable byte buffer; tensors that share one alias each other (`r[memory.alias]`)."""
 
-    buffer: np.ndarray = field(repr=lambda b: f"<{b.size} bytes>")
+    buffer: np.ndarray = field(repr=lambda b: f"<{b.size} bytes>")  # r[memory.storage]
     id: int = field(factory=lambda: next(_storage_ids))
 
     @classmethod
@@ -77,6 +77,7 @@ class Storage:
     def resize(self, n: int) -> None:
         # r[resize.keeps-prefix]: the first min(old, new) bytes survive; new bytes are unspecified
         # (the reference zero-fills them, and no conforming program may read them).
+        # r[resize.zero-then-back]: the buffer changes, the Storage object (its identity) stays.
         resized = np.zeros(n, dtype=np.uint8)
         kept = min(n, self.nbytes)
         resized[:kept] = self.buffer[:kept]
@@ -140,6 +141,7 @@ class Layout:
         if (self.dtype, self.sizes, self.offset) != (other.dtype, other.sizes, other.offset):
             return False
         pairs = zip(self.sizes, self.strides, other.strides, strict=True)
+        # r[memory.layout.unaddressed-strides]: strides of size-1 dims are not compared.
         return all(mine == theirs for size, mine, theirs in pairs if size > 1)
 
     def has_internal_overlap(self) -> bool:
@@ -200,7 +202,7 @@ class Tensor:
     def write(self, values: np.ndarray) -> None:
         """Store `values` (broadcast, cast to the tensor's dtype) through the layout."""
         if self.layout.has_internal_overlap():
-            # Eager raises the same error: a write would store twice into one location.
+            # r[aliasing.inplace.no-overlapping-write]: eager's error, in eager's words.
             raise RuntimeError(
                 "unsupported operation: more than one element of the written-to tensor refers to "
                 "a single memory location. Please clone() the tensor before performing the "

@@ -28,13 +28,13 @@ def test_an_unknown_hooks_filter_names_the_valid_ones():
 
 
 def test_steal_must_name_a_parameter():
-    with pytest.raises(ValueError, match=r"not parameters of .*\[rule boxed.steal\]"):
+    with pytest.raises(ValueError, match=r"not parameters of .*\[rule boxed.steal.lists-only\]"):
         aotspec.compile(lambda xs: xs[0], backend="reference", steal=("ys",))
 
 
 def test_a_stolen_argument_must_be_a_list_of_tensors():
     compiled = aotspec.compile(lambda xs: xs[0] + 1, backend="reference", steal=("xs",))
-    with pytest.raises(TypeError, match=r"must be a list of tensors, got tuple \[rule boxed.steal\]"):
+    with pytest.raises(TypeError, match=r"must be a list of tensors, got tuple \[rule boxed.steal.lists-only\]"):
         compiled((torch.ones(2),))
 
 

@@ -29,7 +29,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import aotspec
 from aotspec import UnsupportedError
 from aotspec.reference import run
-from aotspec.reference.eager import bind
+from aotspec.reference.optable import bind
 from aotspec.reference.optable import (
     DERIVATIVES,
     NONDIFFERENTIABLE,

@@ -1,48 +1,38 @@
-"""Autograd for the eager interpreter: a tape of derivative rules, and saved-tensor hooks.
+"""The eager interpreter's autograd tape: what each op records for the backward.
 
 While the interpreter runs a program (grad mode on, some input requiring grad), every op whose
 inputs need a gradient (`r[autograd.requires-grad]`) appends an entry to the tape, and saves what
 its derivative rule reads (`r[hooks.eager.saved-set]`), packed by the innermost saved-tensor hooks
-if any are active (`r[hooks.eager.pack-on-save]`, `r[hooks.eager.innermost]`). The outputs reach
-torch's autograd through one node whose backward walks the tape in reverse
-(`r[hooks.eager.unpack-on-use]`).
-
-Derivative rules are torch code (`reference/ops.py`). They run on the reference: each rule is traced
-once per signature with make_fx on fake tensors, and the traced graph runs on the interpreter, with
-its own ledger. The same trace tells which arguments the rule reads, so what an op saves is derived
-from its rule, never listed by hand.
+if any are active (`r[hooks.eager.pack-on-save]`, `r[hooks.eager.innermost]`). The backward
+(`eager_backward.py`) walks the tape in reverse.
 
 In-place ops follow eager autograd: the mutated tensor gets a new history; a write through a view
 gives the view's base a new history too (eager's CopySlices: the old base with the window written),
 and every other view of that base reads its history anew from the base's.
 
-Conventions: a `Var` is a value that needs a gradient; `cell` is a reference Tensor; a `slot` stands
-for a tensor leaf of an op's (output, arguments) by its layout; an `entry` is one op on the tape.
+Conventions: a `Var` is a value that needs a gradient; `cell` is a reference Tensor; an `entry`
+is one op on the tape.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 from collections.abc import Callable
 from operator import getitem
 from typing import Any
 
-import numpy as np
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
-from attrs import define, field, frozen
-from torch.fx.experimental.proxy_tensor import make_fx
+from attrs import define, field
 
 from aotspec.errors import InternalError, UnsupportedError
 
-from . import eager
-from .autograd import GraphProgram
 from .boundary import Boundary, bytes_of
 from .capture import grad_enabled
+from .interpreter import call_op
 from .ledger import Ledger
 from .optable import DERIVATIVES, NONDIFFERENTIABLE, OpKind, bind, qualified_name
+from .rules import Slot, key_of, rule_program, write_through_backward
 from .storage import Layout, Storage, Tensor
 
 aten = torch.ops.aten
@@ -55,161 +45,6 @@ class Var:
     name: str
 
 
-@frozen
-class Slot:
-    """A tensor leaf of an op's output or arguments, by its layout (what tracing a rule needs)."""
-
-    layout: Layout
-
-
-# ---------------------------------------------------------------- rules, traced
-
-
-@frozen
-class RuleProgram:
-    """A derivative rule traced for one signature, ready to run on the reference."""
-
-    program: GraphProgram
-    #: Leaves of (output, arguments) the rule reads, in the graph's placeholder order.
-    reads: tuple[int, ...]
-    #: The same leaves in the order eager saves them: arguments, then outputs, each in the order
-    #: the rule first uses them.
-    save_order: tuple[int, ...]
-    #: Tensor leaves of the arguments whose gradient the graph returns, in output order.
-    gives: tuple[int, ...]
-
-
-def _example(layout: Layout) -> torch.Tensor:
-    """A tensor with exactly this layout, for tracing (its values are never read)."""
-    storage = torch.empty(layout.extent_elements(), dtype=layout.dtype)
-    return storage.as_strided(layout.sizes, layout.strides, layout.offset)
-
-
-def _per_tensor_leaf(bound, arg_grads) -> list:
-    """The rule's per-argument gradients, one per tensor leaf of the arguments (None where none)."""
-    grads = []
-    for arg, grad in zip(bound, arg_grads, strict=True):
-        if isinstance(arg, torch.Tensor):
-            grads.append(grad)
-        elif isinstance(arg, (list, tuple)):  # cat's tensors, index's indices
-            parts = [None] * len(arg) if grad is None else grad
-            grads.extend(g for t, g in zip(arg, parts, strict=True) if isinstance(t, torch.Tensor))
-    return grads
-
-
-@functools.lru_cache(maxsize=None)
-def rule_program(rule: Callable, spec: pytree.TreeSpec, leaves: tuple, n_out: int, grads: tuple, needed: tuple[bool, ...]) -> RuleProgram:
-    """Trace `rule` for outputs and arguments laid out as `leaves` say (Slots for tensors, keyed
-    constants otherwise), with the output gradients laid out as `grads` (a Layout, or None where
-    the output gets no gradient); the graph returns the gradients of the `needed` tensor leaves."""
-    values = [_constant(leaf) for leaf in leaves]
-    tensor_positions = [i for i, leaf in enumerate(values) if isinstance(leaf, Slot)]
-    returned: dict[str, tuple[int, ...]] = {}
-
-    def flat_rule(*tensors):
-        grad_values = list(tensors[: sum(g is not None for g in grads)])
-        grad_it = iter(grad_values)
-        grad_tuple = tuple(next(grad_it) if g is not None else None for g in grads)
-        filled = list(values)
-        for position, tensor in zip(tensor_positions, tensors[len(grad_values) :], strict=True):
-            filled[position] = tensor
-        out, bound = pytree.tree_unflatten(filled, spec)
-        grad = grad_tuple if isinstance(out, (tuple, list)) else grad_tuple[0]
-        arg_grads = _per_tensor_leaf(bound, rule(grad, out, *bound))
-        gives = tuple(k for k, g in enumerate(arg_grads) if needed[k] and g is not None)
-        returned["gives"] = gives
-        return [arg_grads[k] for k in gives]
-
-    examples = [_example(g) for g in grads if g is not None] + [_example(values[i].layout) for i in tensor_positions]
-    module = make_fx(flat_rule, tracing_mode="fake")(*examples)
-    graph = module.graph
-    graph.eliminate_dead_code()  # rules compute gradients nobody needs; those reads go too
-    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
-    n_grads = len(placeholders) - len(tensor_positions)
-    leaf_of = {node: tensor_positions[k - n_grads] for k, node in enumerate(placeholders) if k >= n_grads}
-    first_reads: dict[int, None] = {}
-    for node in graph.nodes:
-        for used in node.all_input_nodes:
-            if used in leaf_of:
-                first_reads.setdefault(leaf_of[used], None)
-    for node in placeholders:
-        if not node.users:
-            graph.erase_node(node)
-    module.recompile()
-    reads = tuple(leaf_of[node] for node in placeholders if node in leaf_of and node.users)
-    save_order = sorted(first_reads, key=lambda leaf: leaf < n_out)  # stable: first use within each
-    return RuleProgram(GraphProgram.of(module), reads, tuple(save_order), returned["gives"])
-
-
-@frozen
-class _Keyed:
-    """A constant leaf in a cache key: by type as well as value, so 1, 1.0 and True differ."""
-
-    value: Any
-    kind: type
-
-
-def _key(leaf):
-    return leaf if isinstance(leaf, Slot) else _Keyed(leaf, type(leaf))
-
-
-def _constant(leaf):
-    return leaf if isinstance(leaf, Slot) else leaf.value
-
-
-@functools.lru_cache(maxsize=None)
-def _sum_program(a: Layout, b: Layout) -> GraphProgram:
-    module = make_fx(lambda x, y: [x + y], tracing_mode="fake")(_example(a), _example(b))
-    return GraphProgram.of(module)
-
-
-def write_through_backward(grad, out, base, src, sizes, strides, offset):
-    """The gradient of writing `src` into `base` through the window as_strided(sizes, strides,
-    offset) (eager's CopySlices): the old base gets grad outside the window, src grad inside it."""
-    layout = Layout.of(base)
-    window = Layout(layout.dtype, sizes, strides, offset)
-    start = min(layout.offset, window.offset)
-    length = max(layout.extent_elements(), window.extent_elements()) - start
-    # grad placed where the base's elements live in their storage (a base is never overlapping)
-    placed = aten.as_strided_scatter(grad.new_zeros(length), grad, layout.sizes, layout.strides, layout.offset - start)
-    src_grad = placed.as_strided(sizes, strides, offset - start)
-    cleared = aten.as_strided_scatter(placed, grad.new_zeros(sizes), sizes, strides, offset - start)
-    base_grad = cleared.as_strided(layout.sizes, layout.strides, layout.offset - start)
-    return base_grad, src_grad, None, None, None
-
-
-# ---------------------------------------------------------------- capture
-
-
-_HOOKS_INSIDE = "saved_tensors_hooks entered inside a function the reference captures"
-
-
-@contextlib.contextmanager
-def hooks_silenced_while_tracing(rule: str = "hooks.eager.innermost"):
-    """Capture runs autograd on fake tensors: the caller's hooks must not fire on them. Hooks that
-    the function enters itself cannot be attributed to ops of the captured graph, so they raise
-    `UnsupportedError` naming `rule` (eager: `hooks.eager.innermost`; compiled: `hooks.compiled.traced`)."""
-    previous = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message()
-    torch._C._autograd._saved_tensors_hooks_disable(_HOOKS_INSIDE, False)
-    try:
-        yield
-    except RuntimeError as error:
-        if str(error) != _HOOKS_INSIDE:
-            raise
-        raise UnsupportedError(
-            "the function enters torch.autograd.graph.saved_tensors_hooks itself; the captured "
-            "graph does not say which of its ops run inside the context",
-            rule=rule,
-            fix="enter the context around the call instead",
-        ) from None
-    finally:
-        if previous is None:
-            torch._C._autograd._saved_tensors_hooks_enable()
-        else:
-            torch._C._autograd._saved_tensors_hooks_disable(previous, False)
-
-
-# ---------------------------------------------------------------- the tape
 
 
 @define(eq=False)
@@ -342,14 +177,14 @@ class Tape:
     def call(self, node: torch.fx.Node, entry, env, ledger: Ledger):
         """Run one node like the interpreter does, recording what autograd needs."""
         if node.target is getitem:
-            return eager._call(node, entry, env, ledger)
+            return call_op(node, entry, env, ledger)
         args = torch.fx.node.map_arg(node.args, env.__getitem__)
         kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
         bound = bind(node.target._schema, args, kwargs)
         if not grad_enabled(node):
             # r[capture.grad-mode]: under torch.no_grad() nothing is recorded; a write still bumps
             # the target's version (an optimizer's update of a parameter).
-            result = eager._call(node, entry, env, ledger)
+            result = call_op(node, entry, env, ledger)
             if _bumps_version(node, entry):
                 self._bump(bound[0].storage)
             return result
@@ -358,19 +193,19 @@ class Tape:
         if entry.kind is OpKind.EFFECT:
             if _bumps_version(node, entry):  # set_; a resize is nothing to autograd (FSDP's reshard)
                 self._refuse_if_needs_grad(node, bound)
-            result = eager._call(node, entry, env, ledger)
+            result = call_op(node, entry, env, ledger)
             if _bumps_version(node, entry):
                 self._bump(bound[0].storage)
             return result
         inputs = self._input_vars(bound)
-        result = eager._call(node, entry, env, ledger)
+        result = call_op(node, entry, env, ledger)
         if entry.kind is OpKind.VIEW:
             self._note_views(result)
         else:
             self._note_bases(result)
         if any(inputs) and node.target not in NONDIFFERENTIABLE:
             outputs = self._record(node.name, DERIVATIVES.get(node.target), qualified_name(node.target), result, bound, inputs)
-            for cell, var in zip(_cells(result), outputs, strict=True):
+            for cell, var in zip(cells_of(result), outputs, strict=True):
                 self._set_var(cell, var)
         return result
 
@@ -380,7 +215,7 @@ class Tape:
         functional = entry.functional if entry.kind is OpKind.INPLACE else aten.copy.default
         inputs = self._input_vars(bound)
         if not any(inputs):
-            result = eager._call(node, entry, env, ledger)
+            result = call_op(node, entry, env, ledger)
             self._bump(target.storage)
             return result
         self._check_mutable(node, target)
@@ -388,7 +223,7 @@ class Tape:
         # The rule reads the target's value from before the write (leaf 1: output first, then the
         # arguments): eager saves a clone of it.
         before = self._clone(target) if rule is not None and 1 in self._reads(rule, target, bound, inputs) else None
-        result = eager._call(node, entry, env, ledger)
+        result = call_op(node, entry, env, ledger)
         self._bump(target.storage)
         originals = {} if before is None else {1: before}
         (var,) = self._record(node.name, rule, qualified_name(functional), target, bound, inputs, originals)
@@ -433,11 +268,11 @@ class Tape:
             )
 
     def _note_bases(self, result) -> None:
-        for cell in _cells(result):
+        for cell in cells_of(result):
             self._bases.setdefault(id(cell.storage), _Base(cell))
 
     def _note_views(self, result) -> None:
-        for cell in _cells(result):
+        for cell in cells_of(result):
             base = self._bases.get(id(cell.storage))
             if base is not None and base.cell is not cell:
                 self._views[id(cell)] = _View(cell, base, base.generation)
@@ -484,21 +319,21 @@ class Tape:
         pack, unpack = hooks
         # r[hooks.eager.pack-on-save]: pack sees the tensor as the op saves it, right now; the
         # tape keeps what pack returns, so the tensor itself is no longer held by the tape.
-        crossing = _Crossing()
+        crossing = Crossing()
         packed = crossing.to_reference(pack(crossing.to_torch(cell)))
-        held = _cells(packed)
+        held = cells_of(packed)
         for kept in held:
             self.ledger.hold(kept)
         return Saved(packed, held, unpack)
 
-    def held_cells(self) -> list[Tensor]:
+    def heldcells_of(self) -> list[Tensor]:
         return [cell for entry in self.entries for saved in entry.saved.values() for cell in saved.held]
 
 
 def _signature(out, bound):
     """The (spec, keyed leaves, number of output leaves) of an op's (output, arguments)."""
     leaves, spec = pytree.tree_flatten((out, bound))
-    keyed = tuple(Slot(leaf.layout) if isinstance(leaf, Tensor) else _key(leaf) for leaf in leaves)
+    keyed = tuple(Slot(leaf.layout) if isinstance(leaf, Tensor) else key_of(leaf) for leaf in leaves)
     return spec, keyed, len(pytree.tree_leaves(out))
 
 
@@ -507,12 +342,12 @@ def _differentiable(dtype: torch.dtype) -> bool:
     return dtype.is_floating_point or dtype.is_complex
 
 
-def _cells(value) -> list[Tensor]:
+def cells_of(value) -> list[Tensor]:
     return [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, Tensor)]
 
 
 @define
-class _Crossing:
+class Crossing:
     """Reference cells handed to a hook as torch tensors and back, keeping storage identity:
     a tensor the hook returns on a storage it was given stays on that reference storage."""
 
@@ -542,110 +377,6 @@ class _Crossing:
         return pytree.tree_map(reimport, value)
 
 
-# ---------------------------------------------------------------- the backward
-
-
-class Backward:
-    """Walks a tape in reverse on the reference, with its own ledger."""
-
-    def __init__(self, tape: Tape):
-        self.tape = tape
-        self.ledger = Ledger()
-        self._grads: dict[Var, Tensor] = {}
-
-    def run(self, seeds: list[tuple[Var, Tensor]]) -> dict[Var, Tensor]:
-        ledger = self.ledger
-        for cell in self.tape.held_cells():
-            ledger.hold(cell)  # the saved values, which the tape hands to the backward
-        for _, cell in seeds:
-            ledger.hold(cell)
-        with np.errstate(all="ignore"):
-            for var, cell in seeds:
-                self._accumulate(var, cell)
-            for entry in reversed(self.tape.entries):
-                self._step(entry)
-        ledger.begin_step("output")
-        ledger.end_step()
-        return {var: self._grads[var] for _, var in self.tape.leaves if var in self._grads}
-
-    def _step(self, entry: Entry) -> None:
-        grads = [self._grads.pop(var, None) if var is not None else None for var in entry.outputs]
-        if all(g is None for g in grads):
-            self._release(entry, [], grads)
-            return
-        if entry.rule is None:
-            raise UnsupportedError(
-                f"op {entry.op_name} has no derivative rule",
-                rule="autograd.derivative-rules",
-                fix="add a @derivative rule beside the op in reference/ops.py, or compute this part under torch.no_grad()",
-            )
-        self.ledger.begin_step(f"{entry.name}.unpack")
-        values = {position: self._unpack(entry, position, saved) for position, saved in entry.saved.items()}
-        unpacked = [cell for position, saved in entry.saved.items() if saved.unpack is not None for cell in _cells(values[position])]
-        for cell in unpacked:
-            self.ledger.hold(cell)
-        self.ledger.end_step()
-        leaves = tuple(Slot(values[k].layout) if k in values else leaf for k, leaf in enumerate(entry.leaves))
-        grad_layouts = tuple(None if g is None else g.layout for g in grads)
-        needed = tuple(var is not None for var in entry.inputs)
-        program = rule_program(entry.rule, entry.spec, leaves, entry.n_out, grad_layouts, needed)
-        missing = [k for k in program.reads if k not in values]
-        if missing:
-            raise InternalError(f"the rule of {entry.name} reads leaves {missing}, which were not saved")
-        inputs = [g for g in grads if g is not None] + [values[k] for k in program.reads]
-        results = eager.interpret(program.program, inputs, self.ledger)
-        self._release(entry, unpacked, grads)
-        for k, grad in zip(program.gives, results, strict=True):
-            self._accumulate(entry.inputs[k], grad)
-
-    def _unpack(self, entry: Entry, position: int, saved: Saved) -> Tensor:
-        if saved.unpack is None:
-            cell = saved.value
-            if cell.storage is not saved.storage or self.tape._version(cell.storage) != saved.version:
-                raise RuntimeError(
-                    "one of the variables needed for gradient computation has been modified by an "
-                    f"inplace operation: {cell.name}, saved by {entry.name}, is at version "
-                    f"{self.tape._version(cell.storage)}; expected version {saved.version} instead."
-                )
-            return cell
-        # r[hooks.eager.unpack-on-use]: unpack runs when the backward reaches the op.
-        crossing = _Crossing()
-        unpacked = crossing.to_reference(saved.unpack(crossing.to_torch(saved.value)))
-        if not isinstance(unpacked, Tensor):
-            raise RuntimeError(f"the unpack hook returned {type(unpacked).__name__} for a tensor saved by {entry.name}; it must return a tensor")
-        return unpacked
-
-    def _release(self, entry: Entry, unpacked: list[Tensor], grads: list) -> None:
-        """r[hooks.eager.unpack-on-use]: the saved (or packed) values go after the op's backward."""
-        self.ledger.begin_step(f"{entry.name}.release")
-        for cell in unpacked + self._saved_cells(entry) + [g for g in grads if g is not None]:
-            self.ledger.release(cell)
-        entry.saved.clear()
-        self.ledger.end_step()
-
-    @staticmethod
-    def _saved_cells(entry: Entry) -> list[Tensor]:
-        return [cell for saved in entry.saved.values() for cell in saved.held]
-
-    def _accumulate(self, var: Var | None, grad: Tensor) -> None:
-        if var is None:
-            self._release_now(grad)
-            return
-        if var not in self._grads:
-            self._grads[var] = grad
-            return
-        old = self._grads.pop(var)
-        (total,) = eager.interpret(_sum_program(old.layout, grad.layout), [old, grad], self.ledger)
-        self._release_now(old, grad)
-        self._grads[var] = total
-
-    def _release_now(self, *cells: Tensor) -> None:
-        self.ledger.begin_step("release")
-        for cell in cells:
-            self.ledger.release(cell)
-        self.ledger.end_step()
-
-
 def _bumps_version(node: torch.fx.Node, entry) -> bool:
     """In-place ops, copy_ and set_ advance a tensor's version; resize_storage_bytes_ does not
     (r[resize.eager.version])."""
@@ -654,55 +385,3 @@ def _bumps_version(node: torch.fx.Node, entry) -> bool:
     return entry.kind in (OpKind.INPLACE, OpKind.EFFECT) or node.target is aten.copy_.default
 
 
-# ---------------------------------------------------------------- the link to torch's autograd
-
-
-def connect(tape: Tape, outputs: list, torch_outputs: list, run) -> list:
-    """Torch outputs connected to torch's autograd: those with a history on the tape come out of
-    one autograd node whose backward walks the tape; the others are returned as they are."""
-    linked = [k for k, value in enumerate(outputs) if isinstance(value, Tensor) and _has_own_history(tape, value)]
-    if not linked:
-        return torch_outputs
-    seeds_for = [tape.var(outputs[k]) for k in linked]
-    node = _TapeNode(tape, seeds_for, [torch_outputs[k] for k in linked], run)
-    connected = TapeFunction.apply(node, *(caller for caller, _ in tape.leaves))
-    result = list(torch_outputs)
-    for k, t in zip(linked, connected, strict=True):
-        result[k] = t
-    return result
-
-
-def _has_own_history(tape: Tape, cell: Tensor) -> bool:
-    var = tape.var(cell)
-    return var is not None and all(var is not leaf for _, leaf in tape.leaves)
-
-
-@define
-class _TapeNode:
-    tape: Tape
-    seeds_for: list
-    outputs: list
-    run: Any
-
-
-class TapeFunction(torch.autograd.Function):
-    """The whole eager call as one autograd node; its backward walks the tape."""
-
-    @staticmethod
-    def forward(ctx, node: _TapeNode, *leaves):
-        ctx.set_materialize_grads(False)
-        ctx.node = node
-        return tuple(node.outputs)
-
-    @staticmethod
-    def backward(ctx, *grads):
-        node: _TapeNode = ctx.node
-        boundary = Boundary()
-        seeds = [(var, boundary.import_tensor(g.detach())) for var, g in zip(node.seeds_for, grads, strict=True) if g is not None]
-        node.tape.catch_up_with_callers()
-        backward = Backward(node.tape)
-        node.run.saved_storages = frozenset(cell.storage.id for cell in node.tape.held_cells())
-        results = backward.run(seeds)
-        node.run.backward_ledger = backward.ledger
-        export = Boundary()
-        return (None, *(export.export(results[var]) if var in results else None for _, var in node.tape.leaves))

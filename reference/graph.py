@@ -1,0 +1,45 @@
+"""A graph the reference runs: a `torch.fx` graph of aten ops with the op table entry of each node.
+
+The shared currency of the reference: the interpreter runs a `GraphProgram`, autograd and the
+hook pass produce them, and the fast backend generates code from their graph modules.
+"""
+
+from __future__ import annotations
+
+from operator import getitem
+
+import torch.fx
+from attrs import frozen
+
+from .optable import OpEntry, lookup
+
+
+@frozen
+class GraphProgram:
+    """A graph module and the op table entry of each of its call_function nodes."""
+
+    graph_module: torch.fx.GraphModule
+    entries: dict[torch.fx.Node, OpEntry]
+
+    @property
+    def graph(self) -> torch.fx.Graph:
+        return self.graph_module.graph
+
+    @classmethod
+    def of(cls, graph_module: torch.fx.GraphModule, where: str = "graph node") -> GraphProgram:
+        """Looks every op up in the table (`r[ops.table]`): an op outside it raises here."""
+        entries = {
+            node: lookup(node.target, where=f"{where} {node.name}")
+            for node in graph_module.graph.nodes
+            if node.op == "call_function" and node.target is not getitem
+        }
+        return cls(graph_module, entries)
+
+
+def output_node(graph: torch.fx.Graph) -> torch.fx.Node:
+    """The graph's output node (always its last)."""
+    return next(iter(reversed(graph.nodes)))
+
+
+def placeholders(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    return [node for node in graph.nodes if node.op == "placeholder"]

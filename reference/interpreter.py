@@ -1,0 +1,148 @@
+"""The evaluator: runs a graph of aten ops on the reference's storage model, one node at a time.
+
+An environment loop in the style of `torch.fx.Interpreter.boxed_run` and JAX's `eval_jaxpr`:
+each node reads its arguments from the environment, runs its op table entry, writes its value,
+and every value is dropped right after its last use (`r[memory.eager.last-use]`), so the ledger
+sees exactly when each storage dies. It depends on no compile pass: the eager interpreter
+(`eager.py`), its autograd tape and the compiled runtime (`compiled.py`) all run graphs here.
+
+Conventions: `node` is an fx Node, `env` maps nodes to values (Tensor cells, tuples of them, or
+Python constants), `entry` is an OpEntry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from operator import getitem
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from aotspec.errors import InternalError
+
+from .boundary import storage_from_torch
+from .ledger import Ledger
+from .lifetimes import last_uses
+from .optable import OpEntry, OpKind, bind
+from .storage import REDUCED_FLOATS, Layout, Storage, Tensor
+
+
+class Runnable(Protocol):
+    """What the interpreter runs: a captured `Program` or a `GraphProgram`."""
+
+    graph_module: torch.fx.GraphModule
+    entries: dict[torch.fx.Node, OpEntry]
+
+
+#: Runs one op: (node, its table entry, the environment, the ledger) -> the node's value.
+OpCall = Callable[[torch.fx.Node, OpEntry | None, dict, Ledger], Any]
+
+
+def interpret(program: Runnable, inputs: list[Tensor], ledger: Ledger, call: OpCall | None = None):
+    """Run the graph on reference tensors; returns the graph outputs (held for the caller).
+
+    `call` runs one op: `call_op`, or the autograd tape's wrapper of it.
+    """
+    call = call_op if call is None else call
+    graph_module = program.graph_module
+    graph = graph_module.graph
+    env: dict[torch.fx.Node, Any] = {}
+    dies_at = last_uses(graph)
+    placeholders = iter(inputs)
+    outputs: list = []
+    for node in graph.nodes:
+        ledger.begin_step(node.name)
+        if node.op == "placeholder":
+            env[node] = next(placeholders)
+        elif node.op == "get_attr":
+            env[node] = _constant(getattr(graph_module, node.target), node.name)
+        elif node.op == "call_function":
+            env[node] = call(node, program.entries.get(node), env, ledger)
+        elif node.op == "output":
+            outputs = [env[value] for value in node.args[0]]
+            each_tensor(outputs, ledger.hold)  # the caller holds what is returned
+        else:
+            raise InternalError(f"unexpected node kind {node.op} in a graph: {node.format_node()}")
+        if node.op != "output":
+            each_tensor(env[node], ledger.hold)
+        for dead in dies_at[node]:  # r[memory.eager.last-use]
+            each_tensor(env.pop(dead), ledger.release)
+        ledger.end_step()
+    return outputs
+
+
+def each_tensor(value, action) -> None:
+    for leaf in pytree.tree_leaves(value):
+        if isinstance(leaf, Tensor):
+            action(leaf)
+
+
+def _constant(value: torch.Tensor, name: str) -> Tensor:
+    return Tensor(storage_from_torch(value.untyped_storage()), Layout.of(value), name=name)
+
+
+def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
+    """Run one node's op on the values of its arguments in `env`."""
+    args = torch.fx.node.map_arg(node.args, env.__getitem__)
+    if node.target is getitem:
+        container, index = args
+        return container[index]
+    kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+    bound = bind(node.target._schema, args, kwargs)
+    meta = node.meta.get("val")
+    try:
+        if entry.kind is OpKind.COMPUTE:
+            values = entry.rule(*pytree.tree_map(_read_for_compute, bound))
+            return _fresh(values, meta, node.name)
+        if entry.kind is OpKind.VIEW:
+            return _view(entry.rule(bound[0].layout, *bound[1:]), bound[0], meta, node.name)
+        if entry.kind is OpKind.INPLACE:
+            target = bound[0]
+            target.write(entry.rule(*pytree.tree_map(_read_for_compute, bound)))
+            return target
+        if entry.kind is OpKind.EFFECT:
+            return entry.rule(ledger, *bound)
+        if entry.kind is OpKind.OPAQUE:
+            return entry.rule(ledger, node.target, *bound)
+    except (InternalError, RuntimeError, IndexError, ValueError) as error:
+        error.add_note(f"while executing {node.format_node()}")
+        raise
+    raise InternalError(f"op table entry of unknown kind: {entry}")
+
+
+def _read_for_compute(value):
+    """Tensor arguments become arrays; reduced-precision floats widen to float32 (r[ops.opmath])."""
+    if not isinstance(value, Tensor):
+        return value
+    values = value.read()
+    return values.astype(np.float32) if value.dtype in REDUCED_FLOATS else values
+
+
+def _fresh(values, meta, name: str):
+    """r[ops.fresh-output]: new storages, laid out as the meta value says, holding `values`; None
+    for an output the op leaves undefined (native_layer_norm_backward's masked gradients)."""
+    if meta is None:
+        return None
+    if isinstance(meta, (tuple, list)):
+        parts = zip(values, meta, strict=True)
+        return tuple(_fresh(v, m, f"{name}[{i}]") for i, (v, m) in enumerate(parts))
+    # Sized from the layout, not from the fake storage: tracing may have resized that one since.
+    layout = Layout.of(meta)
+    out = Tensor(Storage.zeros(layout.extent_bytes()), layout, name=name)
+    out.write(values)
+    return out
+
+
+def _view(layouts, base: Tensor, meta, name: str):
+    """r[aliasing.view.shares-storage]: the output reads the base's storage through a new layout."""
+    if isinstance(layouts, tuple):
+        parts = zip(layouts, meta, strict=True)
+        return tuple(_view(layout, base, m, f"{name}[{i}]") for i, (layout, m) in enumerate(parts))
+    if meta is not None and not layouts.addresses_like(Layout.of(meta)):
+        raise InternalError(
+            f"view rule of {name} gives {layouts}, PyTorch's meta kernel gives {Layout.of(meta)}"
+        )
+    return Tensor(base.storage, layouts, name=name)

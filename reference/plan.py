@@ -1,0 +1,190 @@
+"""The compile pipeline: a user's function and its arguments become one frozen `Plan`.
+
+    capture ─▶ functionalize ─▶ rule checks ─▶ differentiate (joint graph, partition)
+            ─▶ inline saved-tensor hooks ─▶ Plan
+
+Each pass hands the next a typed record (`Program`, `FunctionalProgram`, `Differentiated`). The
+rule checks between them reject programs outside the specification before any input is touched
+(`r[functionalize.errors-before-running]`). Both runtimes run a `Plan`: the reference's
+(`compiled.py`) and the fast backend's (`aotspec.fast`), through one skeleton (`runtime.py`).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import torch
+from attrs import field, frozen
+
+from aotspec.errors import UnsupportedError
+
+from .autograd import Differentiated, differentiate
+from .capture import capture, hooks_silenced_while_tracing
+from .functionalize import (
+    CallerStorage,
+    FunctionalProgram,
+    OutputIsInput,
+    Rebind,
+    functionalize,
+    input_facts,
+)
+from .graph import GraphProgram, output_node, placeholders
+from .hooks import FILTERS as HOOK_FILTERS
+from .hooks import Placement, SavedTensorHooks, inline_hooks
+
+__all__ = [
+    "HOOK_FILTERS",
+    "HooksRequest",
+    "Placement",
+    "Plan",
+    "SavedTensorHooks",
+    "build_plan",
+    "input_facts",
+]
+
+
+@frozen
+class HooksRequest:
+    """The saved-tensor hooks active around a call, and how the caller asked to apply them."""
+
+    hooks: SavedTensorHooks
+    #: "donated", "no_static" or "all" (`r[hooks.filter.donated]` and its siblings).
+    hooks_filter: str
+    #: Flat indices of parameters and inputs marked static (`r[hooks.filter.no-static]`).
+    static_inputs: frozenset[int]
+    placement: Placement
+
+
+@frozen
+class Plan:
+    """Everything a runtime needs to run one specialization of a compiled function.
+
+    Without autograd, `forward` is the functional graph and `backward` is None; with it,
+    `forward` returns the functional graph's outputs and then `num_saved` saved values, which
+    `backward` takes before one tangent per differentiable output."""
+
+    #: The functional program: input facts, epilogue, outputs, and the captured program.
+    functional: FunctionalProgram
+    forward: GraphProgram
+    backward: GraphProgram | None = None
+    #: Indices of the forward's outputs that gradients flow into.
+    differentiable_outputs: tuple[int, ...] = ()
+    #: Indices of the inputs that receive a gradient, in the backward's output order.
+    grad_inputs: tuple[int, ...] = ()
+    num_saved: int = 0
+    #: Strides of each tangent as traced (`r[autograd.tangent-layout]`).
+    tangent_strides: tuple[tuple[int, ...], ...] = ()
+    #: Input index -> bytes of its storage the backward reads as the call left it
+    #: (`r[autograd.saved-inputs]`).
+    read_after_call: dict[int, int] = field(factory=dict)
+
+    @classmethod
+    def without_autograd(cls, functional: FunctionalProgram) -> Plan:
+        return cls(functional, GraphProgram(functional.graph_module, functional.entries))
+
+    @classmethod
+    def with_autograd(cls, functional: FunctionalProgram, graphs: Differentiated) -> Plan:
+        return cls(
+            functional,
+            graphs.forward,
+            graphs.backward,
+            graphs.differentiable_outputs,
+            graphs.grad_inputs,
+            graphs.num_saved,
+            graphs.tangent_strides,
+            graphs.read_after_call,
+        )
+
+    @cached_property
+    def saved_inputs(self) -> dict[int, int]:
+        """Saved index -> flat input index, for the saved values that are inputs: the caller's
+        tensors themselves, read when the backward runs (`r[autograd.saved-inputs]`)."""
+        if self.backward is None:
+            return {}
+        graph = self.forward.graph
+        index_of = {node: i for i, node in enumerate(placeholders(graph))}
+        outputs = output_node(graph).args[0]
+        saved = outputs[len(outputs) - self.num_saved :]
+        return {k: index_of[node] for k, node in enumerate(saved) if node in index_of}
+
+
+def build_plan(
+    fn,
+    args: tuple,
+    kwargs: dict,
+    tensors: list[torch.Tensor],
+    stolen: frozenset[int],
+    hooks: HooksRequest | None,
+) -> Plan:
+    """The plan of `fn(*args, **kwargs)`, specialized to its flat `tensors` and grad mode.
+    Every rule check raises here, before the runtime touches an input
+    (`r[functionalize.errors-before-running]`)."""
+    # r[hooks.compiled.traced]: hooks entered inside the function cannot be placed.
+    with hooks_silenced_while_tracing(rule="hooks.compiled.traced"):
+        functional = functionalize(capture(fn, args, kwargs), tensors)
+        _check_stolen(functional, stolen)
+        needs_grad = [i for i, meta in enumerate(functional.inputs) if meta.requires_grad]
+        if not (torch.is_grad_enabled() and needs_grad):
+            return Plan.without_autograd(functional)
+        _check_grad_input_mutations(functional, needs_grad)
+        plan = Plan.with_autograd(functional, differentiate(functional, tensors))
+        if hooks is None:
+            return plan
+        return inline_hooks(
+            plan, hooks.hooks, hooks.hooks_filter, hooks.static_inputs, hooks.placement
+        )
+
+
+def _check_grad_input_mutations(functional: FunctionalProgram, needs_grad: list[int]) -> None:
+    inputs = functional.inputs
+    # r[autograd.mutated-grad-input]: only writes and set_ under torch.no_grad(), and resizes.
+    mutated = sorted(
+        i
+        for i in needs_grad
+        if inputs[i].storage in functional.written_with_grad or i in functional.rebound_with_grad
+    )
+    if mutated:
+        raise UnsupportedError(
+            f"flat inputs {mutated} require grad and the program writes or rebinds them with "
+            "grad mode on",
+            rule="autograd.mutated-grad-input",
+            fix="write or set_ such inputs under torch.no_grad() (as FSDP's all-gather does), "
+            "mutate them outside the compiled function, or call it under torch.no_grad()",
+        )
+    for step in functional.epilogue:
+        entry = inputs[step.input_index]
+        if not (isinstance(step, Rebind) and entry.requires_grad):
+            continue
+        new, old = step.layout, entry.layout
+        if (new.sizes, new.dtype) != (old.sizes, old.dtype):
+            # r[autograd.no-grad-set]: the input keeps its identity, so its sizes and dtype.
+            raise UnsupportedError(
+                f"set_ gives flat input {step.input_index}, which requires grad, sizes "
+                f"{new.sizes} and dtype {new.dtype} where it had {old.sizes} and {old.dtype}",
+                rule="autograd.no-grad-set",
+                fix="set_ a tensor that requires grad only to a source of its own sizes and dtype",
+            )
+
+
+def _check_stolen(functional: FunctionalProgram, stolen: frozenset[int]) -> None:
+    """r[boxed.steal.read-only]: a stolen input is only read: the caller gave it away, so nothing may
+    reach it afterwards."""
+    touched = set()
+    for step in functional.epilogue:
+        touched.add(step.input_index)
+        if isinstance(step, Rebind) and isinstance(step.storage, CallerStorage):
+            touched.add(step.storage.input_index)
+    for output in functional.outputs:
+        if isinstance(output, OutputIsInput):
+            touched.add(output.input_index)
+        elif isinstance(output.storage, CallerStorage):
+            touched.add(output.storage.input_index)
+    storages_of_stolen = {functional.inputs[i].storage for i in stolen}
+    bad = sorted(i for i in touched if functional.inputs[i].storage in storages_of_stolen)
+    if bad:
+        raise UnsupportedError(
+            f"flat inputs {bad} of a stolen list are written, resized, rebound or returned",
+            rule="boxed.steal.read-only",
+            fix="steal only lists whose tensors the function reads (activations handed over to "
+            "be freed)",
+        )

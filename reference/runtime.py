@@ -1,0 +1,213 @@
+"""One runtime skeleton for a compiled call, shared by the reference and the fast backend.
+
+A backend says only how it runs one graph of a `Plan` on one boxed list (`Graphs`); the
+skeleton does the rest, in this order, on the caller's real torch tensors:
+
+1. Without autograd, the forward graph runs boxed on the inputs; a stolen input is dropped from
+   the runtime's list first, so the graph's list holds its last reference
+   (`r[boxed.steal.freed-at-last-use]`).
+2. With autograd, the forward runs inside one `torch.autograd.Function`: non-leaf inputs that
+   get no gradient are detached (`r[autograd.detach-no-grad-inputs]`), saved inputs are noted
+   with their versions (`r[autograd.saved-inputs]`), and the saved values stay with the node.
+3. The epilogue acts on the caller's tensors and the outputs are built as views
+   (`epilogue.py`).
+4. The backward checks the saved inputs (`r[autograd.saved-inputs.version]`), lays the
+   tangents out as traced (`r[autograd.tangent-layout]`), runs the backward graph boxed on the
+   saved values and tangents (`r[autograd.saved-freed-in-backward]`), and scatters the gradients
+   to the inputs that receive one.
+
+No reference interpreter here: the fast backend uses this module as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from attrs import define, field
+
+from aotspec.errors import SpecViolation
+
+from .epilogue import apply_epilogue, build_outputs
+from .plan import Plan
+from .storage import Layout
+
+
+class Graphs(Protocol):
+    """How a backend runs a plan's graphs. Each call takes one list and clears it, so every
+    value dies right after its last use (`r[boxed.args-cleared]`)."""
+
+    def forward(self, arguments: list) -> list:
+        """The forward graph on the flat inputs: torch outputs, then the saved values in the
+        backend's own form."""
+
+    def backward(self, arguments: list, saved_inputs: dict[int, torch.Tensor]) -> list:
+        """The backward graph on the saved values and then the tangents; `saved_inputs` are
+        the caller's tensors of the saved values that are inputs, by saved index. Returns one
+        torch gradient per input in `plan.grad_inputs`."""
+
+
+def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) -> list:
+    """Run `plan` on the caller's `tensors` (the runtime's own list: stolen entries are dropped
+    from it); returns the flat outputs."""
+    program = plan.functional
+    caller_storages = [None if i in stolen else t.untyped_storage() for i, t in enumerate(tensors)]
+    call = None
+    if plan.backward is None:
+        arguments = list(tensors)
+        for i in stolen:
+            tensors[i] = None  # r[boxed.steal.freed-at-last-use]: only the graph's list holds it
+        flats = graphs.forward(arguments)
+    else:
+        inputs = detached_where_needed(plan, tensors)
+        # r[boxed.steal.freed-at-last-use]: a stolen input that needs no gradient reaches the forward through
+        # `call`, not through apply's arguments (which live until apply returns), so the boxed
+        # forward's list holds its last reference and frees it at its last use.
+        handed_over = {i: inputs[i] for i in stolen if not inputs[i].requires_grad}
+        for i in handed_over:
+            inputs[i] = tensors[i] = None
+        call = _Call(plan, graphs, handed_over)
+        flats = list(_Forward.apply(call, *inputs))
+    apply_epilogue(program, tensors, caller_storages, flats)
+    if call is not None:
+        call.saved_inputs.after_call()
+    return build_outputs(program, tensors, caller_storages, flats)
+
+
+@define
+class _Call:
+    plan: Plan
+    graphs: Graphs
+    #: Stolen inputs by flat index, handed to the forward outside apply's arguments.
+    handed_over: dict[int, torch.Tensor]
+    saved: list | None = None
+    saved_inputs: SavedInputs | None = None
+
+    def arguments(self, tensors: tuple) -> list:
+        handed_over = self.handed_over
+        return [handed_over.pop(i) if i in handed_over else t for i, t in enumerate(tensors)]
+
+
+class _Forward(torch.autograd.Function):
+    """The compiled forward as one autograd node; its backward runs the backward graph."""
+
+    @staticmethod
+    def forward(ctx, call: _Call, *tensors):
+        plan = call.plan
+        arguments = call.arguments(tensors)
+        # r[autograd.saved-inputs]: a saved input is the caller's tensor (not a copy), read when
+        # the backward runs; its version is noted now.
+        saved_inputs = {k: arguments[i] for k, i in plan.saved_inputs.items()}
+        call.saved_inputs = SavedInputs.at_call(plan, saved_inputs)
+        results = call.graphs.forward(arguments)  # clears `arguments`
+        n_outputs = len(results) - plan.num_saved
+        call.saved = results[n_outputs:]  # handed over whole to the backward
+        flats = results[:n_outputs]
+        del results
+        ctx.call = call
+        differentiable = plan.differentiable_outputs
+        ctx.mark_non_differentiable(*[f for k, f in enumerate(flats) if k not in differentiable])
+        return tuple(flats)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        call: _Call = ctx.call
+        plan = call.plan
+        saved_inputs, call.saved_inputs = call.saved_inputs, None
+        saved_inputs.check()
+        saved, call.saved = call.saved, None
+        arguments = saved + tangents_as_traced(plan, grads)
+        # r[autograd.saved-freed-in-backward]: the list is the only holder of the saved values,
+        # and the backward graph clears it, so each dies at its last use.
+        del saved
+        results = call.graphs.backward(arguments, saved_inputs.tensors)  # clears `arguments`
+        input_grads: list = [None] * len(plan.functional.inputs)
+        for i, grad in zip(plan.grad_inputs, results, strict=True):
+            input_grads[i] = grad
+        return (None, *input_grads)
+
+
+def detached_where_needed(plan: Plan, tensors: list) -> list:
+    """r[autograd.detach-no-grad-inputs]: a non-leaf input that statically gets no gradient is
+    detached, so autograd does not walk the graph behind it (PyTorch #134193); leaves are not."""
+    detached = []
+    for i, (t, meta) in enumerate(zip(tensors, plan.functional.inputs, strict=True)):
+        needs_detach = meta.requires_grad and not meta.is_leaf and i not in plan.grad_inputs
+        detached.append(t.detach() if needs_detach else t)
+    return detached
+
+
+@define
+class SavedInputs:
+    """The saved inputs of one call (`r[autograd.saved-inputs]`): the caller's tensors by saved
+    index, with what the backward checks before it reads them. Those the backward reads as the
+    call began are noted when the forward graph takes them; those it reads as the call left
+    them, once the epilogue has run (the call's own writes are the forward's)."""
+
+    plan: Plan
+    tensors: dict[int, torch.Tensor]
+    #: (tensor, its version then, bytes its storage must hold: exactly these when the backward
+    #: reads it as the call left it, else at most these, the storage's size at the call)
+    noted: list[tuple[torch.Tensor, int, int, bool]] = field(factory=list)
+
+    @classmethod
+    def at_call(cls, plan: Plan, tensors: dict[int, torch.Tensor]) -> SavedInputs:
+        saved = cls(plan, tensors)
+        saved._note(read_after_call=False)
+        return saved
+
+    def after_call(self) -> None:
+        self._note(read_after_call=True)
+
+    def _note(self, read_after_call: bool) -> None:
+        after = self.plan.read_after_call
+        for k, t in self.tensors.items():
+            i = self.plan.saved_inputs[k]
+            if (i in after) == read_after_call:
+                nbytes = after[i] if read_after_call else t.untyped_storage().nbytes()
+                self.noted.append((t, t._version, nbytes, read_after_call))
+
+    def check(self) -> None:
+        """Before the backward runs any op: each saved input still holds what the forward read.
+        A storage as big as it was at the call is big enough; a smaller one is measured against
+        the tensor's layout."""
+        for t, version, nbytes, exact in self.noted:
+            if not exact and t.untyped_storage().nbytes() < nbytes:
+                nbytes = Layout.of(t).extent_bytes()
+            _check_saved_input(t, version, nbytes)
+
+
+def _check_saved_input(t: torch.Tensor, version: int, nbytes: int) -> None:
+    if t._version != version:
+        # r[autograd.saved-inputs.version]: eager's check on its saved variables, same words.
+        raise SpecViolation(
+            "one of the variables needed for gradient computation has been modified by an "
+            f"inplace operation: [{t.type()} {list(t.shape)}] is at version {t._version}; "
+            f"expected version {version} instead",
+            rule="autograd.saved-inputs.version",
+            fix="write this input only after the backward has run, or clone it inside the "
+            "function and let the backward read the clone",
+        )
+    if nbytes > t.untyped_storage().nbytes():
+        # r[autograd.saved-inputs.in-bounds]: eager would read freed memory here.
+        raise SpecViolation(
+            f"the backward reads {nbytes} bytes of a saved input's storage ({t.type()} "
+            f"{list(t.shape)}), which holds {t.untyped_storage().nbytes()}",
+            rule="autograd.saved-inputs.in-bounds",
+            fix="resize the storage up and refill it before the backward (FSDP gathers "
+            "parameters again in its pre-backward hook)",
+        )
+
+
+def tangents_as_traced(plan: Plan, grads) -> list[torch.Tensor]:
+    """r[autograd.tangent-layout]: the gradients of the differentiable outputs, each laid out
+    like the tangent the backward graph was traced with (autograd may pass an expanded one)."""
+    tangents = []
+    for k, strides in zip(plan.differentiable_outputs, plan.tangent_strides, strict=True):
+        grad = grads[k]
+        if grad.stride() != strides:
+            grad = torch.empty_strided(
+                grad.shape, strides, dtype=grad.dtype, device=grad.device
+            ).copy_(grad)
+        tangents.append(grad)
+    return tangents
