@@ -1,9 +1,13 @@
 """Rule IDs tie the spec, the reference and the conformance cases together.
 
 Fails when code, a spec chapter or a case cites a rule that no chapter defines, when a rule is
-defined twice, or when a defined rule has no conformance case.
+defined twice, when a defined rule has no conformance case, or when a rule is cited beside no
+code: only in module docstrings, or nowhere in the library (`reference/`, `fast/`, `aotspec/`).
+A rule that no single line implements, because it follows from others or from PyTorch itself,
+is listed in EMERGENT with the reason.
 """
 
+import ast
 import re
 from pathlib import Path
 
@@ -14,6 +18,13 @@ DEFINITION = re.compile(r"^r\[([a-z0-9][a-z0-9.\-]*)\]$", re.MULTILINE)
 CITATION = re.compile(r"(?<![A-Za-z0-9_])r\[([a-z0-9][a-z0-9.\-]*)\]")
 RULE_ARGUMENT = re.compile(r"""rule=["']([a-z0-9][a-z0-9.\-]*)["']""")
 CITING_TREES = ["reference", "fast", "aotspec", "conformance"]
+IMPLEMENTING_TREES = ["reference", "fast", "aotspec"]
+
+#: Rules no line of the library implements by itself, and why.
+EMERGENT = {
+    "autograd.eager-errors": "capture traces the function with torch's own autograd on fake "
+    "tensors, so the errors eager autograd raises are raised by torch itself while compiling",
+}
 
 
 def _chapters():
@@ -62,3 +73,44 @@ def test_every_rule_has_a_conformance_case():
 def test_the_checker_sees_citations_in_code():
     """Guards the regexes: a rule cited only in reference code must be found."""
     assert "reference/effects.py" in cited_rules()["aliasing.set.rebinds"]
+
+
+def _without_module_docstring(text: str) -> str:
+    module = ast.parse(text)
+    if ast.get_docstring(module) is None:
+        return text
+    docstring = module.body[0]
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[: docstring.lineno - 1] + lines[docstring.end_lineno :])
+
+
+def rules_beside_code() -> dict[str, set[str]]:
+    """rule -> the library files citing it outside their module docstring (a comment on the
+    line that does the work, a `rule=` argument, or the docstring of the function doing it)."""
+    cited: dict[str, set[str]] = {}
+    for tree in IMPLEMENTING_TREES:
+        for path in (ROOT / tree).rglob("*.py"):
+            text = _without_module_docstring(path.read_text())
+            for rule in CITATION.findall(text) + RULE_ARGUMENT.findall(text):
+                cited.setdefault(rule, set()).add(str(path.relative_to(ROOT)))
+    return cited
+
+
+def test_every_rule_is_cited_beside_the_code_that_implements_it():
+    beside = rules_beside_code()
+    missing = sorted(rule for rule in defined_rules() if rule not in beside and rule not in EMERGENT)
+    assert not missing, (
+        f"rules cited beside no code (cite each on the line that does the work, "
+        f"`# r[rule.id]`, or list it in EMERGENT with the reason): {missing}"
+    )
+
+
+def test_emergent_rules_are_defined_and_not_implemented_elsewhere():
+    defined, beside = defined_rules(), rules_beside_code()
+    assert set(EMERGENT) <= set(defined)
+    assert not set(EMERGENT) & set(beside), "an emergent rule is cited in code: drop it from EMERGENT"
+
+
+def test_the_checker_ignores_module_docstrings():
+    text = '''"""A module implementing r[a.b]."""\n\nx = 1  # r[c.d]\n'''
+    assert CITATION.findall(_without_module_docstring(text)) == ["c.d"]

@@ -340,7 +340,7 @@ CASES = [
         rules=[
             "autograd.no-grad-input-writes",
             "autograd.no-grad-input-writes.identity",
-            "autograd.saved-inputs",
+            "autograd.saved-inputs.final-contents",
             "autograd.saved-inputs.in-bounds",
         ],
         setup=_sharded_world,
@@ -353,7 +353,11 @@ CASES = [
     ),
     Case(
         name="autograd.fsdp-copy-gather-use-reshard",
-        rules=["aliasing.copy.fsdp", "autograd.no-grad-input-writes", "autograd.saved-inputs"],
+        rules=[
+            "aliasing.copy.fsdp",
+            "autograd.no-grad-input-writes",
+            "autograd.saved-inputs.final-contents",
+        ],
         setup=_sharded_world_with_fsdp,
         args=["x", "w", "gathered"],
         program=_fsdp_layer_with_fsdp_copy,
@@ -373,7 +377,7 @@ CASES = [
     ),
     Case(
         name="autograd.read-before-a-no-grad-write",
-        rules=["autograd.saved-inputs", "autograd.saved-inputs.version"],
+        rules=["autograd.saved-inputs.both-values", "autograd.saved-inputs.version"],
         setup=_x_w_world,
         args=["x", "w"],
         program=_use_update_use,

@@ -6,7 +6,7 @@ Byte counts are worked out by hand from the rules: a float32 tensor of 4 element
 import torch
 
 from ..case import COMPILED_ONLY, EAGER_LEDGER, Case, Layout, Length, LiveBytesAfter, PeakBytes, Raises, Shares, StorageBytes, Values
-from aotspec.errors import SpecViolation
+from aotspec.errors import SpecViolation, UnsupportedError
 
 resize = torch.ops.inductor.resize_storage_bytes_
 set_ = torch.ops.aten.set_.source_Tensor
@@ -15,6 +15,11 @@ set_ = torch.ops.aten.set_.source_Tensor
 def _chain_on_list(xs):
     a = xs[0].sin()
     return a.cos()
+
+
+def _write_into_list(xs):
+    xs[0].add_(1.0)
+    return xs[0].sin()
 
 
 def _chain(x):
@@ -144,7 +149,7 @@ CASES += [
     ),
     Case(
         name="boxed.stolen-list-freed-at-last-use",
-        rules=["boxed.steal", "boxed.args-cleared"],
+        rules=["boxed.steal", "boxed.steal.freed-at-last-use", "boxed.args-cleared"],
         setup=lambda: {"xs": [torch.zeros(4)]},
         args=["xs"],
         program=_chain_on_list,
@@ -155,6 +160,27 @@ CASES += [
             # the stolen input (16) dies right after sin (32 -> 16); cos makes 16 more: peak 32.
             PeakBytes(32),
         ],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="boxed.stolen-tensor-written-is-rejected",
+        rules=["boxed.steal.read-only", "boundary.failed-call"],
+        setup=lambda: {"xs": [torch.zeros(4)]},
+        args=["xs"],
+        program=_write_into_list,
+        steal=["xs"],
+        # the spec refuses before the call: the list and its tensor are left as they were
+        expect=[Raises(UnsupportedError, rule="boxed.steal.read-only"), Length("xs", 1)],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="boxed.steal-of-a-tuple-is-rejected",
+        rules=["boxed.steal.lists-only"],
+        setup=lambda: {"xs": (torch.zeros(4),)},
+        args=["xs"],
+        program=_chain_on_list,
+        steal=["xs"],
+        expect=[Raises(TypeError, rule="boxed.steal.lists-only", match="must be a list of tensors")],
         skip=COMPILED_ONLY,
     ),
 ]
