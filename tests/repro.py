@@ -1,19 +1,25 @@
 """Standalone reproductions of differential failures, written to `repros/` (gitignored).
 
-A repro file rebuilds the caller's tensors, runs the program on eager PyTorch and on the
-reference (`repro_<hash>.py`: the eager interpreter; `repro_compiled_<hash>.py`:
-`aotspec.compile`, with the backward), and asserts that every observable agrees. It imports only
-torch and aotspec, so it runs alone: `.venv/bin/python repros/repro_<hash>.py`.
+A repro file rebuilds the caller's tensors, runs the program on both sides of its test, and
+asserts that every observable agrees. `repro_<hash>.py` (eager PyTorch against the reference's
+eager interpreter) and `repro_compiled_<hash>.py` (against `aotspec.compile`, with the backward)
+import only torch and aotspec; `repro_hooks_<hash>.py` and `repro_fast_<hash>.py` import their
+check from tests/harness.py, finding tests/ beside repros/. Each runs alone, from any directory:
+`.venv/bin/python repros/repro_<hash>.py`.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import pickle
 from pathlib import Path
 
 from hypothesis.control import current_build_context
 
+from harness import Case, Hooked
 from strategies.program import Program, source
+from strategies.stealing import Stealing
 
 REPRO_DIR = Path(__file__).resolve().parent.parent / "repros"
 
@@ -118,11 +124,16 @@ When found:
 {found}
 """
 
+import sys
+from pathlib import Path
+
 import torch
 
 import aotspec
-from test_differential_compiled import call_and_backward, compare
-from test_differential_hooks import {pack}, {unpack}
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from harness import call_and_backward, compare, {pack}, {unpack}  # noqa: E402
 
 {source}
 
@@ -136,17 +147,45 @@ def run(fn, hooks):
 
 def main():
     expected = run(program, {eager_hooks})
-    actual = run(aotspec.compile(program, backend="reference", hooks_filter={hooks_filter!r}), ({pack}, {unpack}))
+    compiled = aotspec.compile(program, backend="reference", hooks_filter={hooks_filter!r})
+    actual = run(compiled, ({pack}, {unpack}))
     found = compare(expected, actual)
     assert not found, "eager and aotspec.compile disagree:\\n" + "\\n".join(found)
     print("eager and aotspec.compile agree")
 
 
 if __name__ == "__main__":
-    import sys
-
-    sys.path.insert(0, "tests")
     main()
+'''
+
+
+_FAST_TEMPLATE = '''\
+"""Differential repro: aotspec.compile(backend="fast") and backend="reference" disagree.
+
+Found by tests/test_differential_fast.py; run alone: .venv/bin/python {path}
+It reruns that test's check on the program below (pickled; its Python source follows).
+When found:
+{found}
+"""
+
+import base64
+import pickle
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from harness import fast_divergence  # noqa: E402
+
+PROGRAM = pickle.loads(base64.b64decode({blob!r}))
+
+# The program, as Python:
+{source}
+
+if __name__ == "__main__":
+    found = fast_divergence(PROGRAM)
+    assert not found, "fast and the reference disagree:\\n" + "\\n".join(found)
+    print("fast and the reference agree")
 '''
 
 
@@ -190,9 +229,11 @@ def write_compiled_repro(program: Program, found: list[str], directory: Path = R
     return _write(program, found, directory, "repro_compiled", compiled_repro_source)
 
 
-def write_hooks_repro(program: Program, found: list[str], pack: str, hooks_filter: str, eager_hooks: bool) -> Path:
+def write_hooks_repro(
+    program: Program, found: list[str], pack: str, hooks_filter: str, eager_hooks: bool
+) -> Path:
     """Write `repro_hooks_<hash>.py` (eager, with or without the hooks, against aotspec.compile
-    with them); run it from the repository root."""
+    with them)."""
     unpack = "un" + pack
 
     def render(program, found, path):
@@ -208,3 +249,21 @@ def write_hooks_repro(program: Program, found: list[str], pack: str, hooks_filte
         )
 
     return _write(program, found, REPRO_DIR, "repro_hooks", render)
+
+
+def write_fast_repro(
+    case: Program | Stealing | Hooked, found: list[str], directory: Path = REPRO_DIR
+) -> Path:
+    """Write `repro_fast_<hash>.py` for `case` (pickled, beside its Python source) and return
+    its path."""
+    text = Case(case).source
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"repro_fast_{digest}.py"
+    commented = "\n".join(f"# {line}".rstrip() for line in text.splitlines())
+    blob = base64.b64encode(pickle.dumps(case)).decode()
+    found_lines = "\n".join(f"    {line}" for line in found)
+    path.write_text(
+        _FAST_TEMPLATE.format(path=path.name, found=found_lines, blob=blob, source=commented)
+    )
+    return path

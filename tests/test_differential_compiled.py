@@ -7,7 +7,8 @@ after the call (the arguments and the aliases the caller kept: values, storage s
 share a storage), which of them require grad, and for programs with backward the gradients:
 after the call, `sum(out.sum() for outputs that require grad)` is backpropagated on both sides
 and the `.grad` of every leaf the caller made is compared, absence included. The caller's
-tensors are observed again after the backward, which must leave them as they were.
+tensors are observed again after the backward, which must leave them as they were. Running a
+side and comparing two are tests/harness.py's `outcome` and `compare`.
 
 Two generators (tests/strategies/):
 - `programs(compiled=True)`: the eager differential test's mutation programs (views, in-place
@@ -27,153 +28,21 @@ Run: `.venv/bin/python -m pytest tests/test_differential_compiled.py`
 
 from __future__ import annotations
 
-import re
-
 import torch
-from attrs import evolve, frozen
+from attrs import evolve
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-import aotspec
-from aotspec.conformance.observe import Observation, differences, observe, world_of
+from harness import Outcome, call_and_backward, compare, numerically_explained, outcome
 from repro import compiled_repro_source, is_final_run, write_compiled_repro
 from strategies.grad import GRAD_VIEWS, grad_programs
 from strategies.mutations import programs
-from strategies.program import Base, Instr, Program, Setup, Var, as_function, build_inputs
-from strategies.program import run_on_eager, source
+from strategies.program import Base, Instr, Program, Setup, Var, run_on_eager, source
 
 #: A profile's examples a property, split: ci (500) runs 300 programs with backward and 200
 #: mutation programs, dev 1,200 and 800, nightly 12,000 and 8,000.
 BACKWARD_EXAMPLES = settings.default.max_examples * 3 // 5
 MUTATION_EXAMPLES = settings.default.max_examples * 2 // 5
-
-
-@frozen
-class Outcome:
-    """What one side did with a program."""
-
-    #: The caller's tensors and the outputs (`out0`, ...) right after the call.
-    world: Observation
-    #: The same names after the backward (the same as `world` when there was none).
-    after_backward: Observation
-    requires_grad: dict[str, bool]
-    #: `.grad` of every leaf the caller made that requires grad, by name (None: no gradient).
-    grads: dict[str, torch.Tensor | None]
-    backward: bool
-
-
-def outcome(program: Program, *, compiled: bool, dtype: torch.dtype = torch.float32) -> Outcome:
-    named, args = build_inputs(program.setup, dtype)
-    fn = as_function(program)
-    if compiled:
-        fn = aotspec.compile(fn, backend="reference")
-    return call_and_backward(fn, named, args)
-
-
-def call_and_backward(fn, named: dict[str, torch.Tensor], args: list) -> Outcome:
-    """Call `fn`, observe, backpropagate the sum of the outputs that require grad, observe."""
-    outputs = fn(*args)
-    world = world_of(named, outputs)
-    before = observe(world)
-    requires_grad = {name: t.requires_grad for name, t in world.items()}
-    losses = [out.sum() for out in outputs if out.requires_grad]
-    if losses:
-        sum(losses).backward()
-    leaves = {name: t for name, t in named.items() if t.is_leaf and t.requires_grad}
-    grads = {name: _copy(t.grad) for name, t in leaves.items()}
-    return Outcome(before, observe(world), requires_grad, grads, bool(losses))
-
-
-def _copy(grad: torch.Tensor | None) -> torch.Tensor | None:
-    return None if grad is None else grad.detach().clone()
-
-
-def _grad_differences(expected: dict, actual: dict) -> list[str]:
-    found = []
-    for name in sorted(expected):
-        want, got = expected[name], actual.get(name)
-        if want is None or got is None:
-            if (want is None) != (got is None):
-                found.append(f"{name}.grad: expected {_short(want)}, got {_short(got)}")
-        elif (want.dtype, want.shape) != (got.dtype, got.shape):
-            found.append(f"{name}.grad: expected {_short(want)}, got {_short(got)}")
-        else:
-            try:
-                torch.testing.assert_close(got, want, equal_nan=True, check_stride=False)
-            except AssertionError as error:
-                found.append(
-                    f"{name}.grad values: {_summary(error)}; "
-                    f"expected {want.tolist()}, got {got.tolist()}"
-                )
-    return found
-
-
-def _short(grad: torch.Tensor | None) -> str:
-    return "None" if grad is None else f"{grad.dtype} {tuple(grad.shape)}"
-
-
-def _summary(error: AssertionError) -> str:
-    """assert_close's message on one line: mismatched elements and the greatest differences."""
-    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
-
-
-def compare(expected: Outcome, actual: Outcome) -> list[str]:
-    """Every observable of DESIGN.md section 5 but memory facts; empty when they agree."""
-    found = differences(expected.world, actual.world)
-    found += [
-        f"{name}.requires_grad: expected {want}, got {actual.requires_grad.get(name)}"
-        for name, want in expected.requires_grad.items()
-        if actual.requires_grad.get(name) != want
-    ]
-    if expected.backward != actual.backward:
-        found.append(f"backward ran: expected {expected.backward}, got {actual.backward}")
-    found += _grad_differences(expected.grads, actual.grads)
-    # Eager's backward leaves the caller's tensors alone; so must the compiled one.
-    changed = differences(actual.world, actual.after_backward)
-    found += [f"changed by the compiled backward: {line}" for line in changed]
-    return found
-
-
-# ---------------------------------------------------------------- numeric disagreements
-
-_VALUES = re.compile(r"^(\S+) values: ")
-ATOL, RTOL = 1e-5, 1.3e-6  # assert_close's float32 defaults
-
-
-def _values_of(run: Outcome, name: str) -> torch.Tensor:
-    if name.endswith(".grad"):
-        return run.grads[name.removesuffix(".grad")]
-    return run.world.tensors[name].values
-
-
-def _error(x: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
-    x = x.double()
-    same = (x == exact) | (x.isnan() & exact.isnan())
-    error = (x - exact).abs().nan_to_num(nan=torch.inf)
-    return torch.where(same, torch.zeros_like(error), error)
-
-
-def numerically_explained(
-    program: Program, expected: Outcome, actual: Outcome, found: list[str]
-) -> bool:
-    """True when every difference is one of values, and for each the compiled float32 result is
-    no farther from eager's float64 result than eager's float32 result is (with the slack of
-    assert_close's float32 tolerances): rounding, not a wrong rule."""
-    names = [_VALUES.match(line) for line in found]
-    if not all(names):
-        return False
-    try:
-        oracle = outcome(program, compiled=False, dtype=torch.float64)
-    except Exception:  # noqa: BLE001 (no float64 oracle for this program: blame stands)
-        return False
-    for match in names:
-        name = match.group(1)
-        exact = _values_of(oracle, name)
-        want, got = _values_of(expected, name), _values_of(actual, name)
-        slack = ATOL + RTOL * exact.abs().nan_to_num(posinf=0.0, neginf=0.0)
-        if not bool((_error(got, exact) <= 2 * _error(want, exact) + slack).all()):
-            return False
-    return True
 
 
 # ---------------------------------------------------------------- the differential check

@@ -5,8 +5,9 @@ Eager PyTorch is the oracle for values, mutations and aliasing. Each program run
 and once through `aotspec.reference.run`, each time on freshly built caller tensors, and every
 observable is compared (DESIGN.md section 5): outputs, every caller tensor after the call (the
 arguments and the aliases the caller kept), their storage sizes, and which of them share storage
-(strides that address no element are not observables: `r[memory.layout.unaddressed-strides]`). A failure prints the program as Python and hypothesis's
-`@reproduce_failure` blob, and writes a standalone `repros/repro_<hash>.py`.
+(strides that address no element are not observables: `r[memory.layout.unaddressed-strides]`).
+A failure prints the program as Python and hypothesis's `@reproduce_failure` blob, and writes a
+standalone `repros/repro_<hash>.py`.
 
 Run: `.venv/bin/python -m pytest tests/test_differential_eager.py`
 (HYPOTHESIS_PROFILE=ci|dev|nightly; see tests/conftest.py).

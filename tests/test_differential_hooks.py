@@ -12,7 +12,8 @@ Both sides compute in float32 from the same rounded values, so assert_close's fl
 apply. A failure prints the program and hypothesis's `@reproduce_failure` blob, and writes a
 standalone `repros/repro_hooks_<hash>.py`.
 
-Run: `.venv/bin/python -m pytest tests/test_differential_hooks.py` (HYPOTHESIS_PROFILE=ci|dev|nightly).
+Run: `.venv/bin/python -m pytest tests/test_differential_hooks.py`
+(HYPOTHESIS_PROFILE=ci|dev|nightly).
 """
 
 from __future__ import annotations
@@ -23,32 +24,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aotspec
+from harness import call_and_backward, compare, pack_bf16, pack_lossless, unpack_bf16
+from harness import unpack_lossless
 from repro import is_final_run, write_hooks_repro
 from strategies.grad import grad_programs
 from strategies.program import as_function, build_inputs, source
-from test_differential_compiled import call_and_backward, compare
 
 EXAMPLES = max(settings.default.max_examples // 5, 10)
-
-
-def pack_lossless(x):
-    return (x.dtype, x.to(torch.float64))
-
-
-def unpack_lossless(packed):
-    dtype, x = packed
-    return x.to(dtype)
-
-
-def pack_bf16(x):
-    # Only float32 is rounded: eager's backward of `where` needs its saved condition to stay bool.
-    return x.to(torch.bfloat16) if x.dtype == torch.float32 else x
-
-
-def unpack_bf16(x):
-    return x.to(torch.float32) if x.dtype == torch.bfloat16 else x
-
-
 LOSSLESS = (pack_lossless, unpack_lossless)
 LOSSY = (pack_bf16, unpack_bf16)
 
@@ -77,7 +59,8 @@ def _check(program, *, eager_hooks, hooks, hooks_filter: str) -> None:
         return
     where = ""
     if is_final_run():
-        path = write_hooks_repro(program, found, hooks[0].__name__, hooks_filter, eager_hooks is not None)
+        pack = hooks[0].__name__
+        path = write_hooks_repro(program, found, pack, hooks_filter, eager_hooks is not None)
         where = f"\nstandalone repro: .venv/bin/python {path}"
     raise AssertionError(
         f"aotspec.compile (reference, hooks {hooks[0].__name__}/{hooks[1].__name__}, "
@@ -88,7 +71,8 @@ def _check(program, *, eager_hooks, hooks, hooks_filter: str) -> None:
     )
 
 
-@pytest.mark.filterwarnings("ignore::aotspec.HooksWarning")  # donated may select nothing: r[hooks.filter.donated-empty]
+# donated may select nothing: r[hooks.filter.donated-empty]
+@pytest.mark.filterwarnings("ignore::aotspec.HooksWarning")
 @settings(max_examples=EXAMPLES)
 @given(grad_programs(), st.sampled_from(["donated", "no_static", "all"]))
 def test_lossless_hooks_change_no_gradient(program, hooks_filter):
