@@ -8,4 +8,11 @@ backend, `aotspec.conformance` the conformance suite. Errors: `UnsupportedError`
 from .api import CompiledFunction, compile
 from .errors import HooksWarning, InternalError, SpecViolation, UnsupportedError
 
-__all__ = ["CompiledFunction", "HooksWarning", "InternalError", "SpecViolation", "UnsupportedError", "compile"]
+__all__ = [
+    "CompiledFunction",
+    "HooksWarning",
+    "InternalError",
+    "SpecViolation",
+    "UnsupportedError",
+    "compile",
+]

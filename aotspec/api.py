@@ -33,15 +33,21 @@ def _resolve_backend(backend: str | None) -> str:
     if backend is None:
         backend = os.environ.get("AOTSPEC_BACKEND", "fast")
     if backend not in BACKENDS:
-        raise ValueError(f"unknown aotspec backend {backend!r}; valid backends: {', '.join(map(repr, BACKENDS))}")
+        raise ValueError(
+            f"unknown aotspec backend {backend!r}; valid backends: {', '.join(map(repr, BACKENDS))}"
+        )
     return backend
 
 
-def compile(fn: Callable, *, backend: str | None = None, steal=(), hooks_filter: str = "donated") -> CompiledFunction:
+def compile(
+    fn: Callable, *, backend: str | None = None, steal=(), hooks_filter: str = "donated"
+) -> CompiledFunction:
     """Compile `fn` for `backend` (`"reference"` or `"fast"`; default `$AOTSPEC_BACKEND`, else `"fast"`)."""
     backend = _resolve_backend(backend)
     if hooks_filter not in HOOK_FILTERS:
-        raise ValueError(f"unknown hooks_filter {hooks_filter!r}; valid filters: {', '.join(map(repr, HOOK_FILTERS))}")
+        raise ValueError(
+            f"unknown hooks_filter {hooks_filter!r}; valid filters: {', '.join(map(repr, HOOK_FILTERS))}"
+        )
     steal = (steal,) if isinstance(steal, str) else tuple(steal)
     parameters = _parameters(fn) if steal else {}
     unknown = [name for name in steal if name not in parameters]
@@ -104,12 +110,18 @@ class CompiledFunction:
         leaves, structure = _flatten(args, kwargs)
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         stolen = self._stolen_indices(leaves, stolen_lists)
-        constants = tuple(_constant_key(leaf) for leaf in leaves if not isinstance(leaf, torch.Tensor))
+        constants = tuple(
+            _constant_key(leaf) for leaf in leaves if not isinstance(leaf, torch.Tensor)
+        )
         grad_enabled = torch.is_grad_enabled()
         # r[hooks.compiled.respecialize]: the hooks in effect are part of the key (and the key keeps
         # them alive, so their identities stay unique).
         hooks = SavedTensorHooks.active() if grad_enabled else None
-        static = _static_inputs(tensors) if hooks is not None and self.hooks_filter == "no_static" else frozenset()
+        static = (
+            _static_inputs(tensors)
+            if hooks is not None and self.hooks_filter == "no_static"
+            else frozenset()
+        )
         key = (structure, constants, input_facts(tensors), grad_enabled, hooks, static)
         compiled = self._plans.get(key)
         if compiled is None:
@@ -156,7 +168,9 @@ class CompiledFunction:
 def _static_inputs(tensors: list[torch.Tensor]) -> frozenset[int]:
     """Parameters, and inputs marked static (`r[hooks.filter.no-static]`)."""
     return frozenset(
-        i for i, t in enumerate(tensors) if isinstance(t, torch.nn.Parameter) or hasattr(t, "_dynamo_static_input_type")
+        i
+        for i, t in enumerate(tensors)
+        if isinstance(t, torch.nn.Parameter) or hasattr(t, "_dynamo_static_input_type")
     )
 
 

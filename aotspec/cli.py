@@ -14,26 +14,36 @@ def _conformance(options) -> int:
     backends = options.backend or list(BACKENDS)
     for name in backends:
         if name not in BACKENDS:
-            print(f"unknown backend {name!r}; valid backends: {', '.join(BACKENDS)}", file=sys.stderr)
+            print(
+                f"unknown backend {name!r}; valid backends: {', '.join(BACKENDS)}", file=sys.stderr
+            )
             return 2
     cases = [case for case in ALL_CASES if not options.k or options.k in case.name]
     results = run_cases(cases, backends)
     print(rule_table(results, backends))
     print("(* : some memory expectations are not observable on that backend: it keeps no ledger)")
     report = failure_report(results)
-    counts = {status: sum(r.status == status for r in results) for status in ("pass", "fail", "skip")}
+    counts = {
+        status: sum(r.status == status for r in results) for status in ("pass", "fail", "skip")
+    }
     print()
     if report:
         print(report)
-    print(f"{len(cases)} cases x {len(backends)} backends: {counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped")
+    print(
+        f"{len(cases)} cases x {len(backends)} backends: {counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped"
+    )
     return 1 if counts["fail"] else 0
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="aotspec", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    conformance = commands.add_parser("conformance", help="run the conformance cases and print a table per rule")
-    conformance.add_argument("--backend", action="append", help="backend to run (repeatable; default: all)")
+    conformance = commands.add_parser(
+        "conformance", help="run the conformance cases and print a table per rule"
+    )
+    conformance.add_argument(
+        "--backend", action="append", help="backend to run (repeatable; default: all)"
+    )
     conformance.add_argument("-k", help="only cases whose name contains this text")
     options = parser.parse_args(argv)
     if options.command == "conformance":

@@ -59,7 +59,9 @@ def main() -> None:
     }
     results = {name: _time(step, inputs, repeats) for name, (step, repeats) in steps.items()}
     eager = results["torch eager"][1]
-    print(f"MLP training step: {LAYERS} layers, batch {BATCH}, width {WIDTH}, float32, {torch.get_num_threads()} threads")
+    print(
+        f"MLP training step: {LAYERS} layers, batch {BATCH}, width {WIDTH}, float32, {torch.get_num_threads()} threads"
+    )
     print(f"{'':26}{'first call ms':>15}{'call ms':>10}{'x eager':>9}")
     for name, (first, call) in results.items():
         print(f"{name:26}{first * 1e3:>15.1f}{call * 1e3:>10.3f}{call / eager:>9.2f}")

@@ -92,7 +92,9 @@ def _weight(rows, cols):
 
 def mlp_inputs():
     torch.manual_seed(0)
-    return [torch.randn(MLP_BATCH, MLP_WIDTH)] + [_weight(MLP_WIDTH, MLP_WIDTH) for _ in range(MLP_LAYERS)]
+    return [torch.randn(MLP_BATCH, MLP_WIDTH)] + [
+        _weight(MLP_WIDTH, MLP_WIDTH) for _ in range(MLP_LAYERS)
+    ]
 
 
 def attention_inputs():
@@ -105,12 +107,17 @@ def attention_inputs():
 
 def chain_inputs():
     torch.manual_seed(0)
-    return [torch.randn(CHAIN_BATCH, CHAIN_WIDTH)] + [_weight(CHAIN_WIDTH, CHAIN_WIDTH) for _ in range(CHAIN_LAYERS)]
+    return [torch.randn(CHAIN_BATCH, CHAIN_WIDTH)] + [
+        _weight(CHAIN_WIDTH, CHAIN_WIDTH) for _ in range(CHAIN_LAYERS)
+    ]
 
 
 WORKLOADS = {
     f"MLP ({MLP_LAYERS} layers, batch {MLP_BATCH}, width {MLP_WIDTH})": (mlp_step, mlp_inputs),
-    f"attention (batch {ATT_BATCH}, seq {ATT_SEQ}, dim {ATT_DIM}, {ATT_HEADS} heads)": (attention_step, attention_inputs),
+    f"attention (batch {ATT_BATCH}, seq {ATT_SEQ}, dim {ATT_DIM}, {ATT_HEADS} heads)": (
+        attention_step,
+        attention_inputs,
+    ),
 }
 
 
@@ -161,7 +168,9 @@ def call_times() -> None:
     print(f"{'':48}{'fast/eager':>19}{'fast/aot_eager':>19}{'reference/fast':>19}")
     for workload, ms in ratios:
         fast = ms["aotspec fast"]
-        print(f"{workload:48}{fast / ms['torch eager']:>19.2f}{fast / ms['aot_eager']:>19.2f}{ms['aotspec reference'] / fast:>19.1f}")
+        print(
+            f"{workload:48}{fast / ms['torch eager']:>19.2f}{fast / ms['aot_eager']:>19.2f}{ms['aotspec reference'] / fast:>19.1f}"
+        )
     print(f"  repeats: {', '.join(f'{name} {n}' for name, n in REPEATS.items())}")
 
 
@@ -187,11 +196,16 @@ def _fresh_aot_eager(fn):
 
 
 def first_call_times() -> None:
-    print(f"\n2. First call (compile + forward + backward), median ms of {FIRST_CALLS} fresh compilations")
+    print(
+        f"\n2. First call (compile + forward + backward), median ms of {FIRST_CALLS} fresh compilations"
+    )
     print(f"{'':48}{'aotspec fast':>15}{'aot_eager':>15}{'fast/aot_eager':>16}")
     for workload, (fn, make_inputs) in WORKLOADS.items():
         inputs = make_inputs()
-        makers = {"fast": lambda: aotspec.compile(fn, backend="fast"), "aot_eager": lambda: _fresh_aot_eager(fn)}
+        makers = {
+            "fast": lambda: aotspec.compile(fn, backend="fast"),
+            "aot_eager": lambda: _fresh_aot_eager(fn),
+        }
         seconds = _first_calls(makers, inputs)
         fast, aot = seconds["fast"] * 1e3, seconds["aot_eager"] * 1e3
         print(f"{workload:48}{fast:>15.1f}{aot:>15.1f}{fast / aot:>16.3f}")
@@ -225,22 +239,30 @@ def _reference_backward_peak(fn, inputs) -> int:
 
 
 def peak_bytes() -> None:
-    print("\n3. Peak live bytes of one warm step on real tensors (MemoryTracker; inputs and weights not counted)")
+    print(
+        "\n3. Peak live bytes of one warm step on real tensors (MemoryTracker; inputs and weights not counted)"
+    )
     for workload, (fn, make_inputs) in WORKLOADS.items():
         inputs = make_inputs()
         torch._dynamo.reset()
         input_bytes = sum(t.untyped_storage().nbytes() for t in inputs)
         print(f"{workload}: inputs {input_bytes:,} bytes")
-        print(f"{'':24}{'after forward':>15}{'backward peak':>15}{'fwd+bwd peak':>15}{'bwd / eager':>13}")
+        print(
+            f"{'':24}{'after forward':>15}{'backward peak':>15}{'fwd+bwd peak':>15}{'bwd / eager':>13}"
+        )
         rows = {}
         for name, step in list(_backends(fn).items())[:3]:
             rows[name] = _peaks(step, inputs)
             _clear_grads(inputs)
         eager_backward = rows["torch eager"][1]
         for name, (start, backward, whole) in rows.items():
-            print(f"{name:24}{start:>15,}{backward:>15,}{whole:>15,}{backward / eager_backward:>13.3f}")
+            print(
+                f"{name:24}{start:>15,}{backward:>15,}{whole:>15,}{backward / eager_backward:>13.3f}"
+            )
         reference = _reference_backward_peak(fn, inputs)
-        print(f"{'reference ledger':24}{'':>15}{reference:>15,}{'':>15}{reference / eager_backward:>13.3f}")
+        print(
+            f"{'reference ledger':24}{'':>15}{reference:>15,}{'':>15}{reference / eager_backward:>13.3f}"
+        )
 
 
 # ---------------------------------------------------------------- 4. bfloat16 pack hook
@@ -284,9 +306,13 @@ def pack_hook_saving() -> None:
         peaks[name] = _peaks(step, inputs)
         _clear_grads(inputs)
     base = peaks["eager, no hooks"]
-    print(f"{'':30}{'after forward':>15}{'backward peak':>15}{'fwd+bwd peak':>15}{'after fwd x eager':>19}{'fwd+bwd x eager':>17}")
+    print(
+        f"{'':30}{'after forward':>15}{'backward peak':>15}{'fwd+bwd peak':>15}{'after fwd x eager':>19}{'fwd+bwd x eager':>17}"
+    )
     for name, (start, backward, whole) in peaks.items():
-        print(f"{name:30}{start:>15,}{backward:>15,}{whole:>15,}{start / base[0]:>19.3f}{whole / base[2]:>17.3f}")
+        print(
+            f"{name:30}{start:>15,}{backward:>15,}{whole:>15,}{start / base[0]:>19.3f}{whole / base[2]:>17.3f}"
+        )
     for column, k in [("after forward", 0), ("fwd+bwd peak", 2)]:
         print(
             f"  {column}, hooks/no hooks: eager {peaks['eager, bf16 hooks'][k] / base[k]:.3f}, "
@@ -294,14 +320,18 @@ def pack_hook_saving() -> None:
             f"fast with hooks / eager with hooks {peaks['fast, bf16 hooks (donated)'][k] / peaks['eager, bf16 hooks'][k]:.3f}"
         )
     grads = sum(t.untyped_storage().nbytes() for t in inputs if t.requires_grad)
-    print(f"  (the weights' gradients alone are {grads:,} bytes, all alive at the end of the backward)")
+    print(
+        f"  (the weights' gradients alone are {grads:,} bytes, all alive at the end of the backward)"
+    )
 
 
 # ---------------------------------------------------------------- profile
 
 
 def profile_fast_mlp(calls: int = 200, top: int = 15) -> None:
-    print(f"\ncProfile of {calls} aotspec fast MLP steps (forward + backward), top {top} by own time")
+    print(
+        f"\ncProfile of {calls} aotspec fast MLP steps (forward + backward), top {top} by own time"
+    )
     inputs = mlp_inputs()
     step = aotspec.compile(mlp_step, backend="fast")
     step(*inputs).backward()
@@ -321,7 +351,9 @@ def profile_fast_mlp(calls: int = 200, top: int = 15) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", action="store_true", help="add a cProfile of 200 fast MLP steps")
+    parser.add_argument(
+        "--profile", action="store_true", help="add a cProfile of 200 fast MLP steps"
+    )
     args = parser.parse_args()
     # One intra-op thread: on a 2-core machine with anything else running, OpenMP's second thread
     # makes every backend's timing swing by an order of magnitude.

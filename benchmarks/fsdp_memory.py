@@ -79,7 +79,12 @@ def measure(fn) -> dict:
         y.sum().backward()
         backward_peak = tracker.peak_bytes
     grads = [x.grad] + [w.grad for w in params]
-    return {"left after forward": left, "forward peak": forward_peak, "backward peak": backward_peak, "grads": grads}
+    return {
+        "left after forward": left,
+        "forward peak": forward_peak,
+        "backward peak": backward_peak,
+        "grads": grads,
+    }
 
 
 def _aot_eager_in_a_child() -> str:
@@ -87,7 +92,9 @@ def _aot_eager_in_a_child() -> str:
         "import sys; sys.path.insert(0, 'benchmarks'); import torch, fsdp_memory as b; "
         "r = b.measure(torch.compile(b.fsdp_mlp, backend='aot_eager')); print('ran', r['left after forward'])"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600
+    )
     if done.returncode == 0:
         return done.stdout.strip().splitlines()[-1]
     last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
@@ -96,14 +103,19 @@ def _aot_eager_in_a_child() -> str:
 
 def main() -> None:
     layer = WIDTH * WIDTH * 4
-    print(f"{LAYERS} layers of {WIDTH}x{WIDTH} float32 ({layer:,} bytes each), batch {BATCH}; bytes on real tensors")
+    print(
+        f"{LAYERS} layers of {WIDTH}x{WIDTH} float32 ({layer:,} bytes each), batch {BATCH}; bytes on real tensors"
+    )
     eager = measure(fsdp_mlp)
     rows = {"eager": eager}
     rows["fast"] = measure(aotspec.compile(fsdp_mlp, backend="fast"))
     keys = ("left after forward", "forward peak", "backward peak")
     print(f"{'':10}" + "".join(f"{k:>22}" for k in keys) + "   grads equal eager's")
     for name, row in rows.items():
-        same = all(torch.allclose(a, b, atol=1e-5) for a, b in zip(row["grads"], eager["grads"], strict=True))
+        same = all(
+            torch.allclose(a, b, atol=1e-5)
+            for a, b in zip(row["grads"], eager["grads"], strict=True)
+        )
         cells = "".join(f"{row[k]:>14,} ({row[k] / eager[k]:.3f})" for k in keys)
         print(f"{name:10}{cells}   {same}")
     print(f"aot_eager: {_aot_eager_in_a_child()}")

@@ -65,7 +65,9 @@ def main() -> None:
         graph = make_fx(fn, tracing_mode="fake")(*inputs)
         fused = fuse_pointwise(graph, use_triton=device.type == "cuda")
         eager, traced, fused_time = (_time(f, inputs, device) for f in (fn, graph, fused))
-        print(f"{name:30}{eager * 1e3:>10.3f}{traced * 1e3:>10.3f}{fused_time * 1e3:>10.3f}{fused_time / eager:>9.2f}")
+        print(
+            f"{name:30}{eager * 1e3:>10.3f}{traced * 1e3:>10.3f}{fused_time * 1e3:>10.3f}{fused_time / eager:>9.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ peak (saved values, tangents and the backward's own values).
 from __future__ import annotations
 
 import os
+
 import torch
 
 # The reference computes with numpy: one BLAS thread keeps its timing steady on a loaded 2-core machine.
@@ -69,7 +70,9 @@ def main() -> None:
         "bf16 pack at last use (aotspec)": measure(hooks=True),
         "bf16 pack at forward end (2.13)": measure(hooks=True, placement="forward-end"),
     }
-    print(f"{LAYERS}-layer tanh chain, batch {BATCH}, width {WIDTH}, float32; reference ledgers, bytes")
+    print(
+        f"{LAYERS}-layer tanh chain, batch {BATCH}, width {WIDTH}, float32; reference ledgers, bytes"
+    )
     columns = list(rows["no hooks"])
     print(f"{'':34}" + "".join(f"{c:>25}" for c in columns))
     for name, row in rows.items():

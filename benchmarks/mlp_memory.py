@@ -19,10 +19,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import torch
 
 import aotspec
+from aotspec.reference.boundary import Boundary
 from aotspec.reference.compiled import run_compiled
 from aotspec.reference.interpreter import interpret
 from aotspec.reference.ledger import Ledger
-from aotspec.reference.boundary import Boundary
 
 BATCH, WIDTH, LAYERS = 64, 256, 4
 
@@ -51,7 +51,11 @@ def _joint_eager_peak(plan, inputs) -> int:
     """The forward and backward as one graph on the eager interpreter (tangent: ones)."""
     boundary = Boundary()
     outputs = plan.forward.graph.output_node().args[0]
-    tangents = [torch.ones(node.meta["val"].shape) for k, node in enumerate(outputs) if k in plan.differentiable_outputs]
+    tangents = [
+        torch.ones(node.meta["val"].shape)
+        for k, node in enumerate(outputs)
+        if k in plan.differentiable_outputs
+    ]
     cells = [boundary.import_tensor(t) for t in [*inputs, *tangents]]
     ledger = Ledger()
     for cell in cells:
@@ -79,7 +83,11 @@ def main() -> None:
     print(f"{'':28}{'boxed':>14}{'unboxed':>14}{'unboxed/boxed':>15}")
     for name, b, u in [
         ("forward peak bytes", boxed.ledger.peak_bytes, unboxed.ledger.peak_bytes),
-        ("backward peak bytes", boxed.backward_ledger.peak_bytes, unboxed.backward_ledger.peak_bytes),
+        (
+            "backward peak bytes",
+            boxed.backward_ledger.peak_bytes,
+            unboxed.backward_ledger.peak_bytes,
+        ),
     ]:
         print(f"{name:28}{b:>14,}{u:>14,}{u / b:>15.3f}")
     print(f"{'eager peak bytes (joint)':28}{eager_peak:>14,}")

@@ -9,9 +9,8 @@ keep no ledger (memory expectations are then not checked there). Compiled backen
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import contextlib
+from collections.abc import Callable
 
 import torch
 
@@ -38,7 +37,9 @@ def reference_eager(case, args: list):
 
 
 def _compiled(case, backend: str):
-    compiled = aotspec.compile(case.program, backend=backend, steal=case.steal, hooks_filter=case.hooks_filter)
+    compiled = aotspec.compile(
+        case.program, backend=backend, steal=case.steal, hooks_filter=case.hooks_filter
+    )
     if case.warm_up_without_hooks:
         world = case.setup()
         compiled(*[world[name] for name in case.args])
@@ -68,5 +69,7 @@ BACKENDS: dict[str, Callable] = {
 
 def get_backend(name: str) -> Callable:
     if name not in BACKENDS:
-        raise ValueError(f"unknown conformance backend {name!r}; valid backends: {', '.join(BACKENDS)}")
+        raise ValueError(
+            f"unknown conformance backend {name!r}; valid backends: {', '.join(BACKENDS)}"
+        )
     return BACKENDS[name]

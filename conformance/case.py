@@ -49,7 +49,9 @@ def _facts(outcome: Outcome, name: str) -> TensorFacts | str:
     if outcome.error is not None:
         return f"the call raised {type(outcome.error).__name__}: {outcome.error}"
     if name not in outcome.after.tensors:
-        return f"{name} is not in the world after the call (names: {sorted(outcome.after.tensors)})"
+        return (
+            f"{name} is not in the world after the call (names: {sorted(outcome.after.tensors)})"
+        )
     return outcome.after.tensors[name]
 
 
@@ -77,7 +79,9 @@ class Values(Expectation):
             return f"{self.name} is unreadable: its storage holds {facts.storage_nbytes} bytes"
         expected = torch.as_tensor(self.expected)
         try:
-            torch.testing.assert_close(facts.values, expected.to(facts.values.dtype), equal_nan=True)
+            torch.testing.assert_close(
+                facts.values, expected.to(facts.values.dtype), equal_nan=True
+            )
         except AssertionError as error:
             return f"{self.name}: {str(error).splitlines()[0]} expected {expected.tolist()}, got {facts.values.tolist()}"
         return None
@@ -125,7 +129,9 @@ class StorageBytes(Expectation):
         if isinstance(facts, str):
             return facts
         if facts.storage_nbytes != self.nbytes:
-            return f"{self.name}'s storage holds {facts.storage_nbytes} bytes, expected {self.nbytes}"
+            return (
+                f"{self.name}'s storage holds {facts.storage_nbytes} bytes, expected {self.nbytes}"
+            )
         return None
 
 
@@ -141,7 +147,9 @@ class Shares(Expectation):
         if missing:
             return missing
         if not outcome.after.shares_storage(self.a, self.b):
-            return f"{self.a} and {self.b} should share a storage; sharing is {outcome.after.sharing}"
+            return (
+                f"{self.a} and {self.b} should share a storage; sharing is {outcome.after.sharing}"
+            )
         return None
 
 
@@ -174,11 +182,15 @@ class SavedFreedDuringBackward(Expectation):
         ledger = getattr(outcome.ledger, "backward_ledger", None)
         if ledger is None:
             return "no backward ran (or the backend keeps no backward ledger)"
-        freed_before_end = {e.storage for e in ledger.events if e.kind == "free" and e.step < ledger.step}
+        freed_before_end = {
+            e.storage for e in ledger.events if e.kind == "free" and e.step < ledger.step
+        }
         returned = ledger.probes[-1].alive
         kept = sorted(outcome.ledger.saved_storages - freed_before_end - returned)
         if kept:
-            return f"backward inputs (storages {kept}) were still alive at the backward's last step"
+            return (
+                f"backward inputs (storages {kept}) were still alive at the backward's last step"
+            )
         return None
 
 
@@ -279,7 +291,11 @@ def _graph_ledger(outcome: Outcome, graph: str):
     """The ledger of the compiled run's `graph` ("forward" or "backward"), or why there is none."""
     if outcome.error is not None:
         return f"the call raised {type(outcome.error).__name__}: {outcome.error}"
-    ledger = outcome.ledger.ledger if graph == "forward" else getattr(outcome.ledger, "backward_ledger", None)
+    ledger = (
+        outcome.ledger.ledger
+        if graph == "forward"
+        else getattr(outcome.ledger, "backward_ledger", None)
+    )
     return f"no {graph} ledger (did a backward run?)" if ledger is None else ledger
 
 
@@ -323,7 +339,9 @@ class FreedBy(Expectation):
         freed = [e.node for e in ledger.events if e.kind == "free" and e.storage == made[0]]
         if freed != [self.freed_by]:
             where = f"at steps {freed}" if freed else "never"
-            return f"the storage made at {self.made_by} is freed {where}, expected at {self.freed_by}"
+            return (
+                f"the storage made at {self.made_by} is freed {where}, expected at {self.freed_by}"
+            )
         return None
 
 
@@ -338,7 +356,9 @@ class Warns(Expectation):
         if outcome.error is not None:
             return f"the call raised {type(outcome.error).__name__}: {outcome.error}"
         for warning in outcome.warnings:
-            if issubclass(warning.category, self.category) and f"rule {self.rule}" in str(warning.message):
+            if issubclass(warning.category, self.category) and f"rule {self.rule}" in str(
+                warning.message
+            ):
                 return None
         return f"expected a {self.category.__name__} naming rule {self.rule}; got {[str(w.message) for w in outcome.warnings]}"
 
@@ -374,7 +394,9 @@ class LiveBytesAfter(Expectation):
         if not probes:
             return f"no step named {self.step}; steps are {[p.node for p in all_probes]}"
         if probes[0].live_bytes != self.nbytes:
-            return f"live bytes after {self.step} are {probes[0].live_bytes}, expected {self.nbytes}"
+            return (
+                f"live bytes after {self.step} are {probes[0].live_bytes}, expected {self.nbytes}"
+            )
         return None
 
 
@@ -408,10 +430,14 @@ COMPILED_ONLY = {
     "reference-eager": "pins a rule of compiled programs",
     "torch-eager": "pins a rule of compiled programs",
 }
+
+
 def eager_only(reason: str) -> dict[str, str]:
     """Skip entries for a case whose program compiled backends reject by rule (`reason`)."""
     return {"reference": reason, "fast": reason}
 
 
 #: Skip entries for cases that pin the eager interpreter's ledger steps (`r[memory.eager.last-use]`).
-EAGER_LEDGER = {"reference": "pins the eager interpreter's ledger steps; compiled graphs have other steps"}
+EAGER_LEDGER = {
+    "reference": "pins the eager interpreter's ledger steps; compiled graphs have other steps"
+}

@@ -46,7 +46,9 @@ def facts(t: torch.Tensor) -> TensorFacts:
     nbytes = t.untyped_storage().nbytes()
     # Reading a tensor whose storage is too small segfaults on CPU: never touch its values.
     values = t.detach().clone() if _extent_bytes(t) <= nbytes else None
-    return TensorFacts(t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset(), nbytes, values)
+    return TensorFacts(
+        t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset(), nbytes, values
+    )
 
 
 def observe(world: dict[str, object]) -> Observation:
@@ -79,16 +81,24 @@ def differences(expected: Observation, actual: Observation) -> list[str]:
     """Human-readable differences between two observations; empty when they agree."""
     found = []
     if expected.tensors.keys() != actual.tensors.keys():
-        found.append(f"names differ: expected {sorted(expected.tensors)}, got {sorted(actual.tensors)}")
+        found.append(
+            f"names differ: expected {sorted(expected.tensors)}, got {sorted(actual.tensors)}"
+        )
     for name in sorted(expected.tensors.keys() & actual.tensors.keys()):
         want, got = expected.tensors[name], actual.tensors[name]
         for field_name in ("dtype", "shape", "offset", "storage_nbytes"):
             if getattr(want, field_name) != getattr(got, field_name):
-                found.append(f"{name}.{field_name}: expected {getattr(want, field_name)}, got {getattr(got, field_name)}")
-        if addressing_strides(want.shape, want.strides) != addressing_strides(got.shape, got.strides):
+                found.append(
+                    f"{name}.{field_name}: expected {getattr(want, field_name)}, got {getattr(got, field_name)}"
+                )
+        if addressing_strides(want.shape, want.strides) != addressing_strides(
+            got.shape, got.strides
+        ):
             found.append(f"{name}.strides: expected {want.strides}, got {got.strides}")
         if (want.values is None) != (got.values is None):
-            found.append(f"{name}: readable in one world only (expected readable={want.values is not None})")
+            found.append(
+                f"{name}: readable in one world only (expected readable={want.values is not None})"
+            )
         elif want.values is not None and want.shape == got.shape and want.dtype == got.dtype:
             mismatch = _close(want.values, got.values)
             if mismatch:
@@ -104,4 +114,3 @@ def world_of(named_inputs: dict[str, object], outputs) -> dict[str, object]:
     for i, value in enumerate(pytree.tree_leaves(outputs)):
         world[f"out{i}"] = value
     return world
-

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import re
 import warnings
+from collections import defaultdict
 
 import torch
 from attrs import frozen
@@ -55,19 +54,29 @@ def run_case(case: Case, backend: str) -> CaseResult:
     failures, unobservable = [], 0
     for expectation in case.expect:
         if expectation.needs_ledger and ledger is None and error is None:
-            unobservable += 1  # this backend keeps no ledger: memory facts are not observable on it
+            unobservable += (
+                1  # this backend keeps no ledger: memory facts are not observable on it
+            )
             continue
         message = expectation.check(outcome)
         if message is not None:
             failures.append(message)
     if failures:
         return CaseResult(case, backend, "fail", tuple(failures))
-    note = (f"{unobservable} memory expectation(s) not observable without a ledger",) if unobservable else ()
+    note = (
+        (f"{unobservable} memory expectation(s) not observable without a ledger",)
+        if unobservable
+        else ()
+    )
     return CaseResult(case, backend, "pass", note)
 
 
 def _backpropagate(world: dict) -> None:
-    outputs = [t for name, t in world.items() if re.fullmatch(r"out\d+", name) and isinstance(t, torch.Tensor)]
+    outputs = [
+        t
+        for name, t in world.items()
+        if re.fullmatch(r"out\d+", name) and isinstance(t, torch.Tensor)
+    ]
     losses = [t.sum() for t in outputs if t.requires_grad]
     if losses:
         torch.stack(losses).sum().backward()
@@ -112,6 +121,8 @@ def failure_report(results: list[CaseResult]) -> str:
     lines = []
     for result in results:
         if result.status == "fail":
-            lines.append(f"FAIL {result.case.name} on {result.backend} (rules: {', '.join(result.case.rules)})")
+            lines.append(
+                f"FAIL {result.case.name} on {result.backend} (rules: {', '.join(result.case.rules)})"
+            )
             lines.extend(f"    {message}" for message in result.messages)
     return "\n".join(lines)

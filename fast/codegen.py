@@ -54,7 +54,9 @@ def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> Gener
     lines = [f"def {name}(arguments):"]
     placeholders = [node.name for node in graph.nodes if node.op == "placeholder"]
     if placeholders:
-        lines.append(f"    {', '.join(placeholders)}{',' if len(placeholders) == 1 else ''} = arguments")
+        lines.append(
+            f"    {', '.join(placeholders)}{',' if len(placeholders) == 1 else ''} = arguments"
+        )
     lines.append("    arguments.clear()")
     dies_after = last_uses(graph)  # the plan's last-use table; returned values die at the output
     for node in graph.nodes:
@@ -97,7 +99,9 @@ def _function_name(target, names: dict) -> str:
         packet = names["aten"].__dict__.setdefault(target._opname, SimpleNamespace())
         setattr(packet, target._overloadname, target._op)
         return f"aten.{target._opname}.{target._overloadname}"
-    name = _fresh_name(getattr(target, "__name__", None) or getattr(target, "name", None) or "function", names)
+    name = _fresh_name(
+        getattr(target, "__name__", None) or getattr(target, "name", None) or "function", names
+    )
     names[name] = target
     return name
 
@@ -107,11 +111,19 @@ def _render(value, names: dict) -> str:
         return value.name
     if isinstance(value, (list, tuple)):
         items = ", ".join(_render(v, names) for v in value)
-        return f"[{items}]" if isinstance(value, list) else f"({items}{',' if len(value) == 1 else ''})"
+        return (
+            f"[{items}]"
+            if isinstance(value, list)
+            else f"({items}{',' if len(value) == 1 else ''})"
+        )
     if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
         return repr(value)
     if isinstance(value, float):
-        return repr(value) if math.isfinite(value) else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+        return (
+            repr(value)
+            if math.isfinite(value)
+            else ("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))
+        )
     if isinstance(value, torch.dtype):
         return str(value)  # torch.float32
     name = _fresh_name("constant", names)  # devices, layouts, memory formats, ...: bound by name
@@ -129,6 +141,12 @@ def _fresh_name(base: str, names: dict) -> str:
 
 
 def _check_names(graph: torch.fx.Graph) -> None:
-    clashes = [node.name for node in graph.nodes if node.name in _BUILTIN_NAMES or node.name == "arguments"]
+    clashes = [
+        node.name
+        for node in graph.nodes
+        if node.name in _BUILTIN_NAMES or node.name == "arguments"
+    ]
     if clashes:
-        raise InternalError(f"graph values named {clashes} would shadow names the generated code reads")
+        raise InternalError(
+            f"graph values named {clashes} would shadow names the generated code reads"
+        )

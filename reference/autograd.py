@@ -242,7 +242,9 @@ def _backward_pass(
             stand_in = stands_for[node]
             layout = stand_in.layout
             if layout is not None:
-                grad = aten.as_strided(grad, list(layout.sizes), list(layout.strides), layout.offset)
+                grad = aten.as_strided(
+                    grad, list(layout.sizes), list(layout.strides), layout.offset
+                )
             _accumulate(grads, input_nodes[stand_in.input_index], grad)
             continue
         if node in no_grad_writes:  # r[autograd.no-grad-writes]: the old contents' history
@@ -266,9 +268,15 @@ def _backward_pass(
         kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
         bound_values = bind(node.target._schema, args, kwargs)
         bound_nodes = bind(node.target._schema, node.args, node.kwargs)
-        for arg_nodes, arg_grads in zip(bound_nodes, rule(grad, env[node], *bound_values), strict=True):
+        for arg_nodes, arg_grads in zip(
+            bound_nodes, rule(grad, env[node], *bound_values), strict=True
+        ):
             for arg_node, arg_grad in _pairs(arg_nodes, arg_grads):
-                if isinstance(arg_node, torch.fx.Node) and arg_node in flows and arg_grad is not None:
+                if (
+                    isinstance(arg_node, torch.fx.Node)
+                    and arg_node in flows
+                    and arg_grad is not None
+                ):
                     _accumulate(grads, arg_node, arg_grad)
     return grads
 
@@ -314,7 +322,9 @@ def partition(
     forward_nodes.update(primals)
     # Every result of a forward op is a forward value, even those only a rule reads (layer_norm's
     # mean and rstd): the backward saves them rather than the op's tuple.
-    forward_nodes.update([user for node in forward_nodes for user in node.users if user.target is getitem])
+    forward_nodes.update(
+        [user for node in forward_nodes for user in node.users if user.target is getitem]
+    )
     saved = []
     for node in joint.nodes:
         if node not in forward_nodes:
@@ -333,7 +343,9 @@ def partition(
     )
 
 
-def _read_contents_from_inputs(saved: list[torch.fx.Node], primals: list[torch.fx.Node], final_contents: dict):
+def _read_contents_from_inputs(
+    saved: list[torch.fx.Node], primals: list[torch.fx.Node], final_contents: dict
+):
     """r[autograd.saved-inputs.final-contents]: a saved value that is the last contents the program gave an
     input's storage is that input when the call returns: the forward saves the input, and the
     backward reads its whole storage when it runs. Returns the new saved list and, for each
@@ -383,7 +395,9 @@ def _is_view(node: torch.fx.Node) -> bool:
     return entry.kind is OpKind.VIEW
 
 
-def _extract(graph: torch.fx.Graph, inputs: list[torch.fx.Node], outputs: list[torch.fx.Node], reread=None) -> torch.fx.GraphModule:
+def _extract(
+    graph: torch.fx.Graph, inputs: list[torch.fx.Node], outputs: list[torch.fx.Node], reread=None
+) -> torch.fx.GraphModule:
     """A graph computing `outputs` from `inputs`, copying the nodes in between in their order;
     each node of `reread` is read as the whole storage of the input it maps to."""
     reread = reread or {}
@@ -404,7 +418,9 @@ def _extract(graph: torch.fx.Graph, inputs: list[torch.fx.Node], outputs: list[t
     for node, primal in reread.items():
         # the node is laid out contiguously over its input's whole storage: read it from there
         value = node.meta["val"]
-        env[node] = new.call_function(aten.as_strided.default, (env[primal], list(value.shape), list(value.stride()), 0))
+        env[node] = new.call_function(
+            aten.as_strided.default, (env[primal], list(value.shape), list(value.stride()), 0)
+        )
         env[node].meta = dict(node.meta)
     for node in graph.nodes:
         if node in needed:

@@ -214,6 +214,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         name=getattr(fn, "__qualname__", repr(fn)),
     )
 
+
 _HOOKS_INSIDE = "saved_tensors_hooks entered inside a function the reference captures"
 
 
@@ -281,7 +282,9 @@ def _computed_from(node: torch.fx.Node) -> set[torch.fx.Node]:
     return found
 
 
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>.*)')
+_FRAME = re.compile(
+    r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>.*)'
+)
 
 
 def _source_line(node: torch.fx.Node) -> str:
@@ -290,4 +293,6 @@ def _source_line(node: torch.fx.Node) -> str:
     if not frames:
         return f"graph node {node.name}"
     frame = frames[-1]
-    return f"called from {frame['file']}:{frame['line']} in {frame['func']}: {frame['code'].strip()}"
+    return (
+        f"called from {frame['file']}:{frame['line']} in {frame['func']}: {frame['code'].strip()}"
+    )

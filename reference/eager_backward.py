@@ -59,18 +59,30 @@ class Backward:
                 fix="add a @derivative rule beside the op in reference/ops.py, or compute this part under torch.no_grad()",
             )
         self.ledger.begin_step(f"{entry.name}.unpack")
-        values = {position: self._unpack(entry, position, saved) for position, saved in entry.saved.items()}
-        unpacked = [cell for position, saved in entry.saved.items() if saved.unpack is not None for cell in cells_of(values[position])]
+        values = {
+            position: self._unpack(entry, position, saved)
+            for position, saved in entry.saved.items()
+        }
+        unpacked = [
+            cell
+            for position, saved in entry.saved.items()
+            if saved.unpack is not None
+            for cell in cells_of(values[position])
+        ]
         for cell in unpacked:
             self.ledger.hold(cell)
         self.ledger.end_step()
-        leaves = tuple(Slot(values[k].layout) if k in values else leaf for k, leaf in enumerate(entry.leaves))
+        leaves = tuple(
+            Slot(values[k].layout) if k in values else leaf for k, leaf in enumerate(entry.leaves)
+        )
         grad_layouts = tuple(None if g is None else g.layout for g in grads)
         needed = tuple(var is not None for var in entry.inputs)
         program = rule_program(entry.rule, entry.spec, leaves, entry.n_out, grad_layouts, needed)
         missing = [k for k in program.reads if k not in values]
         if missing:
-            raise InternalError(f"the rule of {entry.name} reads leaves {missing}, which were not saved")
+            raise InternalError(
+                f"the rule of {entry.name} reads leaves {missing}, which were not saved"
+            )
         inputs = [g for g in grads if g is not None] + [values[k] for k in program.reads]
         results = interpret(program.program, inputs, self.ledger)
         self._release(entry, unpacked, grads)
@@ -80,7 +92,10 @@ class Backward:
     def _unpack(self, entry: Entry, position: int, saved: Saved) -> Tensor:
         if saved.unpack is None:
             cell = saved.value
-            if cell.storage is not saved.storage or self.tape._version(cell.storage) != saved.version:
+            if (
+                cell.storage is not saved.storage
+                or self.tape._version(cell.storage) != saved.version
+            ):
                 raise RuntimeError(
                     "one of the variables needed for gradient computation has been modified by an "
                     f"inplace operation: {cell.name}, saved by {entry.name}, is at version "
@@ -91,7 +106,9 @@ class Backward:
         crossing = Crossing()
         unpacked = crossing.to_reference(saved.unpack(crossing.to_torch(saved.value)))
         if not isinstance(unpacked, Tensor):
-            raise RuntimeError(f"the unpack hook returned {type(unpacked).__name__} for a tensor saved by {entry.name}; it must return a tensor")
+            raise RuntimeError(
+                f"the unpack hook returned {type(unpacked).__name__} for a tensor saved by {entry.name}; it must return a tensor"
+            )
         return unpacked
 
     def _release(self, entry: Entry, unpacked: list[Tensor], grads: list) -> None:
@@ -124,13 +141,18 @@ class Backward:
             self.ledger.release(cell)
         self.ledger.end_step()
 
+
 # ---------------------------------------------------------------- the link to torch's autograd
 
 
 def connect(tape: Tape, outputs: list, torch_outputs: list, run) -> list:
     """Torch outputs connected to torch's autograd: those with a history on the tape come out of
     one autograd node whose backward walks the tape; the others are returned as they are."""
-    linked = [k for k, value in enumerate(outputs) if isinstance(value, Tensor) and _has_own_history(tape, value)]
+    linked = [
+        k
+        for k, value in enumerate(outputs)
+        if isinstance(value, Tensor) and _has_own_history(tape, value)
+    ]
     if not linked:
         return torch_outputs
     seeds_for = [tape.var(outputs[k]) for k in linked]
@@ -168,11 +190,21 @@ class TapeFunction(torch.autograd.Function):
     def backward(ctx, *grads):
         node: _TapeNode = ctx.node
         boundary = Boundary()
-        seeds = [(var, boundary.import_tensor(g.detach())) for var, g in zip(node.seeds_for, grads, strict=True) if g is not None]
+        seeds = [
+            (var, boundary.import_tensor(g.detach()))
+            for var, g in zip(node.seeds_for, grads, strict=True)
+            if g is not None
+        ]
         node.tape.catch_up_with_callers()
         backward = Backward(node.tape)
         node.run.saved_storages = frozenset(cell.storage.id for cell in node.tape.heldcells_of())
         results = backward.run(seeds)
         node.run.backward_ledger = backward.ledger
         export = Boundary()
-        return (None, *(export.export(results[var]) if var in results else None for _, var in node.tape.leaves))
+        return (
+            None,
+            *(
+                export.export(results[var]) if var in results else None
+                for _, var in node.tape.leaves
+            ),
+        )

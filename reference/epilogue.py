@@ -24,12 +24,16 @@ from .functionalize import (
 )
 
 
-def apply_epilogue(program: FunctionalProgram, tensors, caller_storages, flats: list[torch.Tensor]) -> None:
+def apply_epilogue(
+    program: FunctionalProgram, tensors, caller_storages, flats: list[torch.Tensor]
+) -> None:
     for step in program.epilogue:
         if isinstance(step, Resize):
             caller_storages[step.input_index].resize_(step.nbytes)
         elif isinstance(step, WriteBack):
-            target = torch.empty(0, dtype=flats[step.output_index].dtype).set_(caller_storages[step.input_index])
+            target = torch.empty(0, dtype=flats[step.output_index].dtype).set_(
+                caller_storages[step.input_index]
+            )
             with torch.no_grad():
                 target.copy_(flats[step.output_index])
         elif isinstance(step, Rebind):
@@ -55,7 +59,9 @@ def _storage_of(where, caller_storages, flats) -> torch.UntypedStorage:
     return flats[where.output_index].untyped_storage()
 
 
-def build_outputs(program: FunctionalProgram, tensors, caller_storages, flats) -> list[torch.Tensor]:
+def build_outputs(
+    program: FunctionalProgram, tensors, caller_storages, flats
+) -> list[torch.Tensor]:
     on_storage = {}
     for t in tensors:
         if t is not None:
@@ -68,7 +74,9 @@ def build_outputs(program: FunctionalProgram, tensors, caller_storages, flats) -
         elif isinstance(output.storage, CallerStorage):  # r[aliasing.view.of-input]
             outputs.append(_view_of_caller(output, tensors, on_storage, caller_storages))
         else:
-            outputs.append(_view_of_graph_storage(output.layout, flats[output.storage.output_index], returned))
+            outputs.append(
+                _view_of_graph_storage(output.layout, flats[output.storage.output_index], returned)
+            )
     return outputs
 
 
@@ -97,7 +105,14 @@ def _view_of_caller(output, tensors, on_storage: dict, caller_storages) -> torch
     storage = caller_storages[output.storage.input_index]
     if layout.extent_bytes() > storage.nbytes():
         return tensor_on(storage, layout)
-    for candidate in (tensors[output.through] if output.through is not None else None, on_storage.get((storage._cdata, layout.dtype))):
-        if candidate is not None and candidate.dtype == layout.dtype and candidate.untyped_storage()._cdata == storage._cdata:
+    for candidate in (
+        tensors[output.through] if output.through is not None else None,
+        on_storage.get((storage._cdata, layout.dtype)),
+    ):
+        if (
+            candidate is not None
+            and candidate.dtype == layout.dtype
+            and candidate.untyped_storage()._cdata == storage._cdata
+        ):
             return candidate.as_strided(layout.sizes, layout.strides, layout.offset)
     return tensor_on(storage, layout)

@@ -48,8 +48,17 @@ class InputMeta:
     @classmethod
     def of(cls, tensors: list[torch.Tensor]) -> tuple[InputMeta, ...]:
         return tuple(
-            cls(Layout(dtype, tuple(sizes), strides, offset), storage, nbytes, requires_grad, is_leaf, same)
-            for dtype, sizes, strides, offset, storage, nbytes, requires_grad, is_leaf, same in input_facts(tensors)
+            cls(
+                Layout(dtype, tuple(sizes), strides, offset),
+                storage,
+                nbytes,
+                requires_grad,
+                is_leaf,
+                same,
+            )
+            for dtype, sizes, strides, offset, storage, nbytes, requires_grad, is_leaf, same in input_facts(
+                tensors
+            )
         )
 
 
@@ -60,17 +69,19 @@ def input_facts(tensors: list[torch.Tensor]) -> tuple[tuple, ...]:
     facts = []
     for i, t in enumerate(tensors):
         storage = t.untyped_storage()
-        facts.append((
-            t.dtype,
-            t.shape,
-            t.stride(),
-            t.storage_offset(),
-            first_on_storage.setdefault(storage._cdata, i),
-            storage.nbytes(),
-            t.requires_grad,
-            t.is_leaf,
-            first_object.setdefault(id(t), i),
-        ))
+        facts.append(
+            (
+                t.dtype,
+                t.shape,
+                t.stride(),
+                t.storage_offset(),
+                first_on_storage.setdefault(storage._cdata, i),
+                storage.nbytes(),
+                t.requires_grad,
+                t.is_leaf,
+                first_object.setdefault(id(t), i),
+            )
+        )
     return tuple(facts)
 
 
@@ -318,7 +329,9 @@ def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
         storage.unread_since_resize = False
     else:
         contents = None
-        storage.flat = aten.as_strided_scatter(_flat(storage, replay), new, layout.sizes, layout.strides, layout.offset)
+        storage.flat = aten.as_strided_scatter(
+            _flat(storage, replay), new, layout.sizes, layout.strides, layout.offset
+        )
         if not replay.grad_enabled:
             # r[autograd.no-grad-writes]: the tensor keeps its history; the written values carry none.
             replay.no_grad_writes.add(node_of(storage.flat))
@@ -331,7 +344,11 @@ def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
 def _covers(layout: Layout, storage: _Storage) -> bool:
     """`layout` reads every element of `storage` once, in order."""
     whole = Layout.contiguous(layout.dtype, layout.sizes)
-    return layout.dtype == storage.dtype and layout.numel == storage.elements and layout.addresses_like(whole)
+    return (
+        layout.dtype == storage.dtype
+        and layout.numel == storage.elements
+        and layout.addresses_like(whole)
+    )
 
 
 # ---------------------------------------------------------------- op by op
@@ -397,11 +414,17 @@ class _Replay:
         storages: dict[int, _Storage] = {}
         cells: dict[int, _Cell] = {}
         placeholders = [node for node in self.program.graph.nodes if node.op == "placeholder"]
-        for i, (node, value, meta) in enumerate(zip(placeholders, values, self.inputs, strict=True)):
+        for i, (node, value, meta) in enumerate(
+            zip(placeholders, values, self.inputs, strict=True)
+        ):
             if meta.same_object not in cells:
                 if meta.storage not in storages:
-                    storages[meta.storage] = _Storage(meta.layout.dtype, meta.storage_nbytes, meta.storage, value)
-                cells[meta.same_object] = _Cell(storages[meta.storage], meta.layout, value, 0, i, meta.layout, i)
+                    storages[meta.storage] = _Storage(
+                        meta.layout.dtype, meta.storage_nbytes, meta.storage, value
+                    )
+                cells[meta.same_object] = _Cell(
+                    storages[meta.storage], meta.layout, value, 0, i, meta.layout, i
+                )
             self.env[node] = cells[meta.same_object]
         self.placeholder_cells = [cells[meta.same_object] for meta in self.inputs]
         self.caller_storages = list(storages.values())
@@ -445,7 +468,9 @@ class _Replay:
         name = node.name
 
         def read_all(tree):
-            return pytree.tree_map(lambda v: _read(v, name, self) if isinstance(v, _Cell) else v, tree)
+            return pytree.tree_map(
+                lambda v: _read(v, name, self) if isinstance(v, _Cell) else v, tree
+            )
 
         if entry.kind is OpKind.COMPUTE:
             return pytree.tree_map(self.fresh, node.target(*read_all(args), **read_all(kwargs)))
@@ -466,14 +491,30 @@ class _Replay:
         source: _Cell = args[0]
         bound = bind(node.target._schema, args, kwargs)
         layouts = entry.rule(source.layout, *bound[1:])
-        values = node.target(_read(source, node.name, self, for_view=True), *read_all(args[1:]), **read_all(kwargs))
+        values = node.target(
+            _read(source, node.name, self, for_view=True), *read_all(args[1:]), **read_all(kwargs)
+        )
         without_grad = source.viewed_without_grad or not self.grad_enabled
         if isinstance(layouts, tuple):
             return tuple(
-                _Cell(source.storage, layout, value, source.storage.version, root=source.root, viewed_without_grad=without_grad)
+                _Cell(
+                    source.storage,
+                    layout,
+                    value,
+                    source.storage.version,
+                    root=source.root,
+                    viewed_without_grad=without_grad,
+                )
                 for layout, value in zip(layouts, values, strict=True)
             )
-        return _Cell(source.storage, layouts, values, source.storage.version, root=source.root, viewed_without_grad=without_grad)
+        return _Cell(
+            source.storage,
+            layouts,
+            values,
+            source.storage.version,
+            root=source.root,
+            viewed_without_grad=without_grad,
+        )
 
     def effect(self, node, args, read_all):
         if node.target is aten.copy_.default:

@@ -79,7 +79,14 @@ def inline_hooks(
     """`plan` with `hooks` inlined for the saved values `hooks_filter` selects."""
     forward, backward = plan.forward.graph, plan.backward.graph
     saved = _saved_nodes(forward, plan.num_saved)
-    selected = _select(forward, saved, plan.num_saved, hooks_filter, static_inputs, frozenset(plan.read_after_call))
+    selected = _select(
+        forward,
+        saved,
+        plan.num_saved,
+        hooks_filter,
+        static_inputs,
+        frozenset(plan.read_after_call),
+    )
     if not selected:
         if hooks_filter == "donated":
             # r[hooks.filter.donated-empty]
@@ -94,7 +101,8 @@ def inline_hooks(
     traced = _trace_all(hooks, [saved[j] for j in selected])
     new_forward, packed = _pack_in_forward(forward, saved, selected, traced, placement)
     new_backward = torch.fx.GraphModule(
-        torch.nn.Module(), _unpack_in_backward(backward, packed, {j: traced[saved[j]] for j in selected}, placement)
+        torch.nn.Module(),
+        _unpack_in_backward(backward, packed, {j: traced[saved[j]] for j in selected}, placement),
     )
     _propagate_layouts(new_backward)
     return evolve(
@@ -117,13 +125,19 @@ def _select(forward, saved, num_saved, hooks_filter, static_inputs, read_after_c
     """Indices (into `saved`) of the values the hooks apply to. An input the backward reads as the
     call left it is never packed: the forward only has it as it was when the call began
     (`r[hooks.filter.read-after-call]`)."""
-    placeholders = {node: i for i, node in enumerate(n for n in forward.nodes if n.op == "placeholder")}
+    placeholders = {
+        node: i for i, node in enumerate(n for n in forward.nodes if n.op == "placeholder")
+    }
     outputs = output_node(forward).args[0]
     returned = set(outputs[: len(outputs) - num_saved])
     if hooks_filter == "all":  # r[hooks.filter.all]
         return [j for j, node in enumerate(saved) if placeholders.get(node) not in read_after_call]
     if hooks_filter == "no_static":  # r[hooks.filter.no-static]
-        return [j for j, node in enumerate(saved) if placeholders.get(node) not in static_inputs | read_after_call]
+        return [
+            j
+            for j, node in enumerate(saved)
+            if placeholders.get(node) not in static_inputs | read_after_call
+        ]
     # r[hooks.filter.donated]: intermediates the caller never sees
     return [j for j, node in enumerate(saved) if node not in placeholders and node not in returned]
 
@@ -131,7 +145,9 @@ def _select(forward, saved, num_saved, hooks_filter, static_inputs, read_after_c
 # ---------------------------------------------------------------- tracing
 
 
-def _trace_all(hooks: SavedTensorHooks, nodes: list[torch.fx.Node]) -> dict[torch.fx.Node, _TracedHooks]:
+def _trace_all(
+    hooks: SavedTensorHooks, nodes: list[torch.fx.Node]
+) -> dict[torch.fx.Node, _TracedHooks]:
     by_layout: dict[tuple, _TracedHooks] = {}
     traced = {}
     for node in nodes:
@@ -150,14 +166,18 @@ def _trace(hooks: SavedTensorHooks, saved_value) -> _TracedHooks:
 
     def unpack_leaves(*tensors):
         it = iter(tensors)
-        leaves = [next(it) if leaf is TENSOR else leaf for leaf in pack.out_leaves]  # r[hooks.compiled.constants]
+        leaves = [
+            next(it) if leaf is TENSOR else leaf for leaf in pack.out_leaves
+        ]  # r[hooks.compiled.constants]
         return hooks.unpack(pytree.tree_unflatten(leaves, pack.out_spec))
 
     unpack_leaves.__qualname__ = getattr(hooks.unpack, "__qualname__", repr(hooks.unpack))
     unpack = _capture_hook("unpack", unpack_leaves, packed_examples)
     result = output_node(unpack.graph).args[0]
     if unpack.out_leaves != (TENSOR,) or pytree.tree_unflatten([0], unpack.out_spec) != 0:
-        _untraceable("unpack", hooks.unpack, f"it returned {unpack.out_spec} instead of one tensor")
+        _untraceable(
+            "unpack", hooks.unpack, f"it returned {unpack.out_spec} instead of one tensor"
+        )
     got = result[0].meta["val"]
     if tuple(got.shape) != tuple(saved_value.shape) or got.dtype != saved_value.dtype:
         _untraceable(
@@ -174,7 +194,11 @@ def _capture_hook(which: str, hook: Callable, examples) -> Program:
         program = capture(hook, tuple(examples))
     except Exception as error:  # noqa: BLE001  (any failure to trace is the user's to fix)
         _untraceable(which, hook, f"{type(error).__name__}: {error}")
-    mutating = [node.name for node, entry in program.entries.items() if entry.kind in (OpKind.INPLACE, OpKind.EFFECT)]
+    mutating = [
+        node.name
+        for node, entry in program.entries.items()
+        if entry.kind in (OpKind.INPLACE, OpKind.EFFECT)
+    ]
     if mutating:
         _untraceable(which, hook, f"it mutates tensors in place ({', '.join(mutating)})")
     return program
@@ -193,7 +217,11 @@ def _untraceable(which: str, hook: Callable, reason: str):
 
 def _like(value: torch.Tensor) -> torch.Tensor:
     """A tensor with `value`'s dtype, shape, strides and storage offset."""
-    span = 0 if value.numel() == 0 else 1 + sum((n - 1) * s for n, s in zip(value.shape, value.stride(), strict=True))
+    span = (
+        0
+        if value.numel() == 0
+        else 1 + sum((n - 1) * s for n, s in zip(value.shape, value.stride(), strict=True))
+    )
     storage = torch.empty(value.storage_offset() + span, dtype=value.dtype)
     return storage.as_strided(value.shape, value.stride(), value.storage_offset())
 
@@ -202,7 +230,11 @@ def _propagate_layouts(module: torch.fx.GraphModule) -> None:
     """Recompute every node's meta value: the backward's ops now read unpacked tensors, whose
     layout (strides, offset) may differ from the saved value's."""
     mode = FakeTensorMode()
-    inputs = [mode.from_tensor(_like(node.meta["val"])) for node in module.graph.nodes if node.op == "placeholder"]
+    inputs = [
+        mode.from_tensor(_like(node.meta["val"]))
+        for node in module.graph.nodes
+        if node.op == "placeholder"
+    ]
     FakeTensorProp(module, mode).propagate_dont_convert_inputs(*inputs)
 
 
@@ -222,9 +254,13 @@ def _pack_in_forward(forward, saved, selected, traced, placement):
             break
         env[node] = new.node_copy(node, env.__getitem__)
         for value in pack_after.get(node, ()):
-            packed_nodes[value] = _inline(new, traced[value].pack, [env[value]], f"{value.name}_packed")
+            packed_nodes[value] = _inline(
+                new, traced[value].pack, [env[value]], f"{value.name}_packed"
+            )
     for value in pack_after.get(None, ()):  # PyTorch's placement, kept for comparisons
-        packed_nodes[value] = _inline(new, traced[value].pack, [env[value]], f"{value.name}_packed")
+        packed_nodes[value] = _inline(
+            new, traced[value].pack, [env[value]], f"{value.name}_packed"
+        )
     outputs = output_node(forward).args[0]
     user_outputs = [env[node] for node in outputs[: len(outputs) - len(saved)]]
     saved_outputs: list[torch.fx.Node] = []
@@ -262,7 +298,9 @@ def _pack_points(forward, chosen, placement) -> dict[torch.fx.Node | None, list[
     return points
 
 
-def _inline(graph: torch.fx.Graph, hook: Program, arguments: list[torch.fx.Node], name: str) -> list[torch.fx.Node]:
+def _inline(
+    graph: torch.fx.Graph, hook: Program, arguments: list[torch.fx.Node], name: str
+) -> list[torch.fx.Node]:
     """Copy `hook`'s graph into `graph` on `arguments`; returns the nodes of its tensor outputs."""
     env: dict[torch.fx.Node, Any] = {}
     inputs = iter(arguments)
@@ -284,7 +322,9 @@ def _unpack_in_backward(backward, packed, traced, placement):
     value, with its unpack (`traced`, by saved index) inlined right before the value's first use."""
     new = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
-    pending: dict[torch.fx.Node, list[torch.fx.Node]] = {}  # saved placeholder -> its packed inputs
+    pending: dict[
+        torch.fx.Node, list[torch.fx.Node]
+    ] = {}  # saved placeholder -> its packed inputs
     unpack_of: dict[torch.fx.Node, Program] = {}
     placeholders = [node for node in backward.nodes if node.op == "placeholder"]
     for j, node in enumerate(placeholders):
@@ -293,7 +333,9 @@ def _unpack_in_backward(backward, packed, traced, placement):
             env[node].meta = dict(node.meta)
             continue
         pending[node] = [new.placeholder(name) for name in packed[j]]
-        for placeholder, source in zip(pending[node], output_node(traced[j].pack.graph).args[0], strict=True):
+        for placeholder, source in zip(
+            pending[node], output_node(traced[j].pack.graph).args[0], strict=True
+        ):
             placeholder.meta = dict(source.meta)
         unpack_of[node] = traced[j].unpack
 

@@ -34,7 +34,9 @@ def _dim(dim: int, ndim: int) -> int:
     """Wrap a possibly negative dim; a 0-dim tensor accepts 0 and -1, like PyTorch."""
     rank = max(ndim, 1)
     if not -rank <= dim < rank:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})")
+        raise IndexError(
+            f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})"
+        )
     return dim % rank
 
 
@@ -1508,7 +1510,9 @@ def select(layout: Layout, dim, index):
     dim = _dim(dim, len(layout.sizes))
     size = layout.sizes[dim]
     if not -size <= index < size:
-        raise IndexError(f"select(): index {index} out of range for tensor of size {layout.sizes} at dimension {dim}")
+        raise IndexError(
+            f"select(): index {index} out of range for tensor of size {layout.sizes} at dimension {dim}"
+        )
     index %= size
     sizes = layout.sizes[:dim] + layout.sizes[dim + 1 :]
     strides = layout.strides[:dim] + layout.strides[dim + 1 :]
@@ -1640,7 +1644,11 @@ def as_strided_backward(grad, out, x, size, stride, storage_offset):
     def read(layout: Layout):
         return locations.as_strided(layout.sizes, layout.strides, layout.offset - base).reshape(-1)
 
-    if output.offset == base and output.numel == length and output.strides == contiguous_strides(output.sizes):
+    if (
+        output.offset == base
+        and output.numel == length
+        and output.strides == contiguous_strides(output.sizes)
+    ):
         # the output reads every location once, in order: grad is the buffer (no zeros, no scatter;
         # the backward of reading a parameter's whole storage, FSDP's pattern)
         buffer = grad.contiguous().view(-1)  # an expanded grad (sum's) is copied, not viewed
@@ -1655,5 +1663,7 @@ def as_strided_backward(grad, out, x, size, stride, storage_offset):
         count = aten.index_put(grad.new_zeros(length), [shared], ones, True)
         buffer = buffer / count
     # as_strided's offset counts from the start of the buffer's storage, not of the buffer
-    x_grad = buffer.as_strided(inputs.sizes, inputs.strides, buffer.storage_offset() + inputs.offset - base)
+    x_grad = buffer.as_strided(
+        inputs.sizes, inputs.strides, buffer.storage_offset() + inputs.offset - base
+    )
     return _grad_like(x_grad, x), None, None, None

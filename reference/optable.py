@@ -98,7 +98,13 @@ def view(*overloads):
 def inplace(inplace_overload, functional_overload) -> None:
     """`x.op_(...)` is `x.copy_(op(x, ...))`, returning `x` (`r[aliasing.inplace.writes-through]`)."""
     functional = OP_TABLE[functional_overload]
-    _register(inplace_overload, OpKind.INPLACE, functional.rule, "writes input 0, returns it", functional_overload)
+    _register(
+        inplace_overload,
+        OpKind.INPLACE,
+        functional.rule,
+        "writes input 0, returns it",
+        functional_overload,
+    )
 
 
 def effect(overload, description: str):
@@ -178,12 +184,22 @@ def lookup(overload, where: str) -> OpEntry:
     """The table entry for `overload`, or UnsupportedError naming the op and the user's line."""
     if overload in OP_TABLE:
         return OP_TABLE[overload]
-    if isinstance(overload, torch._ops.OpOverload) and qualified_name(overload) in DEFINED_ON_IMPORT:
+    if (
+        isinstance(overload, torch._ops.OpOverload)
+        and qualified_name(overload) in DEFINED_ON_IMPORT
+    ):
         kind, rule, effect = DEFINED_ON_IMPORT[qualified_name(overload)]
         return OpEntry(overload, kind, rule, effect)
-    if isinstance(overload, torch._ops.OpOverload) and overload.namespace not in BUILTIN_NAMESPACES:
-        return OpEntry(overload, OpKind.OPAQUE, run_opaque, "as its schema's alias annotations say")
-    name = qualified_name(overload) if isinstance(overload, torch._ops.OpOverload) else repr(overload)
+    if (
+        isinstance(overload, torch._ops.OpOverload)
+        and overload.namespace not in BUILTIN_NAMESPACES
+    ):
+        return OpEntry(
+            overload, OpKind.OPAQUE, run_opaque, "as its schema's alias annotations say"
+        )
+    name = (
+        qualified_name(overload) if isinstance(overload, torch._ops.OpOverload) else repr(overload)
+    )
     raise UnsupportedError(
         f"op {name} ({where}) is not in the reference op table",
         rule="ops.table",

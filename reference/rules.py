@@ -32,7 +32,6 @@ class Slot:
     layout: Layout
 
 
-
 @frozen
 class RuleProgram:
     """A derivative rule traced for one signature, ready to run on the reference."""
@@ -73,7 +72,14 @@ class _Returned:
 
 
 @functools.lru_cache(maxsize=None)
-def rule_program(rule: Callable, spec: pytree.TreeSpec, leaves: tuple, n_out: int, grads: tuple, needed: tuple[bool, ...]) -> RuleProgram:
+def rule_program(
+    rule: Callable,
+    spec: pytree.TreeSpec,
+    leaves: tuple,
+    n_out: int,
+    grads: tuple,
+    needed: tuple[bool, ...],
+) -> RuleProgram:
     """Trace `rule` for outputs and arguments laid out as `leaves` say (Slots for tensors, keyed
     constants otherwise), with the output gradients laid out as `grads` (a Layout, or None where
     the output gets no gradient); the graph returns the gradients of the `needed` tensor leaves."""
@@ -95,13 +101,17 @@ def rule_program(rule: Callable, spec: pytree.TreeSpec, leaves: tuple, n_out: in
         returned.gives = gives
         return [arg_grads[k] for k in gives]
 
-    examples = [_example(g) for g in grads if g is not None] + [_example(values[i].layout) for i in tensor_positions]
+    examples = [_example(g) for g in grads if g is not None] + [
+        _example(values[i].layout) for i in tensor_positions
+    ]
     module = make_fx(flat_rule, tracing_mode="fake")(*examples)
     graph = module.graph
     graph.eliminate_dead_code()  # rules compute gradients nobody needs; those reads go too
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
     n_grads = len(placeholders) - len(tensor_positions)
-    leaf_of = {node: tensor_positions[k - n_grads] for k, node in enumerate(placeholders) if k >= n_grads}
+    leaf_of = {
+        node: tensor_positions[k - n_grads] for k, node in enumerate(placeholders) if k >= n_grads
+    }
     first_reads: dict[int, None] = {}
     for node in graph.nodes:
         for used in node.all_input_nodes:
@@ -112,7 +122,9 @@ def rule_program(rule: Callable, spec: pytree.TreeSpec, leaves: tuple, n_out: in
             graph.erase_node(node)
     module.recompile()
     reads = tuple(leaf_of[node] for node in placeholders if node in leaf_of and node.users)
-    save_order = sorted(first_reads, key=lambda leaf: leaf < n_out)  # stable: first use within each
+    save_order = sorted(
+        first_reads, key=lambda leaf: leaf < n_out
+    )  # stable: first use within each
     return RuleProgram(GraphProgram.of(module), reads, tuple(save_order), returned.gives)
 
 
@@ -146,9 +158,12 @@ def write_through_backward(grad, out, base, src, sizes, strides, offset):
     start = min(layout.offset, window.offset)
     length = max(layout.extent_elements(), window.extent_elements()) - start
     # grad placed where the base's elements live in their storage (a base is never overlapping)
-    placed = aten.as_strided_scatter(grad.new_zeros(length), grad, layout.sizes, layout.strides, layout.offset - start)
+    placed = aten.as_strided_scatter(
+        grad.new_zeros(length), grad, layout.sizes, layout.strides, layout.offset - start
+    )
     src_grad = placed.as_strided(sizes, strides, offset - start)
-    cleared = aten.as_strided_scatter(placed, grad.new_zeros(sizes), sizes, strides, offset - start)
+    cleared = aten.as_strided_scatter(
+        placed, grad.new_zeros(sizes), sizes, strides, offset - start
+    )
     base_grad = cleared.as_strided(layout.sizes, layout.strides, layout.offset - start)
     return base_grad, src_grad, None, None, None
-

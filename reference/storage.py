@@ -127,7 +127,11 @@ class Layout:
         # r[memory.extent]
         if self.numel == 0:
             return 0
-        return self.offset + sum((n - 1) * s for n, s in zip(self.sizes, self.strides, strict=True)) + 1
+        return (
+            self.offset
+            + sum((n - 1) * s for n, s in zip(self.sizes, self.strides, strict=True))
+            + 1
+        )
 
     def extent_bytes(self) -> int:
         return self.extent_elements() * self.itemsize

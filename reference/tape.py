@@ -45,8 +45,6 @@ class Var:
     name: str
 
 
-
-
 @define(eq=False)
 class Saved:
     """What the tape keeps for one saved tensor: the tensor itself, or what pack returned."""
@@ -116,7 +114,9 @@ class Tape:
                 self.leaves.append((caller, var))
 
     @classmethod
-    def needed(cls, inputs: list[Tensor], callers: list[torch.Tensor], ledger: Ledger) -> Tape | None:
+    def needed(
+        cls, inputs: list[Tensor], callers: list[torch.Tensor], ledger: Ledger
+    ) -> Tape | None:
         """A tape for this call, or None when autograd records nothing (r[autograd.requires-grad])."""
         if not torch.is_grad_enabled() or not any(t.requires_grad for t in callers):
             return None
@@ -146,7 +146,14 @@ class Tape:
         layout = view.cell.layout
         bound = [view.base.cell, list(layout.sizes), list(layout.strides), layout.offset]
         rule = DERIVATIVES[aten.as_strided.default]
-        (var,) = self._record(f"{view.cell.name}.as_strided", rule, "aten.as_strided.default", view.cell, bound, [base_var])
+        (var,) = self._record(
+            f"{view.cell.name}.as_strided",
+            rule,
+            "aten.as_strided.default",
+            view.cell,
+            bound,
+            [base_var],
+        )
         return var
 
     def _version(self, storage: Storage) -> int:
@@ -155,7 +162,9 @@ class Tape:
     def _bump(self, storage: Storage) -> None:
         self._versions[id(storage)] = (storage, self._version(storage) + 1)
 
-    def note_callers_after_call(self, storages: list[Storage], callers: list[torch.Tensor]) -> None:
+    def note_callers_after_call(
+        self, storages: list[Storage], callers: list[torch.Tensor]
+    ) -> None:
         """The caller's tensor on each input storage and its version once the call returned."""
         first: dict[int, tuple[Storage, torch.Tensor, int]] = {}
         for storage, caller in zip(storages, callers, strict=True):
@@ -191,7 +200,9 @@ class Tape:
         if entry.kind is OpKind.INPLACE or node.target is aten.copy_.default:
             return self._mutation(node, entry, bound, env, ledger)
         if entry.kind is OpKind.EFFECT:
-            if _bumps_version(node, entry):  # set_; a resize is nothing to autograd (FSDP's reshard)
+            if _bumps_version(
+                node, entry
+            ):  # set_; a resize is nothing to autograd (FSDP's reshard)
                 self._refuse_if_needs_grad(node, bound)
             result = call_op(node, entry, env, ledger)
             if _bumps_version(node, entry):
@@ -204,7 +215,14 @@ class Tape:
         else:
             self._note_bases(result)
         if any(inputs) and node.target not in NONDIFFERENTIABLE:
-            outputs = self._record(node.name, DERIVATIVES.get(node.target), qualified_name(node.target), result, bound, inputs)
+            outputs = self._record(
+                node.name,
+                DERIVATIVES.get(node.target),
+                qualified_name(node.target),
+                result,
+                bound,
+                inputs,
+            )
             for cell, var in zip(cells_of(result), outputs, strict=True):
                 self._set_var(cell, var)
         return result
@@ -222,11 +240,17 @@ class Tape:
         rule = DERIVATIVES.get(functional)
         # The rule reads the target's value from before the write (leaf 1: output first, then the
         # arguments): eager saves a clone of it.
-        before = self._clone(target) if rule is not None and 1 in self._reads(rule, target, bound, inputs) else None
+        before = (
+            self._clone(target)
+            if rule is not None and 1 in self._reads(rule, target, bound, inputs)
+            else None
+        )
         result = call_op(node, entry, env, ledger)
         self._bump(target.storage)
         originals = {} if before is None else {1: before}
-        (var,) = self._record(node.name, rule, qualified_name(functional), target, bound, inputs, originals)
+        (var,) = self._record(
+            node.name, rule, qualified_name(functional), target, bound, inputs, originals
+        )
         if before is not None:
             self.ledger.release(before)  # the tape holds it now, or pack's result instead
         self._rebase(target, var)
@@ -244,7 +268,14 @@ class Tape:
         old = self.var(base.cell)
         window = target.layout
         bound = [base.cell, target, list(window.sizes), list(window.strides), window.offset]
-        (new,) = self._record(f"{target.name}.copy_slices", write_through_backward, "CopySlices", base.cell, bound, [old, var])
+        (new,) = self._record(
+            f"{target.name}.copy_slices",
+            write_through_backward,
+            "CopySlices",
+            base.cell,
+            bound,
+            [old, var],
+        )
         self._set_var(base.cell, new)
         base.generation += 1
         self._views.setdefault(id(target), _View(target, base, base.generation - 1))
@@ -295,17 +326,27 @@ class Tape:
         the gradients of the arguments that need one, in the order it first reads them."""
         spec, leaves, n_out = _signature(out, bound)
         # every output that can carry a gradient gets one: eager saves before it knows which will
-        grads = tuple(Layout.contiguous(s.layout.dtype, s.layout.sizes) if _differentiable(s.layout.dtype) else None for s in leaves[:n_out])
+        grads = tuple(
+            Layout.contiguous(s.layout.dtype, s.layout.sizes)
+            if _differentiable(s.layout.dtype)
+            else None
+            for s in leaves[:n_out]
+        )
         needed = tuple(var is not None for var in inputs)
         return rule_program(rule, spec, leaves, n_out, grads, needed).save_order
 
     def _record(self, name, rule, op_name, out, bound, inputs, originals=None) -> list[Var | None]:
         spec, leaves, n_out = _signature(out, bound)
-        outputs = [Var(f"{name}[{k}]") if _differentiable(leaf.layout.dtype) else None for k, leaf in enumerate(leaves[:n_out])]
+        outputs = [
+            Var(f"{name}[{k}]") if _differentiable(leaf.layout.dtype) else None
+            for k, leaf in enumerate(leaves[:n_out])
+        ]
         entry = Entry(name, rule, op_name, spec, leaves, n_out, list(inputs), outputs)
         if rule is not None:
             cells = [leaf for leaf in pytree.tree_leaves((out, bound))]
-            hooks = torch._C._autograd._top_saved_tensors_default_hooks(True)  # r[hooks.eager.innermost]
+            hooks = torch._C._autograd._top_saved_tensors_default_hooks(
+                True
+            )  # r[hooks.eager.innermost]
             for position in self._reads(rule, out, bound, inputs):
                 cell = (originals or {}).get(position, cells[position])
                 entry.saved[position] = self._save(cell, hooks)
@@ -327,13 +368,17 @@ class Tape:
         return Saved(packed, held, unpack)
 
     def heldcells_of(self) -> list[Tensor]:
-        return [cell for entry in self.entries for saved in entry.saved.values() for cell in saved.held]
+        return [
+            cell for entry in self.entries for saved in entry.saved.values() for cell in saved.held
+        ]
 
 
 def _signature(out, bound):
     """The (spec, keyed leaves, number of output leaves) of an op's (output, arguments)."""
     leaves, spec = pytree.tree_flatten((out, bound))
-    keyed = tuple(Slot(leaf.layout) if isinstance(leaf, Tensor) else key_of(leaf) for leaf in leaves)
+    keyed = tuple(
+        Slot(leaf.layout) if isinstance(leaf, Tensor) else key_of(leaf) for leaf in leaves
+    )
     return spec, keyed, len(pytree.tree_leaves(out))
 
 
@@ -383,5 +428,3 @@ def _bumps_version(node: torch.fx.Node, entry) -> bool:
     if node.target is torch.ops.inductor.resize_storage_bytes_.default:
         return False
     return entry.kind in (OpKind.INPLACE, OpKind.EFFECT) or node.target is aten.copy_.default
-
-

@@ -2,8 +2,18 @@
 
 from . import aliasing, autograd, capture, hooks, memory, ops, resize
 
-ALL_CASES = [*memory.CASES, *capture.CASES, *ops.CASES, *aliasing.CASES, *resize.CASES, *autograd.CASES, *hooks.CASES]
+ALL_CASES = [
+    *memory.CASES,
+    *capture.CASES,
+    *ops.CASES,
+    *aliasing.CASES,
+    *resize.CASES,
+    *autograd.CASES,
+    *hooks.CASES,
+]
 
 _names = [case.name for case in ALL_CASES]
 if len(set(_names)) != len(_names):
-    raise ValueError(f"conformance case names must be unique: {sorted(n for n in _names if _names.count(n) > 1)}")
+    raise ValueError(
+        f"conformance case names must be unique: {sorted(n for n in _names if _names.count(n) > 1)}"
+    )

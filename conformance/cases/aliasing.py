@@ -4,7 +4,17 @@ import torch
 
 from aotspec.errors import UnsupportedError
 
-from ..case import COMPILED_ONLY, Case, Layout, Raises, Separate, Shares, StorageBytes, Values, eager_only
+from ..case import (
+    COMPILED_ONLY,
+    Case,
+    Layout,
+    Raises,
+    Separate,
+    Shares,
+    StorageBytes,
+    Values,
+    eager_only,
+)
 
 set_ = torch.ops.aten.set_.source_Tensor
 
@@ -82,7 +92,11 @@ CASES = [
         setup=lambda: {"x": torch.arange(4.0)},
         args=["x"],
         program=_return_view,
-        expect=[Values("out0", [[0.0, 1.0], [2.0, 3.0]]), Layout("out0", strides=(2, 1)), Shares("x", "out0")],
+        expect=[
+            Values("out0", [[0.0, 1.0], [2.0, 3.0]]),
+            Layout("out0", strides=(2, 1)),
+            Shares("x", "out0"),
+        ],
     ),
     Case(
         name="aliasing.copy-seen-through-alias",
@@ -112,7 +126,11 @@ CASES = [
     ),
     Case(
         name="aliasing.set-then-write-source",
-        rules=["aliasing.set.later-writes", "aliasing.set.rebinds", "functionalize.set.rebinds-cell"],
+        rules=[
+            "aliasing.set.later-writes",
+            "aliasing.set.rebinds",
+            "functionalize.set.rebinds-cell",
+        ],
         setup=_base_and_alias,
         args=["x", "y"],
         program=_set_then_write_source,
@@ -139,7 +157,11 @@ CASES = [
     ),
     Case(
         name="aliasing.write-into-expanded-raises",
-        rules=["aliasing.inplace.no-overlapping-write", "boundary.failed-call", "functionalize.errors-before-running"],
+        rules=[
+            "aliasing.inplace.no-overlapping-write",
+            "boundary.failed-call",
+            "functionalize.errors-before-running",
+        ],
         setup=lambda: {"x": torch.ones(4)},
         args=["x"],
         program=_write_expanded,
@@ -147,7 +169,11 @@ CASES = [
     ),
     Case(
         name="aliasing.aliased-arguments",
-        rules=["aliasing.inputs.shared-storage", "boundary.import", "functionalize.storage-values"],
+        rules=[
+            "aliasing.inputs.shared-storage",
+            "boundary.import",
+            "functionalize.storage-values",
+        ],
         setup=_aliased_arguments,
         args=["a", "b"],
         program=_write_one_read_other,
@@ -175,7 +201,9 @@ CASES.append(
         setup=_shrunk_source,
         args=["x", "source"],
         program=_set_to,
-        skip=eager_only("compiled programs reject set_ growing a storage (the case after this one)"),
+        skip=eager_only(
+            "compiled programs reject set_ growing a storage (the case after this one)"
+        ),
         expect=[
             StorageBytes("source", 24),
             StorageBytes("x", 24),
@@ -199,7 +227,11 @@ def _mutate_then_set(x, y):
 CASES += [
     Case(
         name="aliasing.mutation-before-set-is-kept",
-        rules=["functionalize.set.rebinds-cell", "functionalize.epilogue.data", "functionalize.epilogue.set"],
+        rules=[
+            "functionalize.set.rebinds-cell",
+            "functionalize.epilogue.data",
+            "functionalize.epilogue.set",
+        ],
         # PyTorch 2.13's aot_function drops the mul_ (research 3.2); eager keeps it in the old storage.
         setup=_ones_and_alias,
         args=["x", "y"],

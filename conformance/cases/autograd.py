@@ -8,7 +8,16 @@ import torch
 
 from aotspec.errors import SpecViolation, UnsupportedError
 
-from ..case import COMPILED_ONLY, Absent, BackwardRaises, Case, Raises, SavedFreedDuringBackward, Shares, Values
+from ..case import (
+    COMPILED_ONLY,
+    Absent,
+    BackwardRaises,
+    Case,
+    Raises,
+    SavedFreedDuringBackward,
+    Shares,
+    Values,
+)
 
 torch.manual_seed(0)
 _X, _W1, _W2 = torch.randn(5, 4), torch.randn(8, 4), torch.randn(3, 8)
@@ -84,7 +93,9 @@ def _caller_regathers_w(world):
 
 
 #: eager reads the freed storage in the backward: a segfault on CPU (research 2.2).
-_EAGER_READS_FREED_MEMORY = {"torch-eager": "eager reads a 0-byte storage in the backward (segfault)"}
+_EAGER_READS_FREED_MEMORY = {
+    "torch-eager": "eager reads a 0-byte storage in the backward (segfault)"
+}
 
 
 _resize = torch.ops.inductor.resize_storage_bytes_
@@ -150,7 +161,12 @@ def _eager_grads(program, world, before_backward=None) -> dict[str, torch.Tensor
     if before_backward is not None:
         before_backward(world)
     out.sum().backward()
-    return {"out0": out.detach(), "x.grad": world["x"].grad, "w.grad": world["w"].grad, "w": world["w"].detach()}
+    return {
+        "out0": out.detach(),
+        "x.grad": world["x"].grad,
+        "w.grad": world["w"].grad,
+        "w": world["w"].detach(),
+    }
 
 
 def _x_w_world():
@@ -209,7 +225,12 @@ def _set_world(y_requires_grad=False):
     def world():
         p = torch.zeros(4, requires_grad=True)
         y = torch.arange(4.0).requires_grad_(y_requires_grad)
-        return {"p": p, "p_alias": p.detach().view(2, 2), "y": y, "w": torch.ones(4, requires_grad=True)}
+        return {
+            "p": p,
+            "p_alias": p.detach().view(2, 2),
+            "y": y,
+            "w": torch.ones(4, requires_grad=True),
+        }
 
     return world
 
@@ -239,7 +260,11 @@ CASES = [
         program=_product,
         backward=True,
         # d/dx sum(x * w) = w and d/dw = x
-        expect=[Values("out0", [4.0, 10.0, 18.0]), Values("x.grad", [4.0, 5.0, 6.0]), Values("w.grad", [1.0, 2.0, 3.0])],
+        expect=[
+            Values("out0", [4.0, 10.0, 18.0]),
+            Values("x.grad", [4.0, 5.0, 6.0]),
+            Values("w.grad", [1.0, 2.0, 3.0]),
+        ],
     ),
     Case(
         name="autograd.mlp-grads-match-eager",
@@ -268,7 +293,11 @@ CASES = [
         args=["y", "z"],
         program=_ignores_y,
         backward=True,
-        expect=[Values("out0", [2.0, 4.0, 6.0]), Values("z.grad", [2.0, 2.0, 2.0]), Absent("x.grad")],
+        expect=[
+            Values("out0", [2.0, 4.0, 6.0]),
+            Values("z.grad", [2.0, 2.0, 2.0]),
+            Absent("x.grad"),
+        ],
     ),
     Case(
         name="autograd.no-grad-region-carries-no-gradient",
@@ -312,7 +341,10 @@ CASES = [
         program=_product,
         backward=True,
         before_backward=_caller_writes_w,
-        expect=[BackwardRaises(RuntimeError, match="modified by an inplace operation"), Absent("x.grad")],
+        expect=[
+            BackwardRaises(RuntimeError, match="modified by an inplace operation"),
+            Absent("x.grad"),
+        ],
     ),
     Case(
         name="autograd.saved-input-regathered-before-the-backward",
@@ -323,7 +355,11 @@ CASES = [
         backward=True,
         before_backward=_caller_regathers_w,
         # d(sum(x * w))/dx is w as the backward reads it: the re-gathered [5, 6, 7]
-        expect=[Values("out0", [1.0, 2.0, 3.0]), Values("w", [5.0, 6.0, 7.0]), Values("x.grad", [5.0, 6.0, 7.0])],
+        expect=[
+            Values("out0", [1.0, 2.0, 3.0]),
+            Values("w", [5.0, 6.0, 7.0]),
+            Values("x.grad", [5.0, 6.0, 7.0]),
+        ],
     ),
     Case(
         name="autograd.saved-input-left-at-zero-bytes",
@@ -416,7 +452,10 @@ CASES = [
         program=_write_then_first_read_without_grad,
         backward=True,
         # out = -2 [x, x]: each x element reaches two outputs, each with d out / d x = -2
-        expect=[Values("out0", [-2.0, -4.0, -6.0, -2.0, -4.0, -6.0]), Values("x.grad", [-4.0, -4.0, -4.0])],
+        expect=[
+            Values("out0", [-2.0, -4.0, -6.0, -2.0, -4.0, -6.0]),
+            Values("x.grad", [-4.0, -4.0, -4.0]),
+        ],
     ),
     Case(
         name="autograd.no-grad-set-keeps-the-leaf",
@@ -468,7 +507,11 @@ CASES = [
         program=_no_grad_write_into_a_view_input,
         backward=True,
         # b reads [2, 2, 2] through its view; the output's gradient (ones) reaches b through v
-        expect=[Values("out0", [2.0, 2.0, 2.0]), Values("b", [2.0, 2.0, 2.0]), Values("b.grad", [1.0, 1.0, 1.0])],
+        expect=[
+            Values("out0", [2.0, 2.0, 2.0]),
+            Values("b", [2.0, 2.0, 2.0]),
+            Values("b.grad", [1.0, 1.0, 1.0]),
+        ],
     ),
     Case(
         name="autograd.inplace-on-a-grad-leaf-raises",
@@ -476,6 +519,11 @@ CASES = [
         setup=lambda: {"w": torch.ones(3, requires_grad=True)},
         args=["w"],
         program=_inplace_on_leaf,
-        expect=[Raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place operation")],
+        expect=[
+            Raises(
+                RuntimeError,
+                match="a leaf Variable that requires grad is being used in an in-place operation",
+            )
+        ],
     ),
 ]

@@ -78,12 +78,19 @@ def _matmul_sin_grads(a, b, read_mm):
 
 
 _MM_GRADS = _matmul_sin_grads(_A, _B, _rounded)
-_EAGER_ONLY_INNER = eager_only("a compiled function rejects hooks entered inside it (hooks.compiled.traced)")
+_EAGER_ONLY_INNER = eager_only(
+    "a compiled function rejects hooks entered inside it (hooks.compiled.traced)"
+)
 
 CASES = [
     Case(
         name="hooks.product-all",
-        rules=["hooks.filter.all", "hooks.eager.pack-on-save", "hooks.eager.unpack-on-use", "hooks.compiled.traced"],
+        rules=[
+            "hooks.filter.all",
+            "hooks.eager.pack-on-save",
+            "hooks.eager.unpack-on-use",
+            "hooks.compiled.traced",
+        ],
         setup=lambda: _leaves(x=_X, w=_W),
         args=["x", "w"],
         program=_product,
@@ -91,7 +98,11 @@ CASES = [
         hooks_filter="all",
         backward=True,
         # mul saves x for w's gradient and w for x's: both are packed, so both gradients are rounded.
-        expect=[Values("out0", (_X * _W).sum()), Values("x.grad", _rounded(_W)), Values("w.grad", _rounded(_X))],
+        expect=[
+            Values("out0", (_X * _W).sum()),
+            Values("x.grad", _rounded(_W)),
+            Values("w.grad", _rounded(_X)),
+        ],
     ),
     Case(
         name="hooks.product-no-static",
@@ -115,12 +126,20 @@ CASES = [
         hooks=_LOSSY,
         backward=True,
         # Only inputs are saved: donated selects nothing, the gradients are exact, and aotspec warns.
-        expect=[Values("x.grad", _W), Values("w.grad", _X), Warns(HooksWarning, rule="hooks.filter.donated-empty")],
+        expect=[
+            Values("x.grad", _W),
+            Values("w.grad", _X),
+            Warns(HooksWarning, rule="hooks.filter.donated-empty"),
+        ],
         skip=COMPILED_ONLY,
     ),
     Case(
         name="hooks.saved-matmul-intermediate-packed",
-        rules=["hooks.filter.donated", "hooks.place.pack-after-last-use", "hooks.place.unpack-before-first-use"],
+        rules=[
+            "hooks.filter.donated",
+            "hooks.place.pack-after-last-use",
+            "hooks.place.unpack-before-first-use",
+        ],
         setup=lambda: _leaves(a=_A, b=_B),
         args=["a", "b"],
         program=_matmul_sin,
@@ -198,7 +217,9 @@ CASES = [
         program=_product,
         hooks=(_pack_reading_data, _unpack_f32),
         hooks_filter="all",
-        expect=[Raises(UnsupportedError, rule="hooks.compiled.untraceable", match="_pack_reading_data")],
+        expect=[
+            Raises(UnsupportedError, rule="hooks.compiled.untraceable", match="_pack_reading_data")
+        ],
         skip=COMPILED_ONLY,
     ),
     Case(
@@ -210,7 +231,10 @@ CASES = [
         hooks=_LOSSY,
         backward=True,
         # The inner pair rounds to float16, not bfloat16.
-        expect=[Values("x.grad", _W.to(torch.float16).float()), Values("w.grad", _X.to(torch.float16).float())],
+        expect=[
+            Values("x.grad", _W.to(torch.float16).float()),
+            Values("w.grad", _X.to(torch.float16).float()),
+        ],
         skip={
             **_EAGER_ONLY_INNER,
             "reference-eager": "a captured graph does not record which ops ran inside a hooks context entered in it",

@@ -54,7 +54,10 @@ CASES = [
         setup=lambda: {"x": torch.tensor([256.0, 1.0, 1.0, 1.0, 1.0], dtype=torch.bfloat16)},
         args=["x"],
         program=_bfloat16_sum,
-        expect=[Values("out0", torch.tensor(260.0, dtype=torch.bfloat16)), Layout("out0", dtype=torch.bfloat16, shape=())],
+        expect=[
+            Values("out0", torch.tensor(260.0, dtype=torch.bfloat16)),
+            Layout("out0", dtype=torch.bfloat16, shape=()),
+        ],
     ),
     Case(
         name="ops.clone-keeps-dense-strides",
@@ -74,7 +77,11 @@ CASES = [
         setup=lambda: {"x": torch.arange(3.0)},
         args=["x"],
         program=_opaque_program,
-        expect=[Values("x", [0.0, 3.0, 6.0]), Values("out0", [0.0, 6.0, 12.0]), Separate("x", "out0")],
+        expect=[
+            Values("x", [0.0, 3.0, 6.0]),
+            Values("out0", [0.0, 6.0, 12.0]),
+            Separate("x", "out0"),
+        ],
         skip=eager_only("compiled programs reject mutating custom ops (the next case)"),
     ),
     Case(
@@ -83,7 +90,9 @@ CASES = [
         setup=lambda: {"x": torch.arange(3.0)},
         args=["x"],
         program=_opaque_program,
-        expect=[Raises(UnsupportedError, rule="functionalize.opaque-functional-only", match="scale_")],
+        expect=[
+            Raises(UnsupportedError, rule="functionalize.opaque-functional-only", match="scale_")
+        ],
         skip=COMPILED_ONLY,
     ),
     Case(
@@ -92,6 +101,10 @@ CASES = [
         setup=lambda: {"x": torch.arange(3.0)},
         args=["x"],
         program=_functional_opaque_program,
-        expect=[Values("x", [0.0, 1.0, 2.0]), Values("out0", [1.0, 3.0, 5.0]), Separate("x", "out0")],
+        expect=[
+            Values("x", [0.0, 1.0, 2.0]),
+            Values("out0", [1.0, 3.0, 5.0]),
+            Separate("x", "out0"),
+        ],
     ),
 ]

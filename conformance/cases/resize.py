@@ -4,7 +4,17 @@ import torch
 
 from aotspec.errors import UnsupportedError
 
-from ..case import COMPILED_ONLY, Case, Layout, PeakBytes, Raises, Shares, StorageBytes, Values, eager_only
+from ..case import (
+    COMPILED_ONLY,
+    Case,
+    Layout,
+    PeakBytes,
+    Raises,
+    Shares,
+    StorageBytes,
+    Values,
+    eager_only,
+)
 
 resize = torch.ops.inductor.resize_storage_bytes_
 
@@ -61,7 +71,11 @@ def _with_alias():
 CASES = [
     Case(
         name="resize.down-to-zero-seen-by-all-aliases",
-        rules=["resize.eager.all-aliases", "resize.compiled.epilogue", "functionalize.epilogue.resize"],
+        rules=[
+            "resize.eager.all-aliases",
+            "resize.compiled.epilogue",
+            "functionalize.epilogue.resize",
+        ],
         setup=_with_alias,
         args=["x"],
         program=_down_to_zero,
@@ -80,11 +94,18 @@ CASES = [
         args=["x"],
         program=_shrink_keeps_prefix,
         expect=[Values("out0", [0.0, 1.0]), StorageBytes("x", 8), StorageBytes("x_alias", 8)],
-        skip=eager_only("compiled programs resize only from or to 0 bytes (resize.compiled-shrink-rejected)"),
+        skip=eager_only(
+            "compiled programs resize only from or to 0 bytes (resize.compiled-shrink-rejected)"
+        ),
     ),
     Case(
         name="resize.fsdp-up-fill-use-down",
-        rules=["resize.zero-then-back", "memory.storage", "aliasing.copy.writes-storage", "resize.compiled.epilogue"],
+        rules=[
+            "resize.zero-then-back",
+            "memory.storage",
+            "aliasing.copy.writes-storage",
+            "resize.compiled.epilogue",
+        ],
         setup=_zero_storage_parameter,
         args=["w", "src", "x"],
         program=_fsdp_pattern,
@@ -111,7 +132,12 @@ CASES = [
     ),
     Case(
         name="resize.up-from-zero-and-fill",
-        rules=["resize.zero-then-back", "resize.eager.all-aliases", "resize.compiled.epilogue", "functionalize.epilogue.resize"],
+        rules=[
+            "resize.zero-then-back",
+            "resize.eager.all-aliases",
+            "resize.compiled.epilogue",
+            "functionalize.epilogue.resize",
+        ],
         setup=_zero_storage_parameter,
         args=["w", "src", "x"],
         program=_up_and_fill,
@@ -143,7 +169,9 @@ CASES += [
         setup=_with_alias,
         args=["x"],
         program=_shrink_keeps_prefix,
-        expect=[Raises(UnsupportedError, rule="resize.compiled.zero-only", match="from 16 to 8 bytes")],
+        expect=[
+            Raises(UnsupportedError, rule="resize.compiled.zero-only", match="from 16 to 8 bytes")
+        ],
         skip=COMPILED_ONLY,
     ),
     Case(
