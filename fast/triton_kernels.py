@@ -15,9 +15,13 @@ Differences from eager PyTorch: transcendental functions (`exp`, `sin`, `erf`, `
 come from Triton's math library (numpy's under TRITON_INTERPRET=1), not from PyTorch's, so a
 float32 result may differ in its last bits, and a float16/bfloat16 result by one unit in the last
 place where that float32 difference crosses a rounding boundary; within assert_close's default
-tolerances (checked in CI under the interpreter only). Everything else is bit-exact: addition,
-multiplication, division (`div_rn`) and square root (`sqrt_rn`) round correctly in float32 as in
-eager, and each rounding to bfloat16 is done by `to_bfloat16`, to nearest even, as c10 does.
+tolerances (checked in CI under the interpreter only). Square root (`sqrt_rn`) rounds correctly;
+eager float32 `sqrt` on CPU need not: PyTorch built with MKL calls MKL's vector math, accurate to
+one unit in the last place, and on some x86-64 CPUs (AMD EPYC, for one) about one value in six
+comes out one unit away (float16 and bfloat16 eager square roots do not go through MKL and round
+correctly). Everything else is bit-exact: addition, multiplication and division (`div_rn`) round
+correctly in float32 as in eager, and each rounding to bfloat16 is done by `to_bfloat16`, to
+nearest even, as c10 does.
 
 Kernels are compiled once per (program, input layouts, interpreter mode), from a source file
 written to a temporary directory (Triton reads a kernel's source from its file).
