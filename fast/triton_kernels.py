@@ -23,8 +23,18 @@ correctly). Everything else is bit-exact: addition, multiplication and division 
 correctly in float32 as in eager, and each rounding to bfloat16 is done by `to_bfloat16`, to
 nearest even, as c10 does.
 
-Kernels are compiled once per (program, input layouts, interpreter mode), from a source file
-written to a temporary directory (Triton reads a kernel's source from its file).
+Kernels are compiled once per process for each (program, input layouts, interpreter mode), from a
+source file (Triton reads a kernel's source from its file). The file lies in one cache directory
+shared by every process, like Triton's and inductor's caches, named by a hash of its contents:
+
+- `$AOTSPEC_CACHE_DIR/triton` if AOTSPEC_CACHE_DIR is set;
+- else `$XDG_CACHE_HOME/aotspec/triton` if XDG_CACHE_HOME is set (to an absolute path);
+- else `~/.cache/aotspec/triton`.
+
+A process that finds its kernel's file there reads it as it is; one that does not writes it
+atomically (a temporary file in the same directory, then `os.replace`), so processes racing to
+write one kernel never read half a file. Nothing is ever removed from the directory; deleting
+it between runs is safe (the kernels are written again).
 """
 
 from __future__ import annotations
@@ -34,7 +44,8 @@ import functools
 import hashlib
 import importlib.util
 import math
-import tempfile
+import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -482,16 +493,40 @@ def launch(program: Program, tensors) -> list[torch.Tensor]:
 @functools.cache
 def _compiled(program: Program, layouts: tuple[InputLayout, ...], interpret: bool):
     # `interpret` is part of the key: triton.jit reads TRITON_INTERPRET when it wraps the kernel.
-    source = kernel_source(program, layouts)
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
-    path = _kernel_directory() / f"triton_{program.name}_{digest}.py"
-    path.write_text(source)
+    name = f"triton_{program.name}"
+    path = kernel_file(name, kernel_source(program, layouts))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return getattr(module, f"triton_{program.name}")
+    return getattr(module, name)
 
 
-@functools.cache
-def _kernel_directory() -> Path:
-    return Path(tempfile.mkdtemp(prefix="aotspec-triton-"))
+def cache_directory() -> Path:
+    """The directory of generated kernel sources (see the module docstring); read at each call."""
+    if configured := os.environ.get("AOTSPEC_CACHE_DIR"):
+        return Path(configured) / "triton"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    # The XDG base directory specification: a relative path is invalid and is ignored.
+    base = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "aotspec" / "triton"
+
+
+def kernel_file(name: str, source: str) -> Path:
+    """`<name>_<hash of source>.py` in the cache directory, holding `source`: written if absent."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    directory = cache_directory()
+    path = directory / f"{name}_{digest}.py"
+    try:
+        if path.read_text() == source:  # written by this or an earlier process
+            return path
+    except FileNotFoundError:
+        pass
+    directory.mkdir(parents=True, exist_ok=True)
+    # Unique to this process and thread; hidden, and not `*.py`, so never taken for a kernel.
+    temporary = directory / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        temporary.write_text(source)
+        os.replace(temporary, path)  # atomic: a reader sees the old file or the whole new one
+    finally:
+        temporary.unlink(missing_ok=True)
+    return path

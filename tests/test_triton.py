@@ -17,6 +17,9 @@ helpers, `tl.sigmoid` and the like, are wrapped at import; the generated kernels
 from __future__ import annotations
 
 import operator
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -25,6 +28,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import aotspec
+from aotspec.fast import triton_kernels
 from aotspec.fast.fusion import FusedKernel, fuse_pointwise, triton_requested
 
 aten = torch.ops.aten
@@ -330,6 +334,77 @@ def test_kernel_source_reads_like_the_ops():
     assert "# v0 = aten.mul.Tensor(in0, in1) -> bfloat16, computed in float32" in source
     assert "v1 = to_bfloat16(tl.sin(v0.to(tl.float32)))" in source
     assert repr(kernel) == "FusedKernel('fused_mul_sin_0', aten.mul.Tensor, aten.sin.default)"
+
+
+def cache_sin(x):
+    return (x * 2).sin()
+
+
+#: Another process builds `cache_sin`'s kernel, in the cache directory of its environment.
+BUILD_IN_ANOTHER_PROCESS = f"""
+import sys, tempfile, torch
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_triton import cache_sin, fused, sample
+x = sample((5, 7), torch.float32)
+fused(cache_sin, x)(x)
+print(tempfile.gettempdir())
+"""
+
+
+def test_kernels_are_written_once_to_one_cache_directory(tmp_path, monkeypatch):
+    """Every build of a kernel, in this process or another, imports one file named by its source's
+    hash, in $AOTSPEC_CACHE_DIR/triton; none writes a directory of its own in the temp dir."""
+    monkeypatch.setenv("AOTSPEC_CACHE_DIR", str(tmp_path / "cache"))
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))  # for the other process
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    x = sample((5, 7), torch.float32)
+
+    def build() -> Path:
+        triton_kernels._compiled.cache_clear()  # build again, as a new process would
+        fused(cache_sin, x)(x)
+        (path,) = (tmp_path / "cache" / "triton").glob("*.py")
+        return path
+
+    path = build()
+    (kernel,) = kernels(fused(cache_sin, x))
+    assert path.read_text() == kernel.source
+    assert path.name.startswith("triton_mul_sin_")
+    written = path.stat()
+    assert build() == path
+    command = [sys.executable, "-c", BUILD_IN_ANOTHER_PROCESS]
+    child = subprocess.run(command, capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == str(temp)
+    assert [*(tmp_path / "cache" / "triton").glob("*.py")] == [path]
+    # Read, never written again: the same file (a rewrite would be another inode, os.replace'd).
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+    assert not [*(tmp_path / "cache" / "triton").glob(".*.tmp")]
+    assert not [*temp.glob("aotspec-triton-*")]
+
+
+def test_cache_directory(monkeypatch, tmp_path):
+    monkeypatch.delenv("AOTSPEC_CACHE_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert triton_kernels.cache_directory() == tmp_path / ".cache" / "aotspec" / "triton"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")  # invalid: ignored
+    assert triton_kernels.cache_directory() == tmp_path / ".cache" / "aotspec" / "triton"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert triton_kernels.cache_directory() == tmp_path / "xdg" / "aotspec" / "triton"
+    monkeypatch.setenv("AOTSPEC_CACHE_DIR", str(tmp_path / "mine"))
+    assert triton_kernels.cache_directory() == tmp_path / "mine" / "triton"
+
+
+def test_a_kernel_file_is_replaced_whole(monkeypatch, tmp_path):
+    """A file that is not the source its name hashes (say, a hash collision) is replaced."""
+    monkeypatch.setenv("AOTSPEC_CACHE_DIR", str(tmp_path))
+    path = triton_kernels.kernel_file("triton_k", "source\n")
+    assert path.parent == tmp_path / "triton" and path.read_text() == "source\n"
+    path.write_text("sou")
+    assert triton_kernels.kernel_file("triton_k", "source\n") == path
+    assert path.read_text() == "source\n"
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
 
 
 # ---------------------------------------------------------------- the fusion pass
