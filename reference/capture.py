@@ -182,9 +182,12 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         it = iter(flat_tensors)
         rebuilt = [next(it) if leaf is TENSOR else leaf for leaf in in_leaves]
         call_args, call_kwargs = pytree.tree_unflatten(rebuilt, in_spec)
+        histories_before = [t.grad_fn for t in flat_tensors]
         with _WatchGradMode(grad_modes):
             result = fn(*call_args, **call_kwargs)
         out, out_spec = pytree.tree_flatten(result)
+        tensors_after = [leaf for leaf in out if _is_tensor(leaf)] + list(flat_tensors)
+        _refuse_custom_functions(tensors_after, histories_before)
         returned.spec = out_spec
         returned.leaves = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in out)
         return [leaf for leaf in out if _is_tensor(leaf)]
@@ -241,6 +244,29 @@ def hooks_silenced_while_tracing(rule: str = "hooks.eager.innermost"):
             torch._C._autograd._saved_tensors_hooks_enable()
         else:
             torch._C._autograd._saved_tensors_hooks_disable(previous, False)
+
+
+def _refuse_custom_functions(tensors: list[torch.Tensor], before: list) -> None:
+    """r[capture.custom-function]: a custom autograd.Function a gradient can reach from the
+    outputs or the inputs' new histories is refused (one walk over the autograd graph, which
+    stops at the histories the inputs had `before` the call)."""
+    seen: set = {node for node in before if node is not None}
+    stack = [t.grad_fn for t in tensors if t.grad_fn is not None]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if isinstance(node, torch.autograd.function.BackwardCFunction):
+            name = getattr(node._forward_cls, "__qualname__", type(node).__name__)
+            raise UnsupportedError(
+                f"the function applies the custom autograd.Function {name}, and a gradient can "
+                "reach it: capture sees its forward's ops, not its backward",
+                rule="capture.custom-function",
+                fix="call it outside the compiled function, apply it under torch.no_grad(), or "
+                "write it with ops whose derivatives the op table knows",
+            )
+        stack.extend(next_node for next_node, _ in node.next_functions if next_node is not None)
 
 
 def _drop_view_replays(graph_module: torch.fx.GraphModule) -> None:

@@ -5,7 +5,7 @@ import torch.nn.functional as F
 
 from aotspec.errors import UnsupportedError
 
-from ..case import Case, Identical, Raises, Separate, Shares, Values
+from ..case import Absent, Case, Identical, Raises, Separate, Shares, Values
 
 _X = torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 0.0, 2.0]])
 
@@ -31,6 +31,28 @@ def _pytree_world():
 def _same_object_twice(x, also_x):
     x.add_(1)
     return also_x * 1
+
+
+class _HalfGradient(torch.autograd.Function):
+    """Forward: the input itself; backward: half the incoming gradient."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 0.5
+
+
+def _custom_function(x):
+    return _HalfGradient.apply(x) * 2.0
+
+
+def _custom_function_without_grad(x):
+    with torch.no_grad():
+        y = _HalfGradient.apply(x)
+    return y * 2.0
 
 
 def _return_argument(x):
@@ -80,5 +102,26 @@ CASES = [
         args=["x"],
         program=_return_argument,
         expect=[Values("x", [0.0, 2.0, 4.0]), Identical("x", "out0"), Shares("x", "out0")],
+    ),
+    Case(
+        name="capture.custom-function-a-gradient-reaches-is-refused",
+        rules=["capture.custom-function", "boundary.failed-call"],
+        setup=lambda: {"x": torch.ones(3, requires_grad=True)},
+        args=["x"],
+        program=_custom_function,
+        backward=True,
+        expect=[Raises(UnsupportedError, rule="capture.custom-function", match="_HalfGradient")],
+        # eager runs the Function's own backward: x.grad = 2 * 0.5 = [1, 1, 1]
+        skip={"torch-eager": "eager PyTorch runs the Function's backward; the spec refuses it"},
+    ),
+    Case(
+        name="capture.custom-function-under-no-grad-is-captured",
+        rules=["capture.custom-function", "capture.grad-mode"],
+        setup=lambda: {"x": torch.ones(3, requires_grad=True)},
+        args=["x"],
+        program=_custom_function_without_grad,
+        backward=True,
+        # y carries no gradient (computed under torch.no_grad()), so neither does 2 * y
+        expect=[Values("out0", [2.0, 2.0, 2.0]), Absent("x.grad")],
     ),
 ]
