@@ -1,4 +1,4 @@
-"""`aotspec.compile`: the public contract of DESIGN.md section 3.
+"""`aotspec.compile`: the public contract of docs/contract.md.
 
 The returned callable behaves like `fn` in eager PyTorch. It is specialized to what it has seen:
 each call computes a guard from its arguments (layouts, storage sharing and sizes, requires_grad,

@@ -4,7 +4,7 @@ Registered through the `torch_dynamo_backends` entry point (pyproject.toml), so 
 by name. Dynamo hands a backend the fx graph it captured (torch-level calls; parameters lifted to
 inputs) and example inputs; `aotspec_backend` passes the graph to `aotspec.compile`, which
 captures it to aten itself, plans it and runs it on the chosen backend, with the contract of
-DESIGN.md section 3 (input mutations reach the caller, gradients flow through `.backward()`).
+docs/contract.md (input mutations reach the caller, gradients flow through `.backward()`).
 
 Choosing the aotspec backend: `torch.compile(..., options={"backend": "reference"})`. Dynamo
 passes `options` (and `mode`, when one is given) through to a registered backend as keyword

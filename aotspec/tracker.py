@@ -7,7 +7,7 @@ they hold), `live_bytes` and `peak_bytes`. A step is one aten op, as the dispatc
 the same account comes out of eager PyTorch, the fast backend and `torch.compile(backend=
 "aot_eager")`, and compares directly with the reference's ledger of the same program.
 
-How it sees the heap (DESIGN.md section 5):
+How it sees the heap (docs/design.md section 5):
 - A dispatch mode sees every aten op, the autograd engine's backward included (on CPU the
   engine runs in the caller's thread, with the caller's modes). After an op, each output whose
   storage is not the storage of a tensor argument is a new storage: an "alloc" event.

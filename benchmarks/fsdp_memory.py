@@ -11,7 +11,7 @@ Per backend, one warm step (`aotspec.tracker.MemoryTracker`; inputs, shards and 
 - the forward's peak and the backward's peak;
 - whether x.grad and every parameter's .grad equal eager's.
 `torch.compile(backend="aot_eager")` runs in a child process: PyTorch 2.13 segfaults on this
-pattern (research 2.3, case 3), and the child's exit status is reported.
+pattern (docs/torch-2.13.md section 2.3, case 3), and the child's exit status is reported.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A *world* is a dict of named torch tensors after a call: the caller's inputs (an
 it kept), and the outputs `out0`, `out1`, ... For each name we record dtype, shape, strides,
 offset, storage size and values (when the storage holds them), and which names share a storage.
 Storage sharing is recorded as a partition of names, so two worlds compare without caring about
-storage addresses (DESIGN.md section 5, observables 2 to 4).
+storage addresses (docs/design.md section 5, observables 2 to 4).
 """
 
 from __future__ import annotations

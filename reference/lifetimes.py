@@ -1,6 +1,6 @@
 """The last-use table of a graph: where each value dies (`r[memory.eager.last-use]`).
 
-A pass of the plan (DESIGN.md section 4): the reference interpreter releases each value after
+A pass of the plan (docs/design.md section 4): the reference interpreter releases each value after
 the node this table names, and the fast backend's generated code deletes it there.
 """
 

@@ -27,7 +27,7 @@ _TEMPLATE = '''\
 """Differential repro: eager PyTorch and the aotspec reference disagree on `program` below.
 
 Found by tests/test_differential_eager.py. Run alone: .venv/bin/python {path}
-Eager PyTorch is the oracle for values, mutations and aliasing (DESIGN.md section 5).
+Eager PyTorch is the oracle for values, mutations and aliasing (docs/design.md section 5).
 When found:
 {found}
 """
@@ -59,7 +59,7 @@ _COMPILED_TEMPLATE = '''\
 `program` below.
 
 Found by tests/test_differential_compiled.py. Run alone: .venv/bin/python {path}
-Eager PyTorch is the oracle for values, mutations, aliasing and gradients (DESIGN.md section 5).
+Eager PyTorch is the oracle for values, mutations, aliasing and gradients (docs/design.md section 5).
 When found:
 {found}
 """

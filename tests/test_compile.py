@@ -1,4 +1,4 @@
-"""aotspec.compile: the public contract of DESIGN.md section 3, on the reference backend."""
+"""aotspec.compile: the public contract of docs/contract.md, on the reference backend."""
 
 import pytest
 import torch
@@ -80,7 +80,7 @@ def test_a_failed_compile_touches_nothing():
     assert x.tolist() == [0.0, 1.0, 2.0, 3.0] and x.untyped_storage().nbytes() == 16
 
 
-# r[boxed.steal], seed 000's test: a probe op inside the call sees the stolen activation freed.
+# r[boxed.steal.freed-at-last-use], as PyTorch #122535's test: a probe op inside the call sees the stolen activation freed.
 
 _probe_saw: list[bool] = []
 _watched: list[StorageWeakRef] = []

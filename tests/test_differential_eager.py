@@ -1,9 +1,9 @@
 """Differential tests: random valid programs must behave the same on eager PyTorch and on the
-reference eager interpreter (DESIGN.md section 7).
+reference eager interpreter (docs/design.md section 7).
 
 Eager PyTorch is the oracle for values, mutations and aliasing. Each program runs once on eager
 and once through `aotspec.reference.run`, each time on freshly built caller tensors, and every
-observable is compared (DESIGN.md section 5): outputs, every caller tensor after the call (the
+observable is compared (docs/design.md section 5): outputs, every caller tensor after the call (the
 arguments and the aliases the caller kept), their storage sizes, and which of them share storage
 (strides that address no element are not observables: `r[memory.layout.unaddressed-strides]`).
 A failure prints the program as Python and hypothesis's `@reproduce_failure` blob, and writes a

@@ -1,5 +1,5 @@
 """Differential tests: `aotspec.compile(backend="fast")` against `backend="reference"` on random
-valid programs, every observable and the memory facts (DESIGN.md sections 5 and 7).
+valid programs, every observable and the memory facts (docs/design.md sections 5 and 7).
 
 The reference is the oracle. Each program runs on both backends, each time on fresh caller
 tensors, through `call_and_backward` (tests/harness.py, as is the whole check, `fast_divergence`):

@@ -103,7 +103,7 @@ CASES = [
             )
         ],
         skip={
-            "torch-eager": "eager PyTorch segfaults reading a zero-byte storage on CPU (research 2.2)"
+            "torch-eager": "eager PyTorch segfaults reading a zero-byte storage on CPU (docs/torch-2.13.md section 2.2)"
         },
     ),
     Case(

@@ -1,7 +1,7 @@
 """Hypothesis strategies for differential testing: random valid programs over aliased inputs.
 
 A program is data (`program.py`): a `Setup` of the caller's tensors, then a body of `Instr`
-records over named values. Each generator builds one valid by construction (DESIGN.md section 7),
+records over named values. Each generator builds one valid by construction (docs/design.md section 7),
 drawing only what its symbolic `Model` of the tensors and storages (`model.py`) says eager
 PyTorch accepts:
 

@@ -1,7 +1,7 @@
 """Mutation programs: views, in-place ops, copy_, set_ and resizes over aliased inputs.
 
 Generates `programs()`: a setup (tests/strategies/setups.py), then 1-10 steps, each drawn among
-those the generator's `Model` allows; validity is by construction (DESIGN.md section 7), the
+those the generator's `Model` allows; validity is by construction (docs/design.md section 7), the
 model letting the generator emit only:
 
 - reads and writes of tensors whose storage holds them (never of a zero-byte storage);

@@ -184,7 +184,7 @@ def build_inputs(
 ) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
     """Fresh caller tensors for `setup`: every named tensor, and the argument list.
 
-    `dtype`: float64 only to rerun a program as a numeric oracle (DESIGN.md section 5)."""
+    `dtype`: float64 only to rerun a program as a numeric oracle (docs/design.md section 5)."""
     world: dict[str, torch.Tensor] = {}
     for base in setup.bases:
         t = torch.tensor(base.values, dtype=dtype).reshape(base.shape)
