@@ -115,7 +115,7 @@ class Step:
 
 @frozen(cache_hash=True)
 class Program:
-    """Steps over tensors of one `shape`; the results of the steps listed in `outputs` are stored."""
+    """Steps over tensors of one `shape`; the results of the steps in `outputs` are stored."""
 
     steps: tuple[Step, ...]
     outputs: tuple[int, ...]
@@ -134,7 +134,7 @@ class Program:
 
 @frozen
 class InputLayout:
-    """How a kernel reads one input: its dtype, and its strides broadcast to the program's shape."""
+    """How a kernel reads one input: its dtype, its strides broadcast to the program's shape."""
 
     dtype: torch.dtype
     strides: tuple[int, ...]
@@ -355,7 +355,9 @@ def copy(x, *_):
 def kernel_source(program: Program, layouts: tuple[InputLayout, ...]) -> str:
     """The `@triton.jit` kernel computing `program` from inputs laid out as `layouts`."""
     contiguous = contiguous_strides(program.shape)
-    pointers = [f"in{i}_ptr,  # {_describe(layout, contiguous)}" for i, layout in enumerate(layouts)]
+    pointers = [
+        f"in{i}_ptr,  # {_describe(layout, contiguous)}" for i, layout in enumerate(layouts)
+    ]
     pointers += [f"out{k}_ptr,  # v{v}, contiguous" for k, v in enumerate(program.outputs)]
     lines = [
         "@triton.jit",
@@ -435,7 +437,9 @@ def _step_expression(step: Step, dtypes: dict) -> str:
         else:
             arguments.append(argument)
     expression = rule.expression(*arguments)
-    return _converted(expression, torch.bool if rule.gives_bool else step.compute_dtype, step.dtype)
+    return _converted(
+        expression, torch.bool if rule.gives_bool else step.compute_dtype, step.dtype
+    )
 
 
 def _converted(expression: str, source: torch.dtype, target: torch.dtype) -> str:
@@ -484,9 +488,14 @@ def launch(program: Program, tensors) -> list[torch.Tensor]:
     layouts = tuple(InputLayout.of(t, program.shape) for t in tensors)
     kernel = _compiled(program, layouts, interpreting())
     device = tensors[0].device
-    outputs = [torch.empty(program.shape, dtype=program.steps[v].dtype, device=device) for v in program.outputs]
+    outputs = [
+        torch.empty(program.shape, dtype=program.steps[v].dtype, device=device)
+        for v in program.outputs
+    ]
     if program.numel > 0:
-        kernel[(triton.cdiv(program.numel, BLOCK),)](*tensors, *outputs, program.numel, BLOCK=BLOCK)
+        kernel[(triton.cdiv(program.numel, BLOCK),)](
+            *tensors, *outputs, program.numel, BLOCK=BLOCK
+        )
     return outputs
 
 

@@ -48,7 +48,9 @@ def fused(fn, *inputs) -> torch.fx.GraphModule:
 
 
 def kernels(graph_module: torch.fx.GraphModule) -> list[FusedKernel]:
-    return [node.target for node in graph_module.graph.nodes if isinstance(node.target, FusedKernel)]
+    return [
+        node.target for node in graph_module.graph.nodes if isinstance(node.target, FusedKernel)
+    ]
 
 
 def assert_like_eager(
@@ -174,7 +176,19 @@ WITH_SCALARS = {
     "clamp.Tensor": lambda x: aten.clamp.Tensor(x, x - 1, x * x),
 }
 FLOATS = [torch.float32, torch.bfloat16, torch.float16]
-INT_CAPABLE = {"abs", "neg", "relu", "add", "sub", "mul", "maximum", "minimum", "eq", "lt", "logical_and"}
+INT_CAPABLE = {
+    "abs",
+    "neg",
+    "relu",
+    "add",
+    "sub",
+    "mul",
+    "maximum",
+    "minimum",
+    "eq",
+    "lt",
+    "logical_and",
+}
 
 
 def _then_clone(op):
@@ -183,7 +197,12 @@ def _then_clone(op):
 
 
 def _cases(names) -> list[tuple[str, torch.dtype]]:
-    return [(name, dtype) for name in names for dtype in [*FLOATS, torch.int32] if dtype in FLOATS or name in INT_CAPABLE]
+    return [
+        (name, dtype)
+        for name in names
+        for dtype in [*FLOATS, torch.int32]
+        if dtype in FLOATS or name in INT_CAPABLE
+    ]
 
 
 #: Ops whose kernel differs from eager in the last bits: their math functions are Triton's.
@@ -244,7 +263,9 @@ def test_op_with_scalars(name, dtype):
 
 def pack_unpack(x):
     """A saved-tensor hook pair's casts: pack to bfloat16, unpack to float32."""
-    return aten._to_copy.default(aten._to_copy.default(x, dtype=torch.bfloat16), dtype=torch.float32)
+    return aten._to_copy.default(
+        aten._to_copy.default(x, dtype=torch.bfloat16), dtype=torch.float32
+    )
 
 
 def relu_backward(x, grad):
@@ -292,7 +313,13 @@ def test_pack_unpack_casts_fuse_into_one_kernel():
 
 
 def test_single_cast_is_a_kernel():
-    (kernel,) = kernels(assert_like_eager(lambda x: aten._to_copy.default(x, dtype=torch.bfloat16), sample((9,), torch.float32), exact=True))
+    (kernel,) = kernels(
+        assert_like_eager(
+            lambda x: aten._to_copy.default(x, dtype=torch.bfloat16),
+            sample((9,), torch.float32),
+            exact=True,
+        )
+    )
     assert kernel.name == "fused_to_copy_0"
 
 
@@ -302,7 +329,11 @@ def test_single_cast_is_a_kernel():
 @pytest.mark.parametrize("shape", [(0,), (3, 0), (), (1,), (3000,), (4096,)], ids=str)
 def test_sizes(shape):
     """Empty tensors, 0-dim tensors, several blocks, sizes that are not a multiple of BLOCK."""
-    assert_like_eager(lambda x, w: (x * w).sin() + 1, sample(shape, torch.float32), sample(shape, torch.float32, 1))
+    assert_like_eager(
+        lambda x, w: (x * w).sin() + 1,
+        sample(shape, torch.float32),
+        sample(shape, torch.float32, 1),
+    )
 
 
 @pytest.mark.parametrize(
@@ -311,18 +342,27 @@ def test_sizes(shape):
     ids=str,
 )
 def test_broadcasting_inputs(x_shape, w_shape):
-    assert_like_eager(lambda x, w: (x * w).cos() - w, sample(x_shape, torch.float32), sample(w_shape, torch.float32, 1))
+    assert_like_eager(
+        lambda x, w: (x * w).cos() - w,
+        sample(x_shape, torch.float32),
+        sample(w_shape, torch.float32, 1),
+    )
 
 
 def test_strided_input():
     x = sample((5, 14), torch.bfloat16)[:, ::2]  # read through its strides: (14, 2)
     module = assert_like_eager(lambda x, w: (x + w).relu(), x, sample((5, 7), torch.bfloat16, 1))
-    assert "tl.load(in0_ptr + (offsets // 7) * 14 + (offsets % 7) * 2, mask=mask)" in kernels(module)[0].source
+    assert (
+        "tl.load(in0_ptr + (offsets // 7) * 14 + (offsets % 7) * 2, mask=mask)"
+        in kernels(module)[0].source
+    )
 
 
 def test_an_output_eager_lays_out_otherwise_stays_with_torch():
     x = sample((7, 5), torch.bfloat16).t()  # eager's sum of x and w is laid out like x
-    assert_like_eager(lambda x, w: (x + w).relu(), x, sample((5, 7), torch.bfloat16, 1), expected_kernels=0)
+    assert_like_eager(
+        lambda x, w: (x + w).relu(), x, sample((5, 7), torch.bfloat16, 1), expected_kernels=0
+    )
 
 
 def test_kernel_source_reads_like_the_ops():
@@ -426,7 +466,11 @@ def test_values_read_outside_become_outputs():
 
     module = assert_like_eager(fn, sample((6,), torch.float32))
     (kernel,) = kernels(module)
-    assert [step.op for step in kernel.program.steps] == [aten.sin.default, aten.mul.Tensor, aten.cos.default]
+    assert [step.op for step in kernel.program.steps] == [
+        aten.sin.default,
+        aten.mul.Tensor,
+        aten.cos.default,
+    ]
     assert kernel.program.outputs == (0, 2)
     getitems = [node for node in module.graph.nodes if node.target is operator.getitem]
     assert [node.name for node in getitems] == ["sin", "cos"]
@@ -529,9 +573,12 @@ def float32_unpack(t):
 
 
 @pytest.mark.skipif(
-    "fuse_pointwise" not in RUNTIME.read_text(), reason="fast/runtime.py does not call fuse_pointwise yet"
+    "fuse_pointwise" not in RUNTIME.read_text(),
+    reason="fast/runtime.py does not call fuse_pointwise yet",
 )
-@pytest.mark.parametrize("hooks", [None, (bfloat16_pack, float32_unpack)], ids=["no-hooks", "bfloat16-hooks"])
+@pytest.mark.parametrize(
+    "hooks", [None, (bfloat16_pack, float32_unpack)], ids=["no-hooks", "bfloat16-hooks"]
+)
 def test_compiled_function_runs_fused_kernels(monkeypatch, hooks):
     """aotspec.compile(backend="fast") with AOTSPEC_TRITON=1 agrees with the reference backend,
     forward and backward; with bfloat16 saved-tensor hooks, their pack casts run in kernels."""
@@ -554,4 +601,7 @@ def test_compiled_function_runs_fused_kernels(monkeypatch, hooks):
     forward_steps = [step for kernel in kernels(plan.forward) for step in kernel.program.steps]
     assert forward_steps, plan.source
     if hooks is not None:
-        assert any(step.op == aten._to_copy.default and step.dtype == torch.bfloat16 for step in forward_steps)
+        assert any(
+            step.op == aten._to_copy.default and step.dtype == torch.bfloat16
+            for step in forward_steps
+        )
