@@ -402,6 +402,9 @@ class LiveBytesAfter(Expectation):
 
 @frozen
 class Case:
+    """One conformance case: a small program, the caller's world it runs on, the rules it pins,
+    and the observables eager PyTorch and the spec fix for it (`CONTRIBUTING.md`)."""
+
     name: str
     rules: tuple[str, ...] = field(converter=tuple)
     setup: Callable[[], dict[str, torch.Tensor]]

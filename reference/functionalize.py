@@ -180,6 +180,10 @@ class StandIns:
 
 @frozen
 class FunctionalProgram:
+    """What functionalization makes of a captured program (`r[functionalize.storage-values]`):
+    a graph without mutations, the epilogue that applies the program's mutations to the
+    caller's tensors, and how each user output is laid out on a storage."""
+
     graph_module: torch.fx.GraphModule
     entries: dict[torch.fx.Node, OpEntry]
     inputs: tuple[InputMeta, ...]

@@ -39,6 +39,10 @@ class Probe:
 
 @define
 class Ledger:
+    """The exact memory account of one run (`r[memory.live]`, `r[memory.freed]`,
+    `r[memory.peak]`): who holds each tensor, which storages are live, every alloc, free and
+    resize as an `Event`, and live bytes after every step as a `Probe`."""
+
     events: list[Event] = field(factory=list)
     probes: list[Probe] = field(factory=list)
     live_bytes: int = 0

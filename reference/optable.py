@@ -42,6 +42,9 @@ class OpKind(enum.Enum):
 
 @frozen
 class OpEntry:
+    """One op of the table (`r[ops.table]`): its kind, its rule (values, layouts or effects, by
+    kind), and what it aliases or mutates."""
+
     overload: torch._ops.OpOverload
     kind: OpKind
     rule: Callable
