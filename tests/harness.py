@@ -3,9 +3,9 @@
 - One side's run: `call_and_backward` calls a program, observes the caller's tensors and the
   outputs, backpropagates the sum of the outputs that require grad and observes again, into an
   `Outcome`; `outcome` does it for a generated program, on eager or compiled.
-- Comparing two sides: `compare` lists every observable of docs/design.md section 5 that differs but
-  memory facts; `numerically_explained` forgives value differences that an eager float64 run
-  shows to be rounding.
+- Comparing two sides: `compare` lists every observable of docs/design.md section 5 that
+  differs but memory facts; `numerically_explained` forgives value differences that an eager
+  float64 run shows to be rounding.
 - Saved-tensor hooks: a lossless pair and a bfloat16 pair, by name, so that repros import them.
 - The fast backend against the reference: `fast_divergence` runs a `Case` on both and lists
   what differs, memory facts included (tests/test_differential_fast.py says which).

@@ -59,7 +59,8 @@ _COMPILED_TEMPLATE = '''\
 `program` below.
 
 Found by tests/test_differential_compiled.py. Run alone: .venv/bin/python {path}
-Eager PyTorch is the oracle for values, mutations, aliasing and gradients (docs/design.md section 5).
+Eager PyTorch is the oracle for values, mutations, aliasing and gradients
+(docs/design.md section 5).
 When found:
 {found}
 """

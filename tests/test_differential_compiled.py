@@ -1,5 +1,6 @@
 """Differential tests: random valid programs must behave the same on eager PyTorch and through
-`aotspec.compile(program, backend="reference")` (docs/contract.md and docs/design.md sections 5 and 7).
+`aotspec.compile(program, backend="reference")` (docs/contract.md and docs/design.md sections 5
+and 7).
 
 Eager PyTorch is the oracle. Each program runs once on eager and once compiled, each time on
 freshly built caller tensors, and every observable is compared: outputs, every caller tensor
@@ -18,7 +19,8 @@ Two generators (tests/strategies/):
   to intermediates (through views too) and to buffers; every one of them runs a backward.
 
 On a numeric disagreement both float32 results are compared to an eager float64 run first: the
-compiled result is blamed only when it is farther from it than eager's is (docs/design.md section 5).
+compiled result is blamed only when it is farther from it than eager's is (docs/design.md
+section 5).
 A failure prints the program as Python and hypothesis's `@reproduce_failure` blob, and writes a
 standalone `repros/repro_compiled_<hash>.py`.
 

@@ -1,9 +1,9 @@
 """Hypothesis strategies for differential testing: random valid programs over aliased inputs.
 
 A program is data (`program.py`): a `Setup` of the caller's tensors, then a body of `Instr`
-records over named values. Each generator builds one valid by construction (docs/design.md section 7),
-drawing only what its symbolic `Model` of the tensors and storages (`model.py`) says eager
-PyTorch accepts:
+records over named values. Each generator builds one valid by construction (docs/design.md
+section 7), drawing only what its symbolic `Model` of the tensors and storages (`model.py`) says
+eager PyTorch accepts:
 
 - `setups.py`: `setups()` and `grad_setups()`, the tensors a caller makes before the call;
 - `mutations.py`: `programs()`, views, in-place ops, copy_, set_ and resizes over aliased inputs
