@@ -25,7 +25,15 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from aotspec.errors import InternalError, UnsupportedError
 
 from .capture import grad_enabled
-from .functionalize import FunctionalProgram, GraphStorage, OutputView, Rebind, node_of
+from .functionalize import (
+    CallerStorage,
+    FunctionalProgram,
+    GraphStorage,
+    OutputView,
+    Rebind,
+    WriteBack,
+    node_of,
+)
 from .graph import GraphProgram, output_node, placeholders
 from .optable import DERIVATIVES, NONDIFFERENTIABLE, OpKind, bind, lookup, qualified_name
 from .storage import Layout
@@ -52,21 +60,82 @@ class Differentiated:
     #: Inputs the backward reads as the program left them (input index -> bytes of their storage
     #: it reads), rather than as they were when the call began (`r[autograd.saved-inputs]`).
     read_after_call: dict[int, int]
+    #: Per gradient of `grad_inputs`, the tangents (by position) it is computed from
+    #: (`r[autograd.unreached-outputs]`).
+    grad_tangents: tuple[frozenset[int], ...]
 
 
-def _differentiable_outputs(program: FunctionalProgram, flows: set) -> tuple[int, ...]:
-    """Graph outputs holding storages of user outputs that may carry gradients (floating point)."""
+def _differentiable_outputs(
+    program: FunctionalProgram, flows: set, write_backs: tuple[WriteBack, ...]
+) -> tuple[int, ...]:
+    """Graph outputs that may carry gradients (floating point): storages of user outputs, and
+    the contents written back into inputs with history (`r[autograd.input-writes]`)."""
     output = output_node(program.graph)
     user_storages = {
         o.storage.output_index
         for o in program.outputs
         if isinstance(o, OutputView) and isinstance(o.storage, GraphStorage)
     }
+    user_storages |= {step.output_index for step in write_backs}
     return tuple(
         k
         for k, node in enumerate(output.args[0])
-        if k in user_storages and node in flows and node.meta["val"].dtype.is_floating_point
+        if k in user_storages and _carries_gradient(node, flows)
     )
+
+
+def _carries_gradient(node: torch.fx.Node, flows: set) -> bool:
+    return node in flows and node.meta["val"].dtype.is_floating_point
+
+
+def _write_backs_with_history(program: FunctionalProgram, flows: set) -> tuple[WriteBack, ...]:
+    """r[autograd.input-writes]: the write-backs of caller storages the program wrote with grad
+    mode on whose final contents carry a gradient: the caller's tensor takes them by an
+    autograd-recorded copy, so they are differentiable outputs."""
+    outputs = output_node(program.graph).args[0]
+    found = tuple(
+        step
+        for step in program.epilogue
+        if isinstance(step, WriteBack)
+        and step.input_index in program.written_with_grad
+        and _carries_gradient(outputs[step.output_index], flows)
+    )
+    for step in found:
+        _check_one_object(program, step.input_index)
+    return found
+
+
+def _check_one_object(program: FunctionalProgram, storage: int) -> None:
+    """r[autograd.input-writes.aliased]: the history goes to the one tensor object on the storage;
+    with two (aliasing arguments), or with set_ moving a tensor onto or off it, raise."""
+    inputs = program.inputs
+    objects = sorted({meta.same_object for meta in inputs if meta.storage == storage})
+    rebound = [
+        step.input_index
+        for step in program.epilogue
+        if isinstance(step, Rebind)
+        and (
+            inputs[step.input_index].storage == storage
+            or (
+                isinstance(step.storage, CallerStorage)
+                and inputs[step.storage.input_index].storage == storage
+            )
+        )
+    ]
+    if len(objects) > 1 or rebound:
+        raise UnsupportedError(
+            f"the program writes gradient-carrying values with grad mode on into the storage of "
+            f"flat input {storage}, which "
+            + (
+                f"flat inputs {objects} share"
+                if len(objects) > 1
+                else "set_ rebinds a tensor onto or off"
+            )
+            + "; its history would belong to more than one tensor object",
+            rule="autograd.input-writes.aliased",
+            fix="pass one tensor of that storage and take the others as views of it inside the "
+            "function, or write under torch.no_grad()",
+        )
 
 
 def _resized_inputs(program: FunctionalProgram) -> dict[torch.fx.Node, int]:
@@ -79,6 +148,8 @@ def _resized_inputs(program: FunctionalProgram) -> dict[torch.fx.Node, int]:
         if not (meta.requires_grad and meta.same_object == i and touched):
             continue
         if owner.setdefault(meta.storage, i) != i:
+            if meta.storage in program.written_with_grad:
+                _check_one_object(program, meta.storage)  # raises: written with history
             raise UnsupportedError(
                 f"flat inputs {owner[meta.storage]} and {i} require grad, share one storage, and "
                 "the program writes or resizes it, so its new contents belong to neither alone",
@@ -166,7 +237,9 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
     resized, rebound = _resized_inputs(program), _rebound_inputs(program)
     flows = _requires_grad_nodes(program, resized | rebound)
     outputs_node = output_node(graph)
-    differentiable = _differentiable_outputs(program, flows)
+    differentiable = _differentiable_outputs(
+        program, flows, _write_backs_with_history(program, flows)
+    )
     n_inputs = len(program.inputs)
     wanted = tuple(i for i, meta in enumerate(program.inputs) if meta.requires_grad)
     stands_for = {node: _StandsFor(i, program.inputs[i].layout) for node, i in resized.items()}
@@ -206,6 +279,7 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
         split.num_saved,
         tuple(t.stride() for t in tangent_examples),
         split.read_after_call,
+        split.grad_tangents,
     )
 
 
@@ -301,6 +375,8 @@ class Partition:
     num_saved: int
     #: Input index -> bytes of its storage the backward reads as the call left it.
     read_after_call: dict[int, int]
+    #: Per gradient the backward returns, the tangents (by position) it is computed from.
+    grad_tangents: tuple[frozenset[int], ...]
 
 
 def partition(
@@ -339,7 +415,28 @@ def partition(
         primals.index(primal): node.meta["val"].nbytes for node, primal in reread.items()
     }
     return Partition(
-        GraphProgram.of(forward), GraphProgram.of(backward), len(saved), read_after_call
+        GraphProgram.of(forward),
+        GraphProgram.of(backward),
+        len(saved),
+        read_after_call,
+        _tangents_of_grads(joint, tangents, grads),
+    )
+
+
+def _tangents_of_grads(
+    joint: torch.fx.Graph, tangents: list[torch.fx.Node], grads
+) -> tuple[frozenset[int], ...]:
+    """r[autograd.unreached-outputs]: the positions of the tangents each gradient reads, found
+    in one pass over the joint graph (a bit mask per node)."""
+    masks = {node: 1 << j for j, node in enumerate(tangents)}
+    for node in joint.nodes:
+        if node.op == "call_function":
+            mask = 0
+            for used in node.all_input_nodes:
+                mask |= masks.get(used, 0)
+            masks[node] = mask
+    return tuple(
+        frozenset(j for j in range(len(tangents)) if masks.get(grad, 0) >> j & 1) for grad in grads
     )
 
 

@@ -22,26 +22,56 @@ from .functionalize import (
     Resize,
     WriteBack,
 )
+from .storage import Layout
 
 
 def apply_epilogue(
     program: FunctionalProgram, tensors, caller_storages, flats: list[torch.Tensor]
 ) -> None:
+    with_history = set()
     for step in program.epilogue:
         if isinstance(step, Resize):
             caller_storages[step.input_index].resize_(step.nbytes)
         elif isinstance(step, WriteBack):
-            target = torch.empty(0, dtype=flats[step.output_index].dtype).set_(
-                caller_storages[step.input_index]
-            )
-            with torch.no_grad():
-                target.copy_(flats[step.output_index])
+            flat, storage = flats[step.output_index], caller_storages[step.input_index]
+            if flat.requires_grad and step.input_index in program.written_with_grad:
+                with_history.add(step.input_index)
+                meta = program.inputs[step.input_index]
+                _write_with_history(tensors[step.input_index], meta.layout, storage, flat)
+            else:
+                _write_bytes(storage, flat)
         elif isinstance(step, Rebind):
             storage = _storage_of(step.storage, caller_storages, flats)
             with torch.no_grad():
                 set_within(tensors[step.input_index], storage, step.layout)
-    for storage in program.written:
+    for storage in program.written - with_history:
         _advance_versions(program, tensors, storage)
+
+
+def _write_bytes(storage: torch.UntypedStorage, flat: torch.Tensor) -> None:
+    """r[functionalize.epilogue.data]: the storage takes the bytes, through a fresh alias."""
+    with torch.no_grad():
+        torch.empty(0, dtype=flat.dtype).set_(storage).copy_(flat)
+
+
+def _write_with_history(
+    tensor: torch.Tensor, layout: Layout, storage: torch.UntypedStorage, flat: torch.Tensor
+) -> None:
+    """r[autograd.input-writes]: the caller's tensor (the one object on its storage) takes its
+    window of the new contents by a copy_ autograd records, which gives it the write's history
+    and advances its version once, as the eager in-place op did
+    (`r[functionalize.epilogue.version]`); bytes outside its window are written first, without
+    history (`r[autograd.input-writes.aliased]` leaves them to no other tensor)."""
+    if not _covers(layout, storage):
+        _write_bytes(storage, flat.detach())
+    with torch.enable_grad():
+        tensor.copy_(flat.as_strided(layout.sizes, layout.strides, layout.offset))
+
+
+def _covers(layout: Layout, storage: torch.UntypedStorage) -> bool:
+    """`layout` reads every byte of `storage` once."""
+    whole = Layout.contiguous(layout.dtype, layout.sizes)
+    return layout.numel * layout.itemsize == storage.nbytes() and layout.addresses_like(whole)
 
 
 def _advance_versions(program: FunctionalProgram, tensors, storage: int) -> None:

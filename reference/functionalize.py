@@ -196,11 +196,11 @@ class FunctionalProgram:
     stand_ins: StandIns
     #: Caller storages (by first input) the program wrote or resized at some point.
     touched_storages: frozenset[int] = frozenset()
-    #: Caller storages the program wrote, and those it wrote with grad mode on
-    #: (`r[functionalize.epilogue.version]`, `r[autograd.no-grad-input-writes]`).
+    #: Caller storages the program wrote, and those it wrote with grad mode on, through a tensor
+    #: that records history (`r[functionalize.epilogue.version]`, `r[autograd.input-writes]`).
     written: frozenset[int] = frozenset()
     written_with_grad: frozenset[int] = frozenset()
-    #: Inputs that set_ rebound with grad mode on (`r[autograd.mutated-grad-input]`).
+    #: Inputs that set_ rebound with grad mode on (`r[autograd.input-writes.set]`).
     rebound_with_grad: frozenset[int] = frozenset()
 
     @property
@@ -253,6 +253,8 @@ class _Cell:
     root: int | None = None
     #: A view taken under torch.no_grad(): what it reads carries no gradient, after writes too.
     viewed_without_grad: bool = False
+    #: A view of a detach()ed alias: writes through it record no history.
+    detached: bool = False
     #: An input that set_ rebound under torch.no_grad(): what it reads is that input for autograd.
     read_as_input: int | None = None
 
@@ -324,6 +326,8 @@ def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
     if tuple(new.shape) != layout.sizes:
         new = aten.expand(new, list(layout.sizes))
     storage = cell.storage
+    # r[autograd.input-writes.detached]: a write through a detach()ed alias records no history.
+    with_grad = replay.grad_enabled and not cell.detached
     if storage.unread_since_resize and _covers(layout, storage):
         # r[functionalize.writes.whole-after-resize]: the written values are the new contents;
         # the unspecified bytes of the resize are never read, so they are never held alongside.
@@ -336,12 +340,14 @@ def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
         storage.flat = aten.as_strided_scatter(
             _flat(storage, replay), new, layout.sizes, layout.strides, layout.offset
         )
-        if not replay.grad_enabled:
+        if not with_grad:
             # r[autograd.no-grad-writes]: the tensor keeps its history; the written values carry none.
             replay.no_grad_writes.add(node_of(storage.flat))
     storage.version += 1
     storage.written = True
-    storage.written_with_grad |= replay.grad_enabled
+    # r[autograd.input-writes]; a write under torch.no_grad() gives the input no history
+    # (r[autograd.no-grad-input-writes])
+    storage.written_with_grad |= with_grad
     _note_contents(storage, contents)
 
 
@@ -498,7 +504,9 @@ class _Replay:
         values = node.target(
             _read(source, node.name, self, for_view=True), *read_all(args[1:]), **read_all(kwargs)
         )
-        without_grad = source.viewed_without_grad or not self.grad_enabled
+        # r[autograd.input-writes.detached]: detach() is a view without grad, in any grad mode.
+        detached = source.detached or node.target is aten.detach.default
+        without_grad = source.viewed_without_grad or not self.grad_enabled or detached
         if isinstance(layouts, tuple):
             return tuple(
                 _Cell(
@@ -508,6 +516,7 @@ class _Replay:
                     source.storage.version,
                     root=source.root,
                     viewed_without_grad=without_grad,
+                    detached=detached,
                 )
                 for layout, value in zip(layouts, values, strict=True)
             )
@@ -518,6 +527,7 @@ class _Replay:
             source.storage.version,
             root=source.root,
             viewed_without_grad=without_grad,
+            detached=detached,
         )
 
     def effect(self, node, args, read_all):

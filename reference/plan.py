@@ -77,6 +77,9 @@ class Plan:
     #: Input index -> bytes of its storage the backward reads as the call left it
     #: (`r[autograd.saved-inputs]`).
     read_after_call: dict[int, int] = field(factory=dict)
+    #: Per input in `grad_inputs`, the tangents (positions) its gradient is computed from
+    #: (`r[autograd.unreached-outputs]`).
+    grad_tangents: tuple[frozenset[int], ...] = ()
 
     @classmethod
     def without_autograd(cls, functional: FunctionalProgram) -> Plan:
@@ -93,6 +96,7 @@ class Plan:
             graphs.num_saved,
             graphs.tangent_strides,
             graphs.read_after_call,
+            graphs.grad_tangents,
         )
 
     @cached_property
@@ -137,19 +141,15 @@ def build_plan(
 
 def _check_grad_input_mutations(functional: FunctionalProgram, needs_grad: list[int]) -> None:
     inputs = functional.inputs
-    # r[autograd.mutated-grad-input]: only writes and set_ under torch.no_grad(), and resizes.
-    mutated = sorted(
-        i
-        for i in needs_grad
-        if inputs[i].storage in functional.written_with_grad or i in functional.rebound_with_grad
-    )
-    if mutated:
+    # r[autograd.input-writes.set]: set_ of an input that requires grad only under no_grad().
+    rebound = sorted(i for i in needs_grad if i in functional.rebound_with_grad)
+    if rebound:
         raise UnsupportedError(
-            f"flat inputs {mutated} require grad and the program writes or rebinds them with "
+            f"flat inputs {rebound} require grad and the program rebinds them with set_ with "
             "grad mode on",
-            rule="autograd.mutated-grad-input",
-            fix="write or set_ such inputs under torch.no_grad() (as FSDP's all-gather does), "
-            "mutate them outside the compiled function, or call it under torch.no_grad()",
+            rule="autograd.input-writes.set",
+            fix="set_ such inputs under torch.no_grad() (as FSDP does), rebind them outside the "
+            "compiled function, or call it under torch.no_grad()",
         )
     for step in functional.epilogue:
         entry = inputs[step.input_index]

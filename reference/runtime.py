@@ -107,6 +107,11 @@ class _Forward(torch.autograd.Function):
         ctx.call = call
         differentiable = plan.differentiable_outputs
         ctx.mark_non_differentiable(*[f for k, f in enumerate(flats) if k not in differentiable])
+        # r[autograd.unreached-outputs]: outputs the backward does not reach get None, not zeros.
+        ctx.set_materialize_grads(False)
+        ctx.tangent_shapes = [
+            (flats[k].shape, flats[k].dtype, flats[k].device) for k in differentiable
+        ]
         return tuple(flats)
 
     @staticmethod
@@ -116,14 +121,17 @@ class _Forward(torch.autograd.Function):
         saved_inputs, call.saved_inputs = call.saved_inputs, None
         saved_inputs.check()
         saved, call.saved = call.saved, None
-        arguments = saved + tangents_as_traced(plan, grads)
+        arguments = saved + tangents_as_traced(plan, grads, ctx.tangent_shapes)
         # r[autograd.saved-freed-in-backward]: the list is the only holder of the saved values,
         # and the backward graph clears it, so each dies at its last use.
         del saved
         results = call.graphs.backward(arguments, saved_inputs.tensors)  # clears `arguments`
         input_grads: list = [None] * len(plan.functional.inputs)
-        for i, grad in zip(plan.grad_inputs, results, strict=True):
-            input_grads[i] = grad
+        reached = [grads[k] is not None for k in plan.differentiable_outputs]
+        for i, grad, tangents in zip(plan.grad_inputs, results, plan.grad_tangents, strict=True):
+            # r[autograd.unreached-outputs]: from unreached outputs only, no gradient at all.
+            if not tangents or any(reached[j] for j in tangents):
+                input_grads[i] = grad
         return (None, *input_grads)
 
 
@@ -199,13 +207,18 @@ def _check_saved_input(t: torch.Tensor, version: int, nbytes: int) -> None:
         )
 
 
-def tangents_as_traced(plan: Plan, grads) -> list[torch.Tensor]:
+def tangents_as_traced(plan: Plan, grads, shapes) -> list[torch.Tensor]:
     """r[autograd.tangent-layout]: the gradients of the differentiable outputs, each laid out
-    like the tangent the backward graph was traced with (autograd may pass an expanded one)."""
+    like the tangent the backward graph was traced with (autograd may pass an expanded one);
+    zeros for an output the backward did not reach (`shapes`: its shape, dtype and device)."""
     tangents = []
-    for k, strides in zip(plan.differentiable_outputs, plan.tangent_strides, strict=True):
+    for k, strides, (shape, dtype, device) in zip(
+        plan.differentiable_outputs, plan.tangent_strides, shapes, strict=True
+    ):
         grad = grads[k]
-        if grad.stride() != strides:
+        if grad is None:
+            grad = torch.empty_strided(shape, strides, dtype=dtype, device=device).zero_()
+        elif grad.stride() != strides:
             grad = torch.empty_strided(
                 grad.shape, strides, dtype=grad.dtype, device=grad.device
             ).copy_(grad)

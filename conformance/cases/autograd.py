@@ -13,6 +13,7 @@ from ..case import (
     Absent,
     BackwardRaises,
     Case,
+    Identical,
     Raises,
     SavedFreedDuringBackward,
     Shares,
@@ -42,6 +43,12 @@ def _eager_mlp_grads():
 
 
 _MLP_GRADS = _eager_mlp_grads()
+
+#: Skip entries for cases that write a caller's tensor with history (`r[autograd.input-writes]`).
+_EAGER_INTERPRETER_KEEPS_HISTORIES = {
+    "reference-eager": "the eager interpreter does not rebase a caller's history "
+    "(autograd.mutated-grad-input)"
+}
 
 
 def _non_leaf_world():
@@ -251,6 +258,62 @@ def _mutates_grad_input(y, z):
     return y * z
 
 
+def _non_leaf_a_world():
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    return {"x": x, "a": x * 1}
+
+
+def _doubles_a(a):
+    a.mul_(2)
+    return a
+
+
+def _doubles_a0_then_triples(a):
+    a[0].mul_(2)
+    return a * 3
+
+
+def _buffer_and_grad_world():
+    return {"x": torch.zeros(3), "y": torch.tensor([1.0, 2.0, 3.0], requires_grad=True)}
+
+
+def _adds_y_into_x(x, y):
+    x.add_(y)
+    return x * 2
+
+
+def _doubles_detached_w(w):
+    w.detach().mul_(2)
+    return w * 3
+
+
+def _aliasing_world():
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    a = x * 1
+    return {"x": x, "a": a, "v": a.view(3)}
+
+
+def _doubles_a_reads_v(a, v):
+    a.mul_(2)
+    return a + v
+
+
+def _two_non_leaves_world():
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    w = torch.tensor([4.0, 5.0, 6.0], requires_grad=True)
+    return {"x": x, "w": w, "a": x * 1, "b": w * 1}
+
+
+def _doubles_a_returns_triple_b(a, b):
+    a.mul_(2)
+    return b * 3
+
+
+def _sets_y_to_z(y, z):
+    y.set_(z.detach())
+    return y * 2
+
+
 CASES = [
     Case(
         name="autograd.grad-of-a-product",
@@ -310,12 +373,125 @@ CASES = [
         expect=[Values("out0", 28.0), Values("x.grad", [2.0, -4.0, 6.0])],
     ),
     Case(
-        name="autograd.mutating-a-grad-input-is-rejected",
+        name="autograd.eager-interpreter-rejects-writing-a-grad-input",
         rules=["autograd.mutated-grad-input"],
         setup=_non_leaf_world,
         args=["y", "z"],
         program=_mutates_grad_input,
         expect=[Raises(UnsupportedError, rule="autograd.mutated-grad-input")],
+        skip={
+            "torch-eager": "eager PyTorch rebases the input's history",
+            "reference": "compiled programs rebase it (autograd.input-writes)",
+            "fast": "compiled programs rebase it (autograd.input-writes)",
+        },
+    ),
+    Case(
+        name="autograd.non-leaf-input-written-then-used",
+        rules=["autograd.input-writes", "functionalize.epilogue.data"],
+        setup=_non_leaf_world,
+        args=["y", "z"],
+        program=_mutates_grad_input,
+        backward=True,
+        # y = 2x = [0, 2, 4] becomes [0, 4, 8]; out = 2y z = 4x z: x.grad = 4z, z.grad = 2y
+        expect=[
+            Values("y", [0.0, 4.0, 8.0]),
+            Values("out0", [0.0, 4.0, 8.0]),
+            Values("x.grad", [4.0, 4.0, 4.0]),
+            Values("z.grad", [0.0, 4.0, 8.0]),
+        ],
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
+    ),
+    Case(
+        name="autograd.written-input-returned",
+        rules=["autograd.input-writes", "functionalize.outputs"],
+        setup=_non_leaf_a_world,
+        args=["a"],
+        program=_doubles_a,
+        backward=True,
+        # out0 is a itself, 2x after the call: x.grad = 2
+        expect=[
+            Identical("out0", "a"),
+            Values("a", [2.0, 4.0, 6.0]),
+            Values("x.grad", [2.0, 2.0, 2.0]),
+        ],
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
+    ),
+    Case(
+        name="autograd.view-of-a-non-leaf-input-written",
+        rules=["autograd.input-writes"],
+        setup=_non_leaf_a_world,
+        args=["a"],
+        program=_doubles_a0_then_triples,
+        backward=True,
+        # a = [2x0, x1, x2] = [2, 2, 3]; out = 3a: x.grad = [6, 3, 3]
+        expect=[
+            Values("a", [2.0, 2.0, 3.0]),
+            Values("out0", [6.0, 6.0, 9.0]),
+            Values("x.grad", [6.0, 3.0, 3.0]),
+        ],
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
+    ),
+    Case(
+        name="autograd.input-without-grad-takes-a-gradient-carrying-write",
+        rules=["autograd.input-writes"],
+        setup=_buffer_and_grad_world,
+        args=["x", "y"],
+        program=_adds_y_into_x,
+        backward=True,
+        # x = 0 + y now requires grad (not a leaf, so no x.grad); out = 2x: y.grad = 2
+        expect=[
+            Values("x", [1.0, 2.0, 3.0]),
+            Values("out0", [2.0, 4.0, 6.0]),
+            Values("y.grad", [2.0, 2.0, 2.0]),
+            Absent("x.grad"),
+        ],
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
+    ),
+    Case(
+        name="autograd.written-input-unused-gets-no-gradient",
+        rules=["autograd.unreached-outputs", "autograd.input-writes"],
+        setup=_two_non_leaves_world,
+        args=["a", "b"],
+        program=_doubles_a_returns_triple_b,
+        backward=True,
+        # nothing reads a after the call: x gets no gradient (not zeros); out = 3b: w.grad = 3
+        expect=[
+            Values("a", [2.0, 4.0, 6.0]),
+            Values("w.grad", [3.0, 3.0, 3.0]),
+            Absent("x.grad"),
+        ],
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
+    ),
+    Case(
+        name="autograd.write-through-a-detached-alias",
+        rules=["autograd.input-writes.detached"],
+        setup=lambda: _leaves(w=torch.tensor([1.0, 2.0, 3.0])),
+        args=["w"],
+        program=_doubles_detached_w,
+        backward=True,
+        # w keeps being the leaf; its values double; out = 3w: w.grad = 3
+        expect=[
+            Values("w", [2.0, 4.0, 6.0]),
+            Values("out0", [6.0, 12.0, 18.0]),
+            Values("w.grad", [3.0, 3.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="autograd.gradient-carrying-write-into-aliased-inputs",
+        rules=["autograd.input-writes.aliased"],
+        setup=_aliasing_world,
+        args=["a", "v"],
+        program=_doubles_a_reads_v,
+        expect=[Raises(UnsupportedError, rule="autograd.input-writes.aliased")],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="autograd.set-of-a-grad-input-with-grad-mode-on",
+        rules=["autograd.input-writes.set"],
+        setup=_non_leaf_world,
+        args=["y", "z"],
+        program=_sets_y_to_z,
+        expect=[Raises(UnsupportedError, rule="autograd.input-writes.set")],
         skip=COMPILED_ONLY,
     ),
     Case(
