@@ -488,7 +488,10 @@ class _Replay:
             return self.view(node, entry, args, kwargs, read_all)
         if entry.kind is OpKind.INPLACE:
             target = args[0]
-            new = entry.functional(*read_all(args), **read_all(kwargs))
+            operands = read_all(args)
+            if self.keeps_original(target):
+                operands = (aten.clone(operands[0]), *operands[1:])
+            new = entry.functional(*operands, **read_all(kwargs))
             _write(target, new, name, self)
             return target
         if entry.kind is OpKind.EFFECT:
@@ -496,6 +499,19 @@ class _Replay:
         if entry.kind is OpKind.OPAQUE:
             return self.opaque(node, entry, args, kwargs, read_all)
         raise InternalError(f"op table entry of unknown kind: {entry}")
+
+    def keeps_original(self, target: _Cell) -> bool:
+        """r[autograd.input-writes.original-value]: an in-place op that records history on an
+        input's value at the call reads a copy of it, which its derivative rule may save, as
+        eager's in-place ops save the original self: the write-back then bumps the input's
+        version without failing the backward."""
+        return (
+            self.grad_enabled
+            and not target.detached
+            and target.storage.caller is not None
+            and target.storage.version == 0
+            and any(meta.requires_grad for meta in self.inputs)
+        )
 
     def view(self, node, entry: OpEntry, args, kwargs, read_all):
         source: _Cell = args[0]

@@ -309,6 +309,11 @@ def _doubles_a_returns_triple_b(a, b):
     return b * 3
 
 
+def _multiplies_a_by_w(a, w):
+    a.mul_(w)
+    return a * 2
+
+
 def _sets_y_to_z(y, z):
     y.set_(z.detach())
     return y * 2
@@ -459,6 +464,22 @@ CASES = [
             Values("a", [2.0, 4.0, 6.0]),
             Values("w.grad", [3.0, 3.0, 3.0]),
             Absent("x.grad"),
+        ],
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
+    ),
+    Case(
+        name="autograd.input-written-by-an-op-that-saves-its-original-value",
+        rules=["autograd.input-writes.original-value", "autograd.input-writes"],
+        setup=lambda: {k: v for k, v in _two_non_leaves_world().items() if k in ("x", "w", "a")},
+        args=["a", "w"],
+        program=_multiplies_a_by_w,
+        backward=True,
+        # a = x w = [4, 10, 18]; out = 2 x w: x.grad = 2w = [8, 10, 12], w.grad = 2x = [2, 4, 6]
+        expect=[
+            Values("a", [4.0, 10.0, 18.0]),
+            Values("out0", [8.0, 20.0, 36.0]),
+            Values("x.grad", [8.0, 10.0, 12.0]),
+            Values("w.grad", [2.0, 4.0, 6.0]),
         ],
         skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
     ),
