@@ -45,7 +45,9 @@ def outputs_and_grads(model: torch.nn.Module, x: torch.Tensor):
 
 def test_entry_point_registers_the_backend():
     entry_points = importlib.metadata.entry_points(group="torch_dynamo_backends")
-    assert [ep.value for ep in entry_points if ep.name == "aotspec"] == ["aotspec.dynamo:aotspec_backend"]
+    assert [ep.value for ep in entry_points if ep.name == "aotspec"] == [
+        "aotspec.dynamo:aotspec_backend"
+    ]
     assert "aotspec" in torch._dynamo.list_backends()
 
 
@@ -69,6 +71,34 @@ def test_input_mutation_reaches_the_caller():
     out = torch.compile(bump_then_scale, backend="aotspec")(x, y)
     assert x.tolist() == [1.0, 1.0, 1.0]
     assert out.tolist() == [2.0, 2.0, 2.0]
+
+
+@pytest.mark.parametrize("backend", ["fast", "reference"])
+def test_gradient_carrying_input_writes_give_the_caller_the_history(backend):
+    """r[autograd.input-writes] through Dynamo: a non-leaf input written with grad mode on and a
+    buffer taking a value that requires grad both have the write's history afterwards."""
+
+    def writes(a, buf, w):
+        a.mul_(w)
+        buf.add_(w)
+        return a + buf
+
+    def run(fn):
+        leaf, w = torch.tensor([1.0, 2.0, 3.0], requires_grad=True), torch.ones(3) * 2
+        w.requires_grad_()
+        a, buf = leaf * 1, torch.zeros(3)
+        out = fn(a, buf, w)
+        (out.sum() + (a * buf).sum()).backward()
+        facts = [(t.detach().clone(), t.requires_grad, t.is_leaf) for t in (out, a, buf)]
+        return facts, leaf.grad, w.grad
+
+    compiled = torch.compile(writes, backend="aotspec", options={"backend": backend})
+    (got, got_leaf, got_w), (want, want_leaf, want_w) = run(compiled), run(writes)
+    for (g, g_rg, g_leaf), (e, e_rg, e_leaf) in zip(got, want, strict=True):
+        torch.testing.assert_close(g, e)
+        assert (e_rg, e_leaf) == (g_rg, g_leaf)
+    torch.testing.assert_close(got_leaf, want_leaf)
+    torch.testing.assert_close(got_w, want_w)
 
 
 def test_options_choose_the_reference():
@@ -122,4 +152,6 @@ def test_bad_option_through_torch_compile_surfaces_the_value_error():
     while error is not None:
         causes.append(error)
         error = error.__cause__ or getattr(error, "inner_exception", None)
-    assert any(isinstance(e, ValueError) and "valid backends" in str(e) for e in causes), caught.value
+    assert any(isinstance(e, ValueError) and "valid backends" in str(e) for e in causes), (
+        caught.value
+    )

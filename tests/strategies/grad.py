@@ -1,16 +1,18 @@
 """Programs with backward.
 
-Generates `grad_programs()`: float32 leaves that require grad and buffers that do not
-(`grad_setups()`, tests/strategies/setups.py), a chain of differentiable ops, in-place ops and
-copy_ into intermediates (through views too), and buffer writes from values computed without
-grad; at least one output requires grad. Validity for eager autograd, on top of the mutation
-programs' rules (tests/strategies/mutations.py), is kept per storage (one view family here, so
-one version counter):
+Generates `grad_programs()`: float32 leaves that require grad, non-leaves made from them, and
+buffers that do not (`grad_setups()`, tests/strategies/setups.py), a chain of differentiable
+ops, in-place ops and copy_ into intermediates (through views too), and writes with grad mode on
+into buffers and non-leaf arguments, from values with or without grad (r[autograd.input-writes]);
+at least one output requires grad. Validity for eager autograd, on top of the mutation programs'
+rules (tests/strategies/mutations.py), is kept per storage (one view family here, so one version
+counter):
 
-- nothing writes an argument that requires grad or a view of one with grad mode on (eager
-  raises for leaves, and aotspec.compile rejects it: rule autograd.mutated-grad-input); under
-  torch.no_grad() it may, when it is the one argument requiring grad on its storage;
-- a buffer is written only from values that do not require grad;
+- nothing writes a leaf that requires grad or a view of one with grad mode on (eager raises);
+  under torch.no_grad() it may, when it is the one argument requiring grad on its storage;
+- an argument's storage takes a history (a value that requires grad, or any write once it has
+  one) only when one argument object reads it (aotspec.compile rejects aliasing arguments
+  there: rule autograd.input-writes.aliased);
 - nothing writes a storage once autograd saved a tensor on it for the backward (eager's
   backward raises "modified by an inplace operation"): `SAVES_INPUTS` and `SAVES_RESULT`
   over-approximate what autograd saves when some input requires grad;
@@ -51,23 +53,34 @@ def _bind_view(model: Model, out: str, v: str, lay: Strided) -> None:
 
 
 def _grad_writable(model: Model) -> list[str]:
+    """What a write with grad mode on may target: not a leaf that requires grad or a view of one
+    (eager raises), not a detached alias (aotspec gives its writes no history:
+    r[autograd.input-writes.detached]), and an argument's storage with a history only when one
+    argument object reads it (r[autograd.input-writes.aliased])."""
     return [
         v
         for v in model.names
         if model.writable(v)
         and not model.storage(v).saved
-        and not (model.storage(v).caller and model.storage(v).requires_grad)
+        and not model.storage(v).leaf
+        and not model.obj(v).detached
+        and not (_shared_argument(model, v) and model.storage(v).requires_grad)
     ]
 
 
+def _shared_argument(model: Model, v: str) -> bool:
+    return model.storage(v).caller and model.storage(v).args > 1
+
+
 def _grad_sources(model: Model, dst: str) -> list[str]:
-    """What may be read into dst: another storage, and no grad into a buffer."""
-    into_buffer = model.storage(dst).caller
+    """What may be read into dst: another storage, and no grad into the storage of aliasing
+    arguments (r[autograd.input-writes.aliased])."""
+    shared = _shared_argument(model, dst)
     return [
         v
         for v in copy_sources(model, dst)
         if model.obj(v).storage != model.obj(dst).storage
-        and not (into_buffer and _requires_grad(model, v))
+        and not (shared and _requires_grad(model, v))
     ]
 
 
@@ -305,7 +318,7 @@ def _writes_intermediates(model: Model) -> bool:
     return any(not model.storage(v).caller for v in _grad_writable(model))
 
 
-def _writes_buffers(model: Model) -> bool:
+def _writes_arguments(model: Model) -> bool:
     return any(model.storage(v).caller for v in _grad_writable(model))
 
 
@@ -313,7 +326,9 @@ def _g_write_intermediate(draw, model: Model) -> list[Instr]:
     return _g_write(draw, model, [v for v in _grad_writable(model) if not model.storage(v).caller])
 
 
-def _g_write_buffer(draw, model: Model) -> list[Instr]:
+def _g_write_argument(draw, model: Model) -> list[Instr]:
+    """A write with grad mode on into a buffer or a non-leaf argument
+    (r[autograd.input-writes])."""
     return _g_write(draw, model, [v for v in _grad_writable(model) if model.storage(v).caller])
 
 
@@ -327,10 +342,11 @@ GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("where", _g_where, lambda m: True),
     ("no_grad", _g_no_grad, lambda m: True),
     ("no_grad_write", _g_no_grad_write, lambda m: bool(_no_grad_writable(m))),
-    # Writes come three times: the point of the exercise, and each is blocked often (saved).
+    # Writes come four times: the point of the exercise, and each is blocked often (saved).
     ("write", _g_write_intermediate, _writes_intermediates),
     ("write", _g_write_intermediate, _writes_intermediates),
-    ("buffer", _g_write_buffer, _writes_buffers),
+    ("argument", _g_write_argument, _writes_arguments),
+    ("argument", _g_write_argument, _writes_arguments),
 ]
 
 

@@ -89,6 +89,12 @@ class _Storage:
     #: exactly one, whose contents the written values become
     #: (r[autograd.no-grad-input-writes.identity]).
     grad_args: int = 0
+    #: Distinct argument objects on it: a write that gives it a history needs exactly one
+    #: (r[autograd.input-writes.aliased]).
+    args: int = 0
+    #: An argument storage of a leaf that requires grad: eager forbids writing it, or a view of
+    #: it, with grad mode on.
+    leaf: bool = False
 
 
 @define

@@ -41,13 +41,16 @@ class Var:
 @frozen
 class Base:
     """A contiguous float32 tensor the caller makes; `zeroed`: its storage resized to 0 bytes;
-    `requires_grad`: a leaf that requires grad (views the caller makes of it do not leaf)."""
+    `requires_grad`: a leaf that requires grad (views the caller makes of it do not leaf);
+    `non_leaf` with it: `{name}_leaf * 1` of such a leaf, which the caller keeps too (a program
+    may write this tensor with grad mode on)."""
 
     name: str
     shape: tuple[int, ...]
     values: tuple[float, ...]
     zeroed: bool = False
     requires_grad: bool = False
+    non_leaf: bool = False
 
 
 @frozen
@@ -190,7 +193,11 @@ def build_inputs(
         t = torch.tensor(base.values, dtype=dtype).reshape(base.shape)
         # A leaf that requires grad is a tensor of its own, as a parameter is: reshape's result is
         # a view, and eager's autograd sends a view-leaf's gradients to its base after a write.
-        world[base.name] = t.clone().requires_grad_() if base.requires_grad else t
+        if base.non_leaf:
+            world[f"{base.name}_leaf"] = leaf = t.clone().requires_grad_()
+            world[base.name] = leaf * 1
+        else:
+            world[base.name] = t.clone().requires_grad_() if base.requires_grad else t
     for view in setup.views:
         base = world[view.base].detach() if view.detached else world[view.base]
         world[view.name] = base.as_strided(view.sizes, view.strides, view.offset)
@@ -236,7 +243,10 @@ def setup_source(setup: Setup) -> str:
     for base in setup.bases:
         values = list(base.values)
         grad = ".clone().requires_grad_()" if base.requires_grad else ""
-        lines.append(f"    {base.name} = torch.tensor({values!r}).reshape({base.shape!r}){grad}")
+        leaf = f"{base.name}_leaf" if base.non_leaf else base.name
+        lines.append(f"    {leaf} = torch.tensor({values!r}).reshape({base.shape!r}){grad}")
+        if base.non_leaf:
+            lines.append(f"    {base.name} = {leaf} * 1")
     for view in setup.views:
         layout = f"{view.sizes!r}, {view.strides!r}, {view.offset}"
         base = f"{view.base}.detach()" if view.detached else view.base
@@ -244,7 +254,9 @@ def setup_source(setup: Setup) -> str:
     for base in setup.bases:
         if base.zeroed:
             lines.append(f"    torch.ops.inductor.resize_storage_bytes_({base.name}, 0)")
-    names = [base.name for base in setup.bases] + [view.name for view in setup.views]
+    names = [view.name for view in setup.views]
+    for base in reversed(setup.bases):
+        names[:0] = [f"{base.name}_leaf", base.name] if base.non_leaf else [base.name]
     lines.append(f"    named = {{{', '.join(f'{n!r}: {n}' for n in names)}}}")
     lines.append(f"    return named, [{', '.join(setup.args)}]")
     return "\n".join(lines)

@@ -98,25 +98,30 @@ def initial_model(setup: Setup, compiled: bool = False) -> Model:
 
 @st.composite
 def _grad_tensor(draw, requires_grad: bool):
-    """One caller tensor: its shape, values, how it is passed, and the layout of its view."""
+    """One caller tensor: its shape, values, how it is passed, the layout of its view, and for
+    one that requires grad whether it is a non-leaf (`leaf * 1`)."""
     shape = draw(st.sampled_from(GRAD_SHAPES))
     numel = math.prod(shape)
     values = draw(st.lists(st.sampled_from(GRAD_VALUES), min_size=numel, max_size=numel))
     passing = draw(st.sampled_from(LEAF_PASSING if requires_grad else BUFFER_PASSING))
     view = _draw_caller_view(draw, Strided.contiguous(shape)) if passing != ("base",) else None
-    return shape, tuple(values), passing, view
+    non_leaf = requires_grad and draw(st.booleans())
+    return shape, tuple(values), passing, view, non_leaf
 
 
 @st.composite
 def grad_setups(draw) -> Setup:
-    """1-3 leaves that require grad and 0-2 buffers that do not, each drawn whole (so shrinking
-    drops a tensor at once). A view of a leaf passed is an argument that requires grad but is
-    not a leaf; a view of a buffer the caller keeps shows the buffer's writes."""
+    """1-3 tensors that require grad (leaves, or non-leaves made from leaves the caller keeps)
+    and 0-2 buffers that do not, each drawn whole (so shrinking drops a tensor at once). A view
+    of a leaf passed is an argument that requires grad but is not a leaf; a view of a buffer the
+    caller keeps shows the buffer's writes."""
     leaves = draw(st.lists(_grad_tensor(requires_grad=True), min_size=1, max_size=3))
     buffers = draw(st.lists(_grad_tensor(requires_grad=False), max_size=2))
     bases, views, args = [], [], []
-    for k, (shape, values, passing, view) in enumerate(leaves + buffers):
-        bases.append(Base(f"b{k}", shape, values, requires_grad=k < len(leaves)))
+    for k, (shape, values, passing, view, non_leaf) in enumerate(leaves + buffers):
+        bases.append(
+            Base(f"b{k}", shape, values, requires_grad=k < len(leaves), non_leaf=non_leaf)
+        )
         for way in passing:
             if way == "base":
                 args.append(f"b{k}")
@@ -139,14 +144,18 @@ def initial_grad_model(setup: Setup) -> Model:
     model = initial_model(setup, compiled=True)
     requires_grad = {base.name for base in setup.bases if base.requires_grad}
     requires_grad |= {view.name for view in setup.views if view.base in requires_grad}
+    leaves = {base.name for base in setup.bases if base.requires_grad and not base.non_leaf}
+    leaves |= {view.name for view in setup.views if view.base in leaves}
     detached = {view.name for view in setup.views if view.detached}
     counted: set[str] = set()
     for i, name in enumerate(setup.args):
         storage = model.storage(f"x{i}")
         storage.caller = True
         storage.requires_grad |= name in requires_grad
+        storage.leaf |= name in leaves
         model.obj(f"x{i}").detached = name in detached
-        if name in requires_grad and name not in counted:
+        if name not in counted:
             counted.add(name)
-            storage.grad_args += 1
+            storage.args += 1
+            storage.grad_args += name in requires_grad
     return model
