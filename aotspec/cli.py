@@ -30,7 +30,8 @@ def _conformance(options) -> int:
     if report:
         print(report)
     print(
-        f"{len(cases)} cases x {len(backends)} backends: {counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped"
+        f"{len(cases)} cases x {len(backends)} backends: {counts['pass']} passed, "
+        f"{counts['fail']} failed, {counts['skip']} skipped"
     )
     return 1 if counts["fail"] else 0
 
