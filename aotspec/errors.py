@@ -16,6 +16,7 @@ from __future__ import annotations
 
 
 def _format(problem: str, rule: str, fix: str) -> str:
+    # `aotspec rule ID` prints the rule an error names, from the chapters the package ships.
     return f"{problem} [rule {rule}]. {fix}"
 
 

@@ -11,7 +11,9 @@ import ast
 import re
 from pathlib import Path
 
+from aotspec.cli import main
 from aotspec.conformance.cases import ALL_CASES
+from aotspec.rules import all_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFINITION = re.compile(r"^r\[([a-z0-9][a-z0-9.\-]*)\]$", re.MULTILINE)
@@ -126,3 +128,17 @@ def test_emergent_rules_are_defined_and_not_implemented_elsewhere():
 def test_the_checker_ignores_module_docstrings():
     text = '''"""A module implementing r[a.b]."""\n\nx = 1  # r[c.d]\n'''
     assert CITATION.findall(_without_module_docstring(text)) == ["c.d"]
+
+
+def test_every_rule_opens_by_id_from_the_package():
+    """`aotspec rule ID` reads the chapters the package ships: every rule, with its text."""
+    shipped = all_rules()
+    assert set(shipped) == set(defined_rules())
+    assert all(rule.text and rule.chapter == defined_rules()[rule.id] for rule in shipped.values())
+
+
+def test_the_rule_command_prints_a_rule_and_refuses_an_unknown_one(capsys):
+    assert main(["rule", "boxed.steal.read-only"]) == 0
+    assert "A stolen tensor may only be read" in capsys.readouterr().out
+    assert main(["rule", "boxed.nonexistent"]) == 2
+    assert "boxed.steal.read-only" in capsys.readouterr().err
