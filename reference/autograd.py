@@ -93,16 +93,17 @@ def _write_backs_with_history(program: FunctionalProgram, flows: set) -> tuple[W
     mode on whose final contents carry a gradient: the caller's tensor takes them by an
     autograd-recorded copy, so they are differentiable outputs."""
     outputs = output_node(program.graph).args[0]
-    found = tuple(
-        step
-        for step in program.epilogue
-        if isinstance(step, WriteBack)
-        and step.input_index in program.written_with_grad
-        and _carries_gradient(outputs[step.output_index], flows)
-    )
-    for step in found:
-        _check_one_object(program, step.input_index)
-    return found
+    with_grad_inputs = {meta.storage for meta in program.inputs if meta.requires_grad}
+    found = []
+    for step in program.epilogue:
+        if not (isinstance(step, WriteBack) and step.input_index in program.written_with_grad):
+            continue
+        carries = _carries_gradient(outputs[step.output_index], flows)
+        if carries or step.input_index in with_grad_inputs:
+            _check_one_object(program, step.input_index)
+        if carries:
+            found.append(step)
+    return tuple(found)
 
 
 def _check_one_object(program: FunctionalProgram, storage: int) -> None:
@@ -123,15 +124,11 @@ def _check_one_object(program: FunctionalProgram, storage: int) -> None:
         )
     ]
     if len(objects) > 1 or rebound:
+        sharing = f"flat inputs {objects} share" if len(objects) > 1 else "set_ rebinds"
         raise UnsupportedError(
-            f"the program writes gradient-carrying values with grad mode on into the storage of "
-            f"flat input {storage}, which "
-            + (
-                f"flat inputs {objects} share"
-                if len(objects) > 1
-                else "set_ rebinds a tensor onto or off"
-            )
-            + "; its history would belong to more than one tensor object",
+            f"the program writes with grad mode on into the storage of flat input {storage}, "
+            f"which {sharing}, and gradients flow through it: its history would belong to more "
+            "than one tensor object",
             rule="autograd.input-writes.aliased",
             fix="pass one tensor of that storage and take the others as views of it inside the "
             "function, or write under torch.no_grad()",

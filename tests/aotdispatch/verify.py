@@ -84,11 +84,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "wrong requires_grad: requires_grad_() in the program",
     ("test_some_output_requires_grad_input_doesnt", "fast"):
         "wrong requires_grad: requires_grad_() in the program",
-    ("test_new_inp_requires_grad_now", "reference"):
-        "wrong requires_grad: x.add_(y), y requiring grad",
-    ("test_new_inp_requires_grad_now", "fast"): "wrong requires_grad: x.add_(y), y requiring grad",
-    ("test_new_inp_requires_grad_now", "dynamo"):
-        "wrong requires_grad: x.add_(y), y requiring grad",
     ("test_input_inplace_requires_grad_true", "reference"):
         "wrong requires_grad: requires_grad_() in the program",
     ("test_input_inplace_requires_grad_true", "fast"):
@@ -198,50 +193,24 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_lift_after_factory", "dynamo"): "unsupported: op randint",
 
     # test_aotdispatch_mutations.py
-    ("test_input_mutation_simple", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_simple", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_simple", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
     ("test_set__and_data_mutation_good", "dynamo"):
         "unsupported: write into aliased inputs requiring grad",
     ("test_set__not_allowed", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "unsupported: write with history after set_ rebinds",
     ("test_set__not_allowed", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "unsupported: write with history after set_ rebinds",
     ("test_set__not_allowed", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_mutates_input_noncontiguous", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_mutates_input_noncontiguous", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_mutates_input_noncontiguous", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "unsupported: write with history after set_ rebinds",
     ("test_input_mutation_modifies_autograd_meta_of_aliases", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "wrong requires_grad: .detach() output",
     ("test_input_mutation_modifies_autograd_meta_of_aliases", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "wrong requires_grad: .detach() output",
     ("test_input_mutation_modifies_autograd_meta_of_aliases", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_is_output", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_is_output", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_is_output", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "wrong requires_grad: .detach() output",
     ("test_input_mutation_is_output_after_mutated_inputs", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "unsupported: metadata mutation t_",
     ("test_input_mutation_is_output_after_mutated_inputs", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_is_output_after_mutated_inputs", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_multiple", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_multiple", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_multiple", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "unsupported: metadata mutation t_",
     ("test_input_mutation_return", "reference"): "unsupported: op sin.out",
     ("test_input_mutation_return", "fast"): "unsupported: op sin.out",
     ("test_input_mutation_return", "dynamo"): "unsupported: op sin.out",
@@ -255,41 +224,17 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: set_ gives an input requiring grad a new shape",
     ("test_input_mutation_storage_resize_before_set_", "fast"):
         "unsupported: set_ gives an input requiring grad a new shape",
-    ("test_input_mutation_requires_grad_detach", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_requires_grad_detach", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_requires_grad_detach", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_requires_grad_no_grad_detach_mixed", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_requires_grad_no_grad_detach_mixed", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_requires_grad_no_grad_detach_mixed", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_metadata2", "reference"): "unsupported: metadata mutation transpose_",
     ("test_input_mutation_metadata2", "fast"): "unsupported: metadata mutation transpose_",
-    ("test_input_mutation_metadata2", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_batchnorm", "reference"): "unsupported: op _native_batch_norm_legit",
     ("test_input_mutation_batchnorm", "fast"): "unsupported: op _native_batch_norm_legit",
     ("test_input_mutation_batchnorm", "dynamo"): "unsupported: op _native_batch_norm_legit",
     ("test_input_data_and_metadata_mutation", "reference"): "unsupported: metadata mutation t_",
     ("test_input_data_and_metadata_mutation", "fast"): "unsupported: metadata mutation t_",
-    ("test_input_data_and_metadata_mutation", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_data_and_metadata_mutation_aliases_other_input", "reference"):
         "unsupported: metadata mutation t_",
     ("test_input_data_and_metadata_mutation_aliases_other_input", "fast"):
         "unsupported: metadata mutation t_",
-    ("test_input_data_and_metadata_mutation_aliases_other_input", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_noncontiguous", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_noncontiguous", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_noncontiguous", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_false_aliasing", "reference"):
         "crash: AttributeError _tensor_constant0, aliased input views",
     ("test_input_mutation_false_aliasing", "fast"):
@@ -303,11 +248,11 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_input_mutation_aliases_other_input", "dynamo"):
         "crash: AttributeError _tensor_constant0, aliased input views",
     ("test_input_mutation_aliases_other_input2", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_aliases_other_input2", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_aliases_other_input2", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_aliases_and_output_alias", "reference"):
         "crash: AttributeError _tensor_constant0, aliased input views",
     ("test_input_mutation_aliases_and_output_alias", "fast"):
@@ -315,11 +260,9 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_input_mutation_aliases_and_output_alias", "dynamo"):
         "crash: AttributeError _tensor_constant0, aliased input views",
     ("test_input_aliased_with_mutation_output_alias", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "unsupported: write with history into aliased inputs",
     ("test_input_aliased_with_mutation_output_alias", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_aliased_with_mutation_output_alias", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "unsupported: write with history into aliased inputs",
     ("test_input_aliased_with_mutation_nontensor_interleaved", "reference"):
         "crash: AttributeError _tensor_constant0, aliased input views",
     ("test_input_aliased_with_mutation_nontensor_interleaved", "fast"):
@@ -338,54 +281,30 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: metadata mutation unsqueeze_",
     ("test_input_mutation_aliases_bases_out_of_order", "fast"):
         "unsupported: metadata mutation unsqueeze_",
-    ("test_input_mutation_aliases_bases_out_of_order", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_unsqueeze_view_of_base_input", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_unsqueeze_view_of_base_input", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_unsqueeze_view_of_base_input", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_alias_everything", "reference"): "unsupported: metadata mutation t_",
     ("test_input_mutation_alias_everything", "fast"): "unsupported: metadata mutation t_",
-    ("test_input_mutation_alias_everything", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
     ("test_dupe_arg_torture", "reference"): "unsupported: metadata mutation t_",
     ("test_dupe_arg_torture", "fast"): "unsupported: metadata mutation t_",
     ("test_invalid_dupe_left_bias", "reference"): "unsupported: metadata mutation t_",
     ("test_invalid_dupe_left_bias", "fast"): "unsupported: metadata mutation t_",
-    ("test_default_partitioner_saves_symints_not_tensors_for_bw", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_default_partitioner_saves_symints_not_tensors_for_bw", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_default_partitioner_saves_symints_not_tensors_for_bw", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
     ("test_merge_view_inputs_error_non_differentiable_views", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "unsupported: write with history into aliased inputs",
     ("test_merge_view_inputs_error_non_differentiable_views", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "unsupported: write with history into aliased inputs",
     ("test_merge_view_inputs_error_non_differentiable_views", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "unsupported: write with history into aliased inputs",
 
     # test_aotdispatch_views.py
-    ("test_input_output_view_mutate_multiple", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_output_view_mutate_multiple", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_output_view_mutate_multiple", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_output_view_metadata_mutate_multiple", "reference"):
         "unsupported: metadata mutation t_",
     ("test_input_output_view_metadata_mutate_multiple", "fast"):
         "unsupported: metadata mutation t_",
-    ("test_input_output_view_metadata_mutate_multiple", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_and_output_view", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_and_output_view", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_and_output_view", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_output_view_multiple", "reference"):
         "unsupported: metadata mutation transpose_",
     ("test_input_mutation_output_view_multiple", "fast"):
@@ -426,10 +345,10 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_view_and_inplace_view", "reference"): "unsupported: metadata mutation t_",
     ("test_view_and_inplace_view", "fast"): "unsupported: metadata mutation t_",
     ("test_view_detach", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_view_detach", "fast"): "unsupported: write into an input requiring grad, grad mode on",
+        "wrong requires_grad: .detach() output",
+    ("test_view_detach", "fast"): "wrong requires_grad: .detach() output",
     ("test_view_detach", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
+        "wrong requires_grad: .detach() output",
     ("test_some_outputs_dont_require_grad_view", "reference"):
         "wrong requires_grad: .detach() output",
     ("test_some_outputs_dont_require_grad_view", "fast"): "wrong requires_grad: .detach() output",
