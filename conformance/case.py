@@ -418,6 +418,11 @@ class Case:
     #: After the call, backpropagate the sum of every output that requires grad; each world tensor
     #: with a gradient then has it in the world as `name.grad`.
     backward: bool = False
+    #: With `backward`: the `retain_graph` of each backward pass through that sum, in order
+    #: (`r[autograd.retain-graph]`); `.grad` accumulates over the passes.
+    retain_graph: tuple[bool, ...] = field(default=(False,), converter=tuple)
+    #: The grad mode the call runs under (`torch.set_grad_enabled`); the backward runs with it on.
+    grad_enabled: bool = True
     #: (pack, unpack): the call runs inside `torch.autograd.graph.saved_tensors_hooks(pack, unpack)`.
     hooks: tuple[Callable, Callable] | None = None
     #: `hooks_filter` of compiled backends (`specs/saved-tensor-hooks.md`).

@@ -75,6 +75,9 @@ class Entry:
     #: One per tensor leaf of the output.
     outputs: list
     saved: dict[int, Saved] = field(factory=dict)
+    #: A backward that did not retain the graph freed the saved values
+    #: (`r[autograd.retain-graph]`).
+    saved_freed: bool = False
 
 
 @define(eq=False)

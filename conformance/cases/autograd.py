@@ -251,6 +251,26 @@ def _mutates_grad_input(y, z):
     return y * z
 
 
+def _sin_of_product(x, w):
+    return (x * w).sin()  # saves an intermediate (x * w) besides the inputs
+
+
+def _plus_one(x):
+    return x + 1  # saves nothing
+
+
+def _eager_twice(program, **tensors) -> dict[str, torch.Tensor]:
+    """Eager PyTorch's gradients after two backwards (the first retaining the graph)."""
+    leaves = _leaves(**tensors)
+    loss = program(*leaves.values()).sum()
+    loss.backward(retain_graph=True)
+    loss.backward()
+    return {f"{name}.grad": t.grad for name, t in leaves.items()}
+
+
+_TWICE = _eager_twice(_sin_of_product, x=_X[0], w=_X[1])
+
+
 CASES = [
     Case(
         name="autograd.grad-of-a-product",
@@ -525,5 +545,50 @@ CASES = [
                 match="a leaf Variable that requires grad is being used in an in-place operation",
             )
         ],
+    ),
+    Case(
+        name="autograd.retain-graph-backward-twice",
+        rules=["autograd.retain-graph"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0]), w=torch.tensor([4.0, 5.0, 6.0])),
+        args=["x", "w"],
+        program=_product,
+        backward=True,
+        retain_graph=[True, False],
+        # each pass adds w to x.grad and x to w.grad
+        expect=[Values("x.grad", [8.0, 10.0, 12.0]), Values("w.grad", [2.0, 4.0, 6.0])],
+    ),
+    Case(
+        name="autograd.retain-graph-keeps-saved-intermediates",
+        rules=["autograd.retain-graph"],
+        setup=lambda: _leaves(x=_X[0], w=_X[1]),
+        args=["x", "w"],
+        program=_sin_of_product,
+        backward=True,
+        retain_graph=[True, False],
+        expect=[Values("x.grad", _TWICE["x.grad"]), Values("w.grad", _TWICE["w.grad"])],
+    ),
+    Case(
+        name="autograd.second-backward-without-retain-graph-raises",
+        rules=["autograd.retain-graph"],
+        setup=lambda: _leaves(x=_X[0], w=_X[1]),
+        args=["x", "w"],
+        program=_sin_of_product,
+        backward=True,
+        retain_graph=[False, False],
+        expect=[
+            BackwardRaises(
+                RuntimeError, match="Trying to backward through the graph a second time"
+            )
+        ],
+    ),
+    Case(
+        name="autograd.second-backward-of-a-node-without-saved-values",
+        rules=["autograd.retain-graph"],
+        setup=lambda: _leaves(x=torch.zeros(3)),
+        args=["x"],
+        program=_plus_one,
+        backward=True,
+        retain_graph=[False, False],
+        expect=[Values("x.grad", [2.0, 2.0, 2.0])],
     ),
 ]
