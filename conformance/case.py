@@ -195,6 +195,22 @@ class SavedFreedDuringBackward(Expectation):
 
 
 @frozen
+class RequiresGrad(Expectation):
+    """`name` requires grad, or does not (`expected`)."""
+
+    name: str
+    expected: bool = True
+
+    def check(self, outcome):
+        missing = _missing(outcome, self.name)
+        if missing:
+            return missing
+        if outcome.world[self.name].requires_grad != self.expected:
+            return f"{self.name}.requires_grad is {not self.expected}, expected {self.expected}"
+        return None
+
+
+@frozen
 class Absent(Expectation):
     """`name` is not in the world after the call (for example `x.grad` when x gets no gradient)."""
 

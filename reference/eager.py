@@ -55,7 +55,7 @@ def execute(program: Program, args, kwargs) -> EagerRun:
     ledger = Ledger()
     for cell in inputs:
         ledger.hold(cell)  # the caller holds its arguments for the whole call
-    tape = Tape.needed(inputs, callers, ledger)
+    tape = Tape.needed(inputs, callers, ledger, program.graph)
     input_storages = [cell.storage for cell in inputs]
     with np.errstate(all="ignore"):  # inf and nan are values here, as in PyTorch
         outputs = interpret(program, inputs, ledger, call=None if tape is None else tape.call)

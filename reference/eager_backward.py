@@ -164,7 +164,10 @@ def connect(tape: Tape, outputs: list, torch_outputs: list, run) -> list:
         return torch_outputs
     seeds_for = [tape.var(outputs[k]) for k in linked]
     node = _TapeNode(tape, seeds_for, [torch_outputs[k] for k in linked], run)
-    connected = TapeFunction.apply(node, *(caller for caller, _ in tape.leaves))
+    # r[autograd.grad-mode-inside]: what ops inside torch.enable_grad() computed has a history,
+    # even when the call is made under torch.no_grad()
+    with torch.enable_grad():
+        connected = TapeFunction.apply(node, *(caller for caller, _ in tape.leaves))
     result = list(torch_outputs)
     for k, t in zip(linked, connected, strict=True):
         result[k] = t

@@ -71,7 +71,10 @@ def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) 
         for i in handed_over:
             inputs[i] = tensors[i] = None
         call = _Call(plan, graphs, handed_over)
-        flats = list(_Forward.apply(call, *inputs))
+        # r[autograd.grad-mode-inside]: the node records what the program's ops under
+        # torch.enable_grad() computed, even when the call is made under torch.no_grad()
+        with torch.enable_grad():
+            flats = list(_Forward.apply(call, *inputs))
     apply_epilogue(program, tensors, caller_storages, flats)
     if call is not None:
         call.saved_inputs.after_call()

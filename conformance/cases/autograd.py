@@ -14,6 +14,7 @@ from ..case import (
     BackwardRaises,
     Case,
     Raises,
+    RequiresGrad,
     SavedFreedDuringBackward,
     Shares,
     Values,
@@ -269,6 +270,27 @@ def _eager_twice(program, **tensors) -> dict[str, torch.Tensor]:
 
 
 _TWICE = _eager_twice(_sin_of_product, x=_X[0], w=_X[1])
+
+
+def _enable_grad_for_one_output(x):
+    out1 = x.sin()
+    with torch.enable_grad():
+        out2 = x.cos()
+    return out1, out2
+
+
+def _nested_grad_modes(x):
+    with torch.no_grad():
+        a = x * 3
+        with torch.enable_grad():
+            b = x * a  # a is a constant for autograd: d b / d x = a
+    return a, b
+
+
+def _grad_off_inside(x):
+    with torch.set_grad_enabled(False):
+        y = x * 2
+    return y * x
 
 
 CASES = [
@@ -590,5 +612,58 @@ CASES = [
         backward=True,
         retain_graph=[False, False],
         expect=[Values("x.grad", [2.0, 2.0, 2.0])],
+    ),
+    Case(
+        name="autograd.enable-grad-inside-a-no-grad-call",
+        rules=["autograd.grad-mode-inside", "capture.grad-mode"],
+        setup=lambda: _leaves(x=torch.tensor([0.0, 1.0, 2.0])),
+        args=["x"],
+        program=_enable_grad_for_one_output,
+        grad_enabled=False,
+        backward=True,
+        # only cos(x) has a history: x.grad = -sin(x)
+        expect=[
+            Values("out0", torch.tensor([0.0, 1.0, 2.0]).sin()),
+            RequiresGrad("out0", False),
+            Values("out1", torch.tensor([0.0, 1.0, 2.0]).cos()),
+            RequiresGrad("out1"),
+            Values("x.grad", -torch.tensor([0.0, 1.0, 2.0]).sin()),
+        ],
+    ),
+    Case(
+        name="autograd.enable-grad-nested-in-no-grad-in-a-no-grad-call",
+        rules=["autograd.grad-mode-inside"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0])),
+        args=["x"],
+        program=_nested_grad_modes,
+        grad_enabled=False,
+        backward=True,
+        # b = x * 3x, a constant: x.grad = 3x
+        expect=[
+            RequiresGrad("out0", False),
+            Values("out1", [3.0, 12.0, 27.0]),
+            RequiresGrad("out1"),
+            Values("x.grad", [3.0, 6.0, 9.0]),
+        ],
+    ),
+    Case(
+        name="autograd.grad-off-inside-a-grad-call",
+        rules=["autograd.grad-mode-inside", "capture.grad-mode"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0])),
+        args=["x"],
+        program=_grad_off_inside,
+        backward=True,
+        # y = 2x is a constant for autograd: x.grad = y
+        expect=[Values("out0", [2.0, 8.0, 18.0]), Values("x.grad", [2.0, 4.0, 6.0])],
+    ),
+    Case(
+        name="autograd.no-grad-call-without-enable-grad-records-nothing",
+        rules=["autograd.grad-mode-inside"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0])),
+        args=["x"],
+        program=_grad_off_inside,
+        grad_enabled=False,
+        backward=True,
+        expect=[Values("out0", [2.0, 8.0, 18.0]), RequiresGrad("out0", False), Absent("x.grad")],
     ),
 ]
