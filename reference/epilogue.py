@@ -68,15 +68,20 @@ def build_outputs(
             on_storage.setdefault((t.untyped_storage()._cdata, t.dtype), t)
     outputs = []
     returned: set[int] = set()
+    grad_enabled = torch.is_grad_enabled()
     for output in program.outputs:
         if isinstance(output, OutputIsInput):
             outputs.append(tensors[output.input_index])
-        elif isinstance(output.storage, CallerStorage):  # r[aliasing.view.of-input]
-            outputs.append(_view_of_caller(output, tensors, on_storage, caller_storages))
-        else:
-            outputs.append(
-                _view_of_graph_storage(output.layout, flats[output.storage.output_index], returned)
-            )
+            continue
+        # r[autograd.grad-mode-inside]: a view the program took with grad mode on (inside
+        # torch.enable_grad(), in a call under torch.no_grad()) is built with it on
+        with torch.set_grad_enabled(grad_enabled or output.made_with_grad):
+            if isinstance(output.storage, CallerStorage):  # r[aliasing.view.of-input]
+                view = _view_of_caller(output, tensors, on_storage, caller_storages)
+            else:
+                flat = flats[output.storage.output_index]
+                view = _view_of_graph_storage(output.layout, flat, returned)
+        outputs.append(view)
     return outputs
 
 

@@ -144,6 +144,8 @@ class OutputView:
     #: The input the output was viewed from, when there is one: the output is built as a view of
     #: that very tensor, so autograd attributes its gradient as eager does.
     through: int | None = None
+    #: False for a view the program took under torch.no_grad() (r[autograd.grad-mode-inside]).
+    made_with_grad: bool = True
 
 
 @frozen
@@ -630,7 +632,11 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
             if cell.input_index is not None and cell is state.placeholder_cells[cell.input_index]:
                 outputs.append(OutputIsInput(cell.input_index))
             else:
-                outputs.append(OutputView(where(cell.storage), cell.layout, cell.root))
+                outputs.append(
+                    OutputView(
+                        where(cell.storage), cell.layout, cell.root, not cell.viewed_without_grad
+                    )
+                )
         replayed.state = state
         replayed.epilogue = tuple(epilogue)
         replayed.outputs = tuple(outputs)

@@ -293,6 +293,13 @@ def _grad_off_inside(x):
     return y * x
 
 
+def _views_inside_enable_grad(x):
+    with torch.enable_grad():
+        y = x * 2
+        v = x.view(-1)
+    return y, y, v  # y twice: the same tensor
+
+
 CASES = [
     Case(
         name="autograd.grad-of-a-product",
@@ -665,5 +672,20 @@ CASES = [
         grad_enabled=False,
         backward=True,
         expect=[Values("out0", [2.0, 8.0, 18.0]), RequiresGrad("out0", False), Absent("x.grad")],
+    ),
+    Case(
+        name="autograd.outputs-viewed-inside-enable-grad",
+        rules=["autograd.grad-mode-inside"],
+        setup=lambda: _leaves(x=torch.ones(2, 2)),
+        args=["x"],
+        program=_views_inside_enable_grad,
+        grad_enabled=False,
+        backward=True,
+        # every output has a history: x.grad = 2 + 2 + 1
+        expect=[
+            RequiresGrad("out1"),
+            RequiresGrad("out2"),
+            Values("x.grad", [[5.0, 5.0], [5.0, 5.0]]),
+        ],
     ),
 ]

@@ -16,6 +16,12 @@ one version counter):
   over-approximate what autograd saves when some input requires grad;
 - no multi-output views (split): eager forbids writing them when they require grad;
 - log and fractional or negative powers read only values known to be positive.
+
+The caller calls one program in four under torch.no_grad() (r[autograd.grad-mode-inside]): the
+rules above still hold, as if every op recorded, and the program ends with a product under
+torch.enable_grad() of an argument that requires grad, so that an output does. Products under
+enable_grad(), alone or nested in no_grad(), also come among the steps. One program in four is
+backpropagated twice, the first time retaining the graph (r[autograd.retain-graph]).
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ POSITIVE_SCALARS = {2.0, 0.5, 3.0}
 #: Ops whose autograd node saves their tensor inputs, or their result, when an input requires
 #: grad.
 SAVES_INPUTS = {"mul", "maximum", "abs", "log", "pow", "mm", "matmul", "amax", "mul_"}
+SAVES_INPUTS |= {"enable_grad_mul", "nested_grad_mul"}
+#: Products under torch.enable_grad(): recorded whatever the caller's grad mode.
+GRAD_MODE_PRODUCTS = ["enable_grad_mul", "nested_grad_mul"]
 SAVES_RESULT = {"relu", "sigmoid", "tanh", "exp", "amax"}
 
 
@@ -167,6 +176,17 @@ def _g_binary(draw, model: Model) -> list[Instr]:
     else:
         other = Var(draw(st.sampled_from(others)))
     positive = op != "sub" and _is_positive(model, Var(x)) and _is_positive(model, other)
+    return [_compute(model, op, (Var(x), other), positive=positive)]
+
+
+def _g_grad_mode(draw, model: Model) -> list[Instr]:
+    """`x * y` under torch.enable_grad(), alone or inside torch.no_grad()."""
+    x = _recent(draw, list(model.names))
+    shape = model.lay(x).sizes
+    others = [v for v in model.names if broadcastable(model.lay(v).sizes, shape)]
+    op = draw(st.sampled_from(GRAD_MODE_PRODUCTS))
+    other = draw(st.one_of(st.sampled_from(SCALARS), st.sampled_from(others).map(Var)))
+    positive = _is_positive(model, Var(x)) and _is_positive(model, other)
     return [_compute(model, op, (Var(x), other), positive=positive)]
 
 
@@ -326,6 +346,7 @@ GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("cat", _g_cat, lambda m: any(m.lay(v).sizes for v in m.names)),
     ("where", _g_where, lambda m: True),
     ("no_grad", _g_no_grad, lambda m: True),
+    ("grad_mode", _g_grad_mode, lambda m: True),
     ("no_grad_write", _g_no_grad_write, lambda m: bool(_no_grad_writable(m))),
     # Writes come three times: the point of the exercise, and each is blocked often (saved).
     ("write", _g_write_intermediate, _writes_intermediates),
@@ -339,6 +360,9 @@ def grad_programs(draw, max_steps: int = 10) -> Program:
     """A program with backward: at least one output requires grad (see the section comment)."""
     setup = draw(grad_setups())
     model = initial_grad_model(setup)
+    grad_arguments = [v for v in model.names if _requires_grad(model, v)]
+    grad_enabled = draw(st.sampled_from([True, True, True, False]))
+    retain_graph = draw(st.sampled_from([False, False, False, True]))
     body: list[Instr] = []
     # At least two steps (one rarely reaches a write), then go on with odds 5:1. A "go on" choice
     # per step, rather than a count drawn first, lets shrinking delete any one step.
@@ -348,8 +372,13 @@ def grad_programs(draw, max_steps: int = 10) -> Program:
         _, step = draw(st.sampled_from(kinds))
         body += step(draw, model)
         steps += 1
+    if not grad_enabled:  # the one value sure to require grad: see the section comment
+        x = draw(st.sampled_from(grad_arguments))
+        body.append(_compute(model, "enable_grad_mul", (Var(x), draw(st.sampled_from(SCALARS)))))
     names = list(model.names)
     with_grad = [v for v in reversed(names) if _requires_grad(model, v)]  # latest first
-    returns = [with_grad[0] if draw(st.booleans()) else draw(st.sampled_from(with_grad))]
+    first = with_grad[0] if not grad_enabled or draw(st.booleans()) else None
+    returns = [first or draw(st.sampled_from(with_grad))]
     returns += draw(st.lists(st.sampled_from(names), max_size=2))
-    return Program(setup, tuple(body), tuple(draw(st.permutations(returns))))
+    returns = tuple(draw(st.permutations(returns)))
+    return Program(setup, tuple(body), returns, grad_enabled, retain_graph)
