@@ -121,7 +121,9 @@ def build_plan(
     (`r[functionalize.errors-before-running]`)."""
     # r[hooks.compiled.traced]: hooks entered inside the function cannot be placed.
     with hooks_silenced_while_tracing(rule="hooks.compiled.traced"):
-        functional = functionalize(capture(fn, args, kwargs), tensors)
+        program = capture(fn, args, kwargs)
+        tensors = as_after_requires_grad(program.requires_grad_inputs, tensors)
+        functional = functionalize(program, tensors)
         _check_stolen(functional, stolen)
         needs_grad = [i for i, meta in enumerate(functional.inputs) if meta.requires_grad]
         if not (needs_grad and records_autograd(functional)):
@@ -133,6 +135,15 @@ def build_plan(
         return inline_hooks(
             plan, hooks.hooks, hooks.hooks_filter, hooks.static_inputs, hooks.placement
         )
+
+
+def as_after_requires_grad(flipped: frozenset[int], tensors: list) -> list:
+    """r[autograd.requires-grad-inside]: the inputs as the program sees them, the ones it calls
+    `requires_grad_()` on as leaves that require grad (one stand-in per tensor object)."""
+    if not flipped:
+        return tensors
+    stand_ins = {id(tensors[i]): tensors[i].detach().requires_grad_() for i in flipped}
+    return [stand_ins.get(id(t), t) for t in tensors]
 
 
 def records_autograd(functional: FunctionalProgram) -> bool:

@@ -55,6 +55,8 @@ def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) 
     """Run `plan` on the caller's `tensors` (the runtime's own list: stolen entries are dropped
     from it); returns the flat outputs."""
     program = plan.functional
+    for i in program.captured.requires_grad_inputs:
+        tensors[i].requires_grad_()  # r[autograd.requires-grad-inside]: as the program does
     caller_storages = [None if i in stolen else t.untyped_storage() for i, t in enumerate(tensors)]
     call = None
     if plan.backward is None:

@@ -300,6 +300,23 @@ def _views_inside_enable_grad(x):
     return y, y, v  # y twice: the same tensor
 
 
+def _input_set_to_require_grad(x):
+    x.requires_grad_()
+    return x * 3
+
+
+def _intermediate_set_to_require_grad(x):
+    y = x * 2
+    y.requires_grad_()
+    return y * 3
+
+
+def _input_set_to_require_grad_after_a_read(x):
+    a = x * 2  # eager: a has no history
+    x.requires_grad_()
+    return a + x * 3
+
+
 CASES = [
     Case(
         name="autograd.grad-of-a-product",
@@ -687,5 +704,38 @@ CASES = [
             RequiresGrad("out2"),
             Values("x.grad", [[5.0, 5.0], [5.0, 5.0]]),
         ],
+    ),
+    Case(
+        name="autograd.requires-grad-on-an-input-inside",
+        rules=["autograd.requires-grad-inside"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0, 3.0])},
+        args=["x"],
+        program=_input_set_to_require_grad,
+        backward=True,
+        # x becomes a leaf that requires grad: x.grad = 3
+        expect=[
+            RequiresGrad("x"),
+            RequiresGrad("out0"),
+            Values("out0", [3.0, 6.0, 9.0]),
+            Values("x.grad", [3.0, 3.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="autograd.requires-grad-on-an-intermediate-raises",
+        rules=["autograd.requires-grad-inside", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0, 3.0])},
+        args=["x"],
+        program=_intermediate_set_to_require_grad,
+        expect=[Raises(UnsupportedError, rule="autograd.requires-grad-inside")],
+        skip={"torch-eager": "eager makes y a leaf that requires grad inside the function"},
+    ),
+    Case(
+        name="autograd.requires-grad-on-an-input-after-a-read-raises",
+        rules=["autograd.requires-grad-inside", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0, 3.0])},
+        args=["x"],
+        program=_input_set_to_require_grad_after_a_read,
+        expect=[Raises(UnsupportedError, rule="autograd.requires-grad-inside")],
+        skip={"torch-eager": "eager records the ops after requires_grad_() only"},
     ),
 ]
