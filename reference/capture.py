@@ -328,20 +328,25 @@ def _drop_view_replays(graph_module: torch.fx.GraphModule) -> None:
     of a tensor requiring grad, autograd replays the view's history from its base, which the
     trace only has as a fake constant; those ops feed nothing the function computes."""
     graph = graph_module.graph
-    for node in list(graph.nodes):
-        if node.op != "get_attr" or not isinstance(getattr(graph_module, node.target), FakeTensor):
-            continue
-        replayed = _computed_from(node)
-        if any(user.op == "output" or _mutates(user) for user in replayed):
-            raise UnsupportedError(
-                f"the function reads {node.target}, a tensor the trace made up while replaying a view's history",
-                rule="capture.view-replays",
-                fix="pass the view's base, and take the view inside the function",
-            )
-        for user in reversed(list(graph.nodes)):
-            if user in replayed:
-                graph.erase_node(user)
-        delattr(graph_module, node.target)
+    made_up = {
+        node.target
+        for node in graph.nodes
+        if node.op == "get_attr" and isinstance(getattr(graph_module, node.target), FakeTensor)
+    }
+    # A replay may read one made-up constant through several nodes (one per history regenerated).
+    replays = [node for node in graph.nodes if node.op == "get_attr" and node.target in made_up]
+    replayed = set().union(*(_computed_from(node) for node in replays))
+    if any(user.op == "output" or _mutates(user) for user in replayed):
+        raise UnsupportedError(
+            "the function reads a tensor the trace made up while replaying a view's history",
+            rule="capture.view-replays",
+            fix="pass the view's base, and take the view inside the function",
+        )
+    for user in reversed(list(graph.nodes)):
+        if user in replayed:
+            graph.erase_node(user)
+    for target in made_up:
+        delattr(graph_module, target)
     graph_module.recompile()
 
 

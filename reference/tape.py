@@ -124,9 +124,9 @@ class Tape:
         ledger: Ledger,
         graph: torch.fx.Graph,
     ) -> Tape | None:
-        """A tape for this call, or None when autograd records nothing (r[autograd.requires-grad]):
-        no input requires grad, or no op of `graph` runs with grad mode on
-        (r[autograd.grad-mode-inside]: some may, inside `torch.enable_grad()`)."""
+        """A tape for this call, or None when autograd records nothing
+        (r[autograd.requires-grad]): no input requires grad, or no op of `graph` runs with grad
+        mode on (r[autograd.grad-mode-inside]: some may, inside `torch.enable_grad()`)."""
         if not any(t.requires_grad for t in callers):
             return None
         if not (torch.is_grad_enabled() or any(grad_enabled(node) for node in graph.nodes)):
@@ -294,8 +294,8 @@ class Tape:
     def _check_mutable(self, node, target: Tensor) -> None:
         if id(target.storage) in self._input_storages:
             raise UnsupportedError(
-                f"{node.name} writes a gradient-carrying value into a caller's tensor, which would "
-                "rebase the caller's autograd history",
+                f"{node.name} writes a gradient-carrying value into a caller's tensor, "
+                "which would rebase the caller's autograd history",
                 rule="autograd.mutated-grad-input",
                 fix="clone the argument inside the function and mutate the clone, or run the "
                 "mutation under torch.no_grad()",
