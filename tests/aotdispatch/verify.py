@@ -81,24 +81,14 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_backward_mutation_forward_inputs_create_graph", "dynamo"):
         "unsupported: custom_op with register_autograd",
     ("test_some_output_requires_grad_input_doesnt", "reference"):
-        "wrong requires_grad: requires_grad_() in the program",
+        "unsupported: requires_grad_() on a view (autograd.requires-grad-inside)",
     ("test_some_output_requires_grad_input_doesnt", "fast"):
-        "wrong requires_grad: requires_grad_() in the program",
+        "unsupported: requires_grad_() on a view (autograd.requires-grad-inside)",
     ("test_new_inp_requires_grad_now", "reference"):
         "wrong requires_grad: x.add_(y), y requiring grad",
     ("test_new_inp_requires_grad_now", "fast"): "wrong requires_grad: x.add_(y), y requiring grad",
     ("test_new_inp_requires_grad_now", "dynamo"):
         "wrong requires_grad: x.add_(y), y requiring grad",
-    ("test_input_inplace_requires_grad_true", "reference"):
-        "wrong requires_grad: requires_grad_() in the program",
-    ("test_input_inplace_requires_grad_true", "fast"):
-        "wrong requires_grad: requires_grad_() in the program",
-    ("test_aot_dispatch_output_requires_grad_in_no_grad", "reference"):
-        "wrong requires_grad: enable_grad inside no_grad",
-    ("test_aot_dispatch_output_requires_grad_in_no_grad", "fast"):
-        "wrong requires_grad: enable_grad inside no_grad",
-    ("test_aot_dispatch_output_requires_grad_in_no_grad", "dynamo"):
-        "wrong requires_grad: enable_grad inside no_grad",
     ("test_mutations_in_bw_detached_from_tangent", "reference"):
         "wrong input: backward's write into a forward input is lost",
     ("test_mutations_in_bw_detached_from_tangent", "fast"):
