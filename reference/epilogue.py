@@ -73,11 +73,22 @@ def build_outputs(
             outputs.append(tensors[output.input_index])
         elif isinstance(output.storage, CallerStorage):  # r[aliasing.view.of-input]
             outputs.append(_view_of_caller(output, tensors, on_storage, caller_storages))
+        elif output.detached:
+            outputs.append(_detached_view(flats[output.storage.output_index], output.layout))
         else:
             outputs.append(
                 _view_of_graph_storage(output.layout, flats[output.storage.output_index], returned)
             )
     return outputs
+
+
+def _detached_view(t: torch.Tensor, layout) -> torch.Tensor:
+    """r[autograd.detach]: an output that is (a view of) a detach()ed value aliases the bytes
+    it reads, shares their version counter, and carries no gradient."""
+    detached = t.detach()
+    if _laid_out_like(detached, layout):
+        return detached
+    return detached.as_strided(layout.sizes, layout.strides, layout.offset)
 
 
 def _view_of_graph_storage(layout, flat: torch.Tensor, returned: set[int]) -> torch.Tensor:
@@ -114,5 +125,7 @@ def _view_of_caller(output, tensors, on_storage: dict, caller_storages) -> torch
             and candidate.dtype == layout.dtype
             and candidate.untyped_storage()._cdata == storage._cdata
         ):
+            if output.detached:
+                return _detached_view(candidate, layout)
             return candidate.as_strided(layout.sizes, layout.strides, layout.offset)
     return tensor_on(storage, layout)

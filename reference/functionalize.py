@@ -24,7 +24,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, m
 from aotspec.errors import InternalError, SpecViolation, UnsupportedError
 
 from .capture import GradModes, Program, grad_enabled
-from .optable import OpEntry, OpKind, bind, lookup
+from .optable import NONDIFFERENTIABLE, OpEntry, OpKind, bind, lookup
 from .storage import Layout, numpy_dtype
 
 aten = torch.ops.aten
@@ -144,6 +144,8 @@ class OutputView:
     #: The input the output was viewed from, when there is one: the output is built as a view of
     #: that very tensor, so autograd attributes its gradient as eager does.
     through: int | None = None
+    #: A view of a detach()ed value: it carries no gradient (`r[autograd.detach]`).
+    detached: bool = False
 
 
 @frozen
@@ -162,6 +164,8 @@ class StandIns:
     #: Writes under torch.no_grad(): as_strided_scatters into the old contents, their first
     #: argument (`r[autograd.no-grad-writes]`).
     no_grad_writes: frozenset[torch.fx.Node]
+    #: Those of them made with grad mode on, through a detach()ed alias (`r[autograd.detach]`).
+    detached_writes: frozenset[torch.fx.Node] = frozenset()
 
     def kept_in(self, graph: torch.fx.Graph) -> StandIns:
         """Only the nodes still in `graph` (dead code elimination removes some)."""
@@ -175,6 +179,7 @@ class StandIns:
             kept(self.final_contents),
             kept(self.read_as_input),
             frozenset(node for node in self.no_grad_writes if node in alive),
+            frozenset(node for node in self.detached_writes if node in alive),
         )
 
 
@@ -253,6 +258,8 @@ class _Cell:
     root: int | None = None
     #: A view taken under torch.no_grad(): what it reads carries no gradient, after writes too.
     viewed_without_grad: bool = False
+    #: A view of a detach()ed value (`r[autograd.detach]`): no gradient, even with grad mode on.
+    detached: bool = False
     #: An input that set_ rebound under torch.no_grad(): what it reads is that input for autograd.
     read_as_input: int | None = None
 
@@ -336,12 +343,15 @@ def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
         storage.flat = aten.as_strided_scatter(
             _flat(storage, replay), new, layout.sizes, layout.strides, layout.offset
         )
-        if not replay.grad_enabled:
-            # r[autograd.no-grad-writes]: the tensor keeps its history; the written values carry none.
+        if not replay.grad_enabled or cell.detached:
+            # r[autograd.no-grad-writes]: the tensor keeps its history; the written values carry
+            # none.
             replay.no_grad_writes.add(node_of(storage.flat))
+        if replay.grad_enabled and cell.detached:  # r[autograd.detach]: as if under no_grad
+            replay.detached_writes.add(node_of(storage.flat))
     storage.version += 1
     storage.written = True
-    storage.written_with_grad |= replay.grad_enabled
+    storage.written_with_grad |= replay.grad_enabled and not cell.detached
     _note_contents(storage, contents)
 
 
@@ -413,6 +423,7 @@ class _Replay:
     resized_contents: dict = field(factory=dict)
     read_as_input: dict = field(factory=dict)
     no_grad_writes: set = field(factory=set)
+    detached_writes: set = field(factory=set)
 
     def run(self, values: list[torch.Tensor]):
         storages: dict[int, _Storage] = {}
@@ -498,7 +509,9 @@ class _Replay:
         values = node.target(
             _read(source, node.name, self, for_view=True), *read_all(args[1:]), **read_all(kwargs)
         )
-        without_grad = source.viewed_without_grad or not self.grad_enabled
+        # r[autograd.detach]: detach() is a view that carries no gradient, nor do views of it
+        detached = source.detached or node.target in NONDIFFERENTIABLE
+        without_grad = source.viewed_without_grad or not self.grad_enabled or detached
         if isinstance(layouts, tuple):
             return tuple(
                 _Cell(
@@ -508,6 +521,7 @@ class _Replay:
                     source.storage.version,
                     root=source.root,
                     viewed_without_grad=without_grad,
+                    detached=detached,
                 )
                 for layout, value in zip(layouts, values, strict=True)
             )
@@ -518,6 +532,7 @@ class _Replay:
             source.storage.version,
             root=source.root,
             viewed_without_grad=without_grad,
+            detached=detached,
         )
 
     def effect(self, node, args, read_all):
@@ -630,7 +645,9 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
             if cell.input_index is not None and cell is state.placeholder_cells[cell.input_index]:
                 outputs.append(OutputIsInput(cell.input_index))
             else:
-                outputs.append(OutputView(where(cell.storage), cell.layout, cell.root))
+                outputs.append(
+                    OutputView(where(cell.storage), cell.layout, cell.root, cell.detached)
+                )
         replayed.state = state
         replayed.epilogue = tuple(epilogue)
         replayed.outputs = tuple(outputs)
@@ -657,6 +674,7 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
         replayed.final_contents,
         state.read_as_input,
         frozenset(state.no_grad_writes),
+        frozenset(state.detached_writes),
     )
     return FunctionalProgram(
         graph_module,

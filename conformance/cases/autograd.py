@@ -15,6 +15,7 @@ from ..case import (
     Case,
     Raises,
     SavedFreedDuringBackward,
+    Separate,
     Shares,
     Values,
 )
@@ -246,6 +247,38 @@ def _view_input_world():
     return {"b": b, "v": b.as_strided((3,), (1,), 0)}
 
 
+def _detached_and_doubled(a):
+    return a.detach(), a * 2
+
+
+def _doubled_detached_and_tripled(a):
+    return (a * 2).detach(), a * 3
+
+
+def _detached_factor(a):
+    b = a.detach()
+    return b * a
+
+
+def _write_through_a_detached_intermediate(a):
+    x = a * 2
+    b = x.detach()
+    b.add_(1)
+    return x * 3, b
+
+
+def _write_through_a_detached_input(a):
+    b = a.view(2, 2).detach()
+    b.add_(1)
+    return a * 3
+
+
+def _write_grad_values_through_a_detached_alias(a, y):
+    x = a * 2
+    x.detach().add_(y)
+    return x
+
+
 def _mutates_grad_input(y, z):
     y.mul_(2)
     return y * z
@@ -308,6 +341,82 @@ CASES = [
         backward=True,
         # sum(x * y) with y = 2x held constant: the gradient is y = 2x, not 4x
         expect=[Values("out0", 28.0), Values("x.grad", [2.0, -4.0, 6.0])],
+    ),
+    Case(
+        name="autograd.detached-output-aliases-and-carries-no-gradient",
+        rules=["autograd.detach"],
+        setup=lambda: _leaves(a=torch.tensor([1.0, 2.0, 3.0, 4.0])),
+        args=["a"],
+        program=_detached_and_doubled,
+        backward=True,
+        # eager: out0 is a itself without history; only out1 = 2a sends a gradient (2 each)
+        expect=[
+            Values("out0", [1.0, 2.0, 3.0, 4.0]),
+            Shares("out0", "a"),
+            Values("out1", [2.0, 4.0, 6.0, 8.0]),
+            Values("a.grad", [2.0, 2.0, 2.0, 2.0]),
+        ],
+    ),
+    Case(
+        name="autograd.detached-intermediate-output",
+        rules=["autograd.detach"],
+        setup=lambda: _leaves(a=torch.tensor([1.0, 2.0, 3.0, 4.0])),
+        args=["a"],
+        program=_doubled_detached_and_tripled,
+        backward=True,
+        # eager: out0 = 2a requires no grad; a's gradient is 3 each, from out1 = 3a alone
+        expect=[
+            Values("out0", [2.0, 4.0, 6.0, 8.0]),
+            Separate("out0", "a"),
+            Values("a.grad", [3.0, 3.0, 3.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="autograd.detached-factor-is-a-constant",
+        rules=["autograd.detach"],
+        setup=lambda: _leaves(a=torch.tensor([1.0, -2.0, 3.0])),
+        args=["a"],
+        program=_detached_factor,
+        backward=True,
+        # d (b * a) / d a with b = a held constant is b = a, not 2a
+        expect=[Values("out0", [1.0, 4.0, 9.0]), Values("a.grad", [1.0, -2.0, 3.0])],
+    ),
+    Case(
+        name="autograd.write-through-a-detached-intermediate",
+        rules=["autograd.detach", "autograd.no-grad-writes"],
+        setup=lambda: _leaves(a=torch.tensor([1.0, 2.0])),
+        args=["a"],
+        program=_write_through_a_detached_intermediate,
+        backward=True,
+        # x = 2a + 1 after the write, which x's history does not see: d 3x / d a = 6
+        expect=[
+            Values("out0", [9.0, 15.0]),
+            Values("out1", [3.0, 5.0]),
+            Values("a.grad", [6.0, 6.0]),
+        ],
+    ),
+    Case(
+        name="autograd.write-through-a-detached-input",
+        rules=["autograd.detach", "autograd.no-grad-input-writes"],
+        setup=lambda: _leaves(a=torch.tensor([1.0, 2.0, 3.0, 4.0])),
+        args=["a"],
+        program=_write_through_a_detached_input,
+        backward=True,
+        # eager allows it: a's values become a + 1, a stays the same leaf; d 3a / d a = 3
+        expect=[
+            Values("out0", [6.0, 9.0, 12.0, 15.0]),
+            Values("a", [2.0, 3.0, 4.0, 5.0]),
+            Values("a.grad", [3.0, 3.0, 3.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="autograd.write-of-grad-values-through-a-detached-alias-is-rejected",
+        rules=["autograd.detach"],
+        setup=lambda: _leaves(a=torch.tensor([1.0, 2.0]), y=torch.tensor([3.0, 4.0])),
+        args=["a", "y"],
+        program=_write_grad_values_through_a_detached_alias,
+        expect=[Raises(UnsupportedError, rule="autograd.detach")],
+        skip=COMPILED_ONLY,
     ),
     Case(
         name="autograd.mutating-a-grad-input-is-rejected",
