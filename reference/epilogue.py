@@ -75,11 +75,22 @@ def build_outputs(
             outputs.append(_view_of_caller(output, tensors, on_storage, caller_storages))
         elif output.detached:
             outputs.append(_detached_view(flats[output.storage.output_index], output.layout))
+        elif output.multi_output:
+            outputs.append(_multi_output_view(flats[output.storage.output_index], output.layout))
         else:
             outputs.append(
                 _view_of_graph_storage(output.layout, flats[output.storage.output_index], returned)
             )
     return outputs
+
+
+def _multi_output_view(t: torch.Tensor, layout) -> torch.Tensor:
+    """r[autograd.multi-output-views]: a view autograd treats as one of several views one op
+    returned, as eager's unbind and split outputs: writing it in place, or using it after its
+    base was written in place, raises eager's error when it requires grad."""
+    view = t.as_strided(layout.sizes, layout.strides, layout.offset)
+    torch._C._autograd._set_creation_meta(view, torch._C._autograd.CreationMeta.MULTI_OUTPUT_NODE)
+    return view
 
 
 def _detached_view(t: torch.Tensor, layout) -> torch.Tensor:
@@ -127,5 +138,7 @@ def _view_of_caller(output, tensors, on_storage: dict, caller_storages) -> torch
         ):
             if output.detached:
                 return _detached_view(candidate, layout)
+            if output.multi_output:
+                return _multi_output_view(candidate, layout)
             return candidate.as_strided(layout.sizes, layout.strides, layout.offset)
     return tensor_on(storage, layout)

@@ -146,6 +146,8 @@ class OutputView:
     through: int | None = None
     #: A view of a detach()ed value: it carries no gradient (`r[autograd.detach]`).
     detached: bool = False
+    #: (A view of) one of several views one op returned (`r[autograd.multi-output-views]`).
+    multi_output: bool = False
 
 
 @frozen
@@ -260,6 +262,9 @@ class _Cell:
     viewed_without_grad: bool = False
     #: A view of a detach()ed value (`r[autograd.detach]`): no gradient, even with grad mode on.
     detached: bool = False
+    #: A view, taken with grad mode on, of one of the views a multi-output view op returned
+    #: (unbind, split), or that view itself (`r[autograd.multi-output-views]`).
+    multi_output: bool = False
     #: An input that set_ rebound under torch.no_grad(): what it reads is that input for autograd.
     read_as_input: int | None = None
 
@@ -512,6 +517,10 @@ class _Replay:
         # r[autograd.detach]: detach() is a view that carries no gradient, nor do views of it
         detached = source.detached or node.target in NONDIFFERENTIABLE
         without_grad = source.viewed_without_grad or not self.grad_enabled or detached
+        # r[autograd.multi-output-views]: eager marks such views made with grad mode on, and
+        # views of them
+        multi_output = self.grad_enabled and not detached
+        multi_output &= source.multi_output or isinstance(layouts, tuple)
         if isinstance(layouts, tuple):
             return tuple(
                 _Cell(
@@ -522,6 +531,7 @@ class _Replay:
                     root=source.root,
                     viewed_without_grad=without_grad,
                     detached=detached,
+                    multi_output=multi_output,
                 )
                 for layout, value in zip(layouts, values, strict=True)
             )
@@ -533,6 +543,7 @@ class _Replay:
             root=source.root,
             viewed_without_grad=without_grad,
             detached=detached,
+            multi_output=multi_output,
         )
 
     def effect(self, node, args, read_all):
@@ -646,7 +657,13 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
                 outputs.append(OutputIsInput(cell.input_index))
             else:
                 outputs.append(
-                    OutputView(where(cell.storage), cell.layout, cell.root, cell.detached)
+                    OutputView(
+                        where(cell.storage),
+                        cell.layout,
+                        cell.root,
+                        cell.detached,
+                        cell.multi_output,
+                    )
                 )
         replayed.state = state
         replayed.epilogue = tuple(epilogue)

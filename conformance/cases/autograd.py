@@ -279,6 +279,24 @@ def _write_grad_values_through_a_detached_alias(a, y):
     return x
 
 
+def _rows_of_a_product(a):
+    return (a * 2).unbind(0)
+
+
+def _rows_of_an_input(a):
+    return a.unbind(0)
+
+
+def _caller_writes_out0(world):
+    world["out0"].mul_(2)
+
+
+#: The eager interpreter exports its outputs through one tape node, not as torch views.
+_TORCH_VIEWS = {
+    "reference-eager": "its outputs are not torch views (r[autograd.multi-output-views])"
+}
+
+
 def _mutates_grad_input(y, z):
     y.mul_(2)
     return y * z
@@ -417,6 +435,48 @@ CASES = [
         program=_write_grad_values_through_a_detached_alias,
         expect=[Raises(UnsupportedError, rule="autograd.detach")],
         skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="autograd.caller-writes-an-unbind-output-of-an-intermediate",
+        rules=["autograd.multi-output-views"],
+        setup=lambda: _leaves(a=torch.tensor([[1.0, 2.0], [3.0, 4.0]])),
+        args=["a"],
+        program=_rows_of_a_product,
+        backward=True,
+        before_backward=_caller_writes_out0,
+        # eager: "Output 0 of UnbindBackward0 is a view and is being modified inplace. This
+        # view is the output of a function that returns multiple views. ..."
+        expect=[
+            Values("out0", [2.0, 4.0]),
+            BackwardRaises(RuntimeError, match="function that returns multiple views"),
+        ],
+        skip=_TORCH_VIEWS,
+    ),
+    Case(
+        name="autograd.caller-writes-an-unbind-output-of-an-input",
+        rules=["autograd.multi-output-views"],
+        setup=lambda: {"a": torch.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True) * 1},
+        args=["a"],
+        program=_rows_of_an_input,
+        backward=True,
+        before_backward=_caller_writes_out0,
+        expect=[
+            Shares("out1", "a"),
+            BackwardRaises(RuntimeError, match="function that returns multiple views"),
+        ],
+        skip=_TORCH_VIEWS,
+    ),
+    Case(
+        name="autograd.unbind-outputs-without-grad-are-writable",
+        rules=["autograd.multi-output-views"],
+        setup=lambda: {"a": torch.tensor([[1.0, 2.0], [3.0, 4.0]])},
+        args=["a"],
+        program=_rows_of_an_input,
+        backward=True,
+        before_backward=_caller_writes_out0,
+        # nothing requires grad: the write goes through to a
+        expect=[Values("a", [[2.0, 4.0], [3.0, 4.0]]), Values("out0", [2.0, 4.0])],
+        skip=_TORCH_VIEWS,
     ),
     Case(
         name="autograd.mutating-a-grad-input-is-rejected",
