@@ -96,7 +96,7 @@ def _multi_output_view(t: torch.Tensor, layout) -> torch.Tensor:
 def _detached_view(t: torch.Tensor, layout) -> torch.Tensor:
     """r[autograd.detach]: an output that is (a view of) a detach()ed value aliases the bytes
     it reads, shares their version counter, and carries no gradient."""
-    detached = t.detach()
+    detached = t.detach() if t.requires_grad else t
     if _laid_out_like(detached, layout):
         return detached
     return detached.as_strided(layout.sizes, layout.strides, layout.offset)

@@ -408,6 +408,19 @@ def _resize(cell: _Cell, n: int, name: str, replay: _Replay) -> None:
     _note_contents(storage)
 
 
+def _origins(inputs: tuple[InputMeta, ...]) -> dict[int, int]:
+    """The input each caller storage (by first input) is read from at version 0: one on it that
+    requires grad, when one reads it in the storage's dtype, so its contents carry the gradient
+    to that input (`r[autograd.detach.inputs]`); else the first input on it."""
+    origins: dict[int, int] = {}
+    for i, meta in enumerate(inputs):
+        first = origins.setdefault(meta.storage, i)
+        same_dtype = meta.layout.dtype == inputs[meta.storage].layout.dtype
+        if meta.requires_grad and same_dtype and not inputs[first].requires_grad:
+            origins[meta.storage] = i
+    return origins
+
+
 @define
 class _Replay:
     """Walks the mutable graph, keeping cells and storages, calling torch ops on traced values."""
@@ -434,16 +447,31 @@ class _Replay:
         storages: dict[int, _Storage] = {}
         cells: dict[int, _Cell] = {}
         placeholders = [node for node in self.program.graph.nodes if node.op == "placeholder"]
+        origins = _origins(self.inputs)
         for i, (node, value, meta) in enumerate(
             zip(placeholders, values, self.inputs, strict=True)
         ):
             if meta.same_object not in cells:
                 if meta.storage not in storages:
                     storages[meta.storage] = _Storage(
-                        meta.layout.dtype, meta.storage_nbytes, meta.storage, value
+                        meta.layout.dtype,
+                        meta.storage_nbytes,
+                        meta.storage,
+                        values[origins[meta.storage]],
                     )
+                # r[autograd.detach.inputs]: an alias without grad of an input with grad
+                origin = self.inputs[origins[meta.storage]]
+                detached = not meta.requires_grad and origin.requires_grad
                 cells[meta.same_object] = _Cell(
-                    storages[meta.storage], meta.layout, value, 0, i, meta.layout, i
+                    storages[meta.storage],
+                    meta.layout,
+                    value,
+                    0,
+                    i,
+                    meta.layout,
+                    i,
+                    viewed_without_grad=detached,
+                    detached=detached,
                 )
             self.env[node] = cells[meta.same_object]
         self.placeholder_cells = [cells[meta.same_object] for meta in self.inputs]

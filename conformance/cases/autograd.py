@@ -279,6 +279,42 @@ def _write_grad_values_through_a_detached_alias(a, y):
     return x
 
 
+def _detached_alias_world():
+    p = torch.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    x = p * 1
+    return {"p": p, "x": x, "d": x.detach().view(2, 2)}
+
+
+def _no_grad_write_through_the_detached_alias(d, x):
+    with torch.no_grad():
+        d.mul_(2)
+    return x * 3, d * 2
+
+
+def _write_through_the_detached_alias(d, x):
+    d.add_(1)
+    return x * 3
+
+
+def _aliased_views_world(made_without_grad=False):
+    p = torch.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    x = p * 1
+    with torch.set_grad_enabled(not made_without_grad):
+        return {"p": p, "x": x, "v": x.view(-1), "m": x.view(2, 2)}
+
+
+def _no_grad_write_and_read(v):
+    with torch.no_grad():
+        v.mul_(2)
+        return v * 2
+
+
+def _no_grad_write_into_one_view_read_the_other(v, m):
+    with torch.no_grad():
+        v.mul_(2)
+    return m * 3
+
+
 def _rows_of_a_product(a):
     return (a * 2).unbind(0)
 
@@ -435,6 +471,59 @@ CASES = [
         program=_write_grad_values_through_a_detached_alias,
         expect=[Raises(UnsupportedError, rule="autograd.detach")],
         skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="autograd.detached-alias-passed-first",
+        rules=["autograd.detach.inputs", "autograd.no-grad-writes"],
+        setup=_detached_alias_world,
+        args=["d", "x"],
+        program=_no_grad_write_through_the_detached_alias,
+        backward=True,
+        # eager: x reads [2, 4, 6, 8] and keeps its history (x = p * 1): d sum(3x) / d p = 3;
+        # d * 2 requires no grad
+        expect=[
+            Values("out0", [6.0, 12.0, 18.0, 24.0]),
+            Values("out1", [[4.0, 8.0], [12.0, 16.0]]),
+            Values("x", [2.0, 4.0, 6.0, 8.0]),
+            Values("p.grad", [3.0, 3.0, 3.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="autograd.write-with-grad-through-a-detached-alias-input",
+        rules=["autograd.detach.inputs", "autograd.detach"],
+        setup=_detached_alias_world,
+        args=["d", "x"],
+        program=_write_through_the_detached_alias,
+        backward=True,
+        # eager allows it: d has no history to rebase; x reads p + 1 and keeps x = p * 1
+        expect=[
+            Values("out0", [6.0, 9.0, 12.0, 15.0]),
+            Values("x", [2.0, 3.0, 4.0, 5.0]),
+            Values("p.grad", [3.0, 3.0, 3.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="autograd.aliased-grad-views-one-written-is-rejected",
+        rules=["autograd.no-grad-input-writes.identity", "capture.view-replays"],
+        setup=_aliased_views_world,
+        args=["v", "m"],
+        program=_no_grad_write_into_one_view_read_the_other,
+        expect=[Raises(UnsupportedError, rule="autograd.no-grad-input-writes.identity")],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.views-made-without-grad-written-without-grad",
+        rules=["capture.custom-function", "capture.grad-mode"],
+        setup=lambda: _aliased_views_world(made_without_grad=True),
+        args=["v"],
+        program=_no_grad_write_and_read,
+        # autograd refuses to rebuild v's history now (made under no_grad, its base written
+        # since); eager reads it nowhere, and neither may capture
+        expect=[
+            Values("out0", [4.0, 8.0, 12.0, 16.0]),
+            Values("x", [2.0, 4.0, 6.0, 8.0]),
+            Values("m", [[2.0, 4.0], [6.0, 8.0]]),
+        ],
     ),
     Case(
         name="autograd.caller-writes-an-unbind-output-of-an-intermediate",
