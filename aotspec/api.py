@@ -34,7 +34,8 @@ def _resolve_backend(backend: str | None) -> str:
         backend = os.environ.get("AOTSPEC_BACKEND", "fast")
     if backend not in BACKENDS:
         raise ValueError(
-            f"unknown aotspec backend {backend!r}; valid backends: {', '.join(map(repr, BACKENDS))}"
+            f"unknown aotspec backend {backend!r}; "
+            f"valid backends: {', '.join(map(repr, BACKENDS))}"
         )
     return backend
 
@@ -42,18 +43,21 @@ def _resolve_backend(backend: str | None) -> str:
 def compile(
     fn: Callable, *, backend: str | None = None, steal=(), hooks_filter: str = "donated"
 ) -> CompiledFunction:
-    """Compile `fn` for `backend` (`"reference"` or `"fast"`; default `$AOTSPEC_BACKEND`, else `"fast"`)."""
+    """Compile `fn` for `backend` (`"reference"` or `"fast"`; default `$AOTSPEC_BACKEND`, else
+    `"fast"`)."""
     backend = _resolve_backend(backend)
     if hooks_filter not in HOOK_FILTERS:
         raise ValueError(
-            f"unknown hooks_filter {hooks_filter!r}; valid filters: {', '.join(map(repr, HOOK_FILTERS))}"
+            f"unknown hooks_filter {hooks_filter!r}; "
+            f"valid filters: {', '.join(map(repr, HOOK_FILTERS))}"
         )
     steal = (steal,) if isinstance(steal, str) else tuple(steal)
     parameters = _parameters(fn) if steal else {}
     unknown = [name for name in steal if name not in parameters]
     if unknown:  # r[boxed.steal.lists-only]
         raise ValueError(
-            f"steal names {unknown}, which are not parameters of {getattr(fn, '__qualname__', fn)} "
+            f"steal names {unknown}, which are not parameters of "
+            f"{getattr(fn, '__qualname__', fn)} "
             f"(its parameters: {list(parameters)}) [rule boxed.steal.lists-only]"
         )
     return CompiledFunction(fn, backend, steal, hooks_filter)
@@ -67,8 +71,8 @@ def _parameters(fn) -> dict:
 
 
 def _flatten(args: tuple, kwargs: dict):
-    """The flat leaves of (args, kwargs), and what the guard keeps of their structure: the number of
-    arguments when they are all tensors (cheap to hash), else pytree's spec."""
+    """The flat leaves of (args, kwargs), and what the guard keeps of their structure: the number
+    of arguments when they are all tensors (cheap to hash), else pytree's spec."""
     if not kwargs and all(isinstance(arg, torch.Tensor) for arg in args):
         return list(args), len(args)
     return pytree.tree_flatten((tuple(args), dict(kwargs)))
@@ -93,7 +97,8 @@ class CompiledFunction:
         self._runtime = _RUNTIMES[backend]
         #: Guard key -> what the backend runs: a Plan (reference) or a FastPlan (fast).
         self._plans: dict = {}
-        #: Where inlined pack hooks go; the spec's placement is the default (see reference/hooks.py).
+        #: Where inlined pack hooks go; the spec's placement is the default (see
+        #: reference/hooks.py).
         self.hook_placement = "last-use"
         self.last_ledger = None
         self.last_run = None
@@ -114,8 +119,8 @@ class CompiledFunction:
             _constant_key(leaf) for leaf in leaves if not isinstance(leaf, torch.Tensor)
         )
         grad_enabled = torch.is_grad_enabled()
-        # r[hooks.compiled.respecialize]: the hooks in effect are part of the key (and the key keeps
-        # them alive, so their identities stay unique).
+        # r[hooks.compiled.respecialize]: the hooks in effect are part of the key (and the key
+        # keeps them alive, so their identities stay unique).
         hooks = SavedTensorHooks.active() if grad_enabled else None
         static = (
             _static_inputs(tensors)
@@ -150,7 +155,8 @@ class CompiledFunction:
             if not isinstance(value, list) or not all(isinstance(t, torch.Tensor) for t in value):
                 raise TypeError(
                     f"steal={self.steal!r}: argument {name!r} must be a list of tensors, got "
-                    f"{type(value).__name__} [rule boxed.steal.lists-only]. Pass a list the call may empty, or drop "
+                    f"{type(value).__name__} [rule boxed.steal.lists-only]. "
+                    "Pass a list the call may empty, or drop "
                     f"{name!r} from steal"
                 )
             lists.append(value)

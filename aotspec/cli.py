@@ -1,4 +1,4 @@
-"""The `aotspec` command line: `aotspec conformance --backend NAME`."""
+"""The `aotspec` command line: `aotspec conformance --backend NAME`, `aotspec rule ID`."""
 
 from __future__ import annotations
 
@@ -30,9 +30,22 @@ def _conformance(options) -> int:
     if report:
         print(report)
     print(
-        f"{len(cases)} cases x {len(backends)} backends: {counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped"
+        f"{len(cases)} cases x {len(backends)} backends: {counts['pass']} passed, "
+        f"{counts['fail']} failed, {counts['skip']} skipped"
     )
     return 1 if counts["fail"] else 0
+
+
+def _rule(options) -> int:
+    from aotspec.rules import rule
+
+    try:
+        found = rule(options.id)
+    except KeyError as error:
+        print(error.args[0], file=sys.stderr)
+        return 2
+    print(f"r[{found.id}]  (specs/{found.chapter})\n{found.text}")
+    return 0
 
 
 def main(argv=None) -> int:
@@ -45,10 +58,12 @@ def main(argv=None) -> int:
         "--backend", action="append", help="backend to run (repeatable; default: all)"
     )
     conformance.add_argument("-k", help="only cases whose name contains this text")
+    rule = commands.add_parser("rule", help="print a rule of the spec, as an error names it")
+    rule.add_argument("id", help="the rule's ID, e.g. resize.compiled.zero-only")
     options = parser.parse_args(argv)
     if options.command == "conformance":
         return _conformance(options)
-    return 2
+    return _rule(options)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,8 @@ def aotspec_backend(
     """The Dynamo backend: `graph_module` compiled by `aotspec.compile` with `options`."""
     if mode is not None:
         raise ValueError(
-            f"torch.compile(mode={mode!r}) is an inductor setting; the aotspec backend has no modes. "
+            f"torch.compile(mode={mode!r}) is an inductor setting; "
+            "the aotspec backend has no modes. "
             f"Leave mode out, and choose the aotspec backend with options={{'backend': ...}}"
         )
     options = dict(options or {})

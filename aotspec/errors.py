@@ -8,13 +8,15 @@ Every error a user can see names the spec rule it enforces and says what to do a
   storage's size, which eager PyTorch on CPU answers with a segfault). Caller tensors are left as
   they were.
 - `InternalError`: a state that cannot happen for a valid program; a bug in aotspec.
-- `HooksWarning`: saved-tensor hooks are active but apply to nothing (`r[hooks.filter.donated-empty]`).
+- `HooksWarning`: saved-tensor hooks are active but apply to nothing
+  (`r[hooks.filter.donated-empty]`).
 """
 
 from __future__ import annotations
 
 
 def _format(problem: str, rule: str, fix: str) -> str:
+    # `aotspec rule ID` prints the rule an error names, from the chapters the package ships.
     return f"{problem} [rule {rule}]. {fix}"
 
 
@@ -39,4 +41,5 @@ class InternalError(AssertionError):
 
 
 class HooksWarning(UserWarning):
-    """Saved-tensor hooks were active around a compiled call but the filter applied them to nothing."""
+    """Saved-tensor hooks were active around a compiled call but the filter applied them to
+    nothing."""

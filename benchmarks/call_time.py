@@ -11,7 +11,8 @@ import os
 import statistics
 import time
 
-# The reference computes with numpy: one BLAS thread keeps its timing steady on a loaded 2-core machine.
+# The reference computes with numpy: one BLAS thread keeps its timing steady on a loaded 2-core
+# machine.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import torch
@@ -60,7 +61,8 @@ def main() -> None:
     results = {name: _time(step, inputs, repeats) for name, (step, repeats) in steps.items()}
     eager = results["torch eager"][1]
     print(
-        f"MLP training step: {LAYERS} layers, batch {BATCH}, width {WIDTH}, float32, {torch.get_num_threads()} threads"
+        f"MLP training step: {LAYERS} layers, batch {BATCH}, width {WIDTH}, float32, "
+        f"{torch.get_num_threads()} threads"
     )
     print(f"{'':26}{'first call ms':>15}{'call ms':>10}{'x eager':>9}")
     for name, (first, call) in results.items():

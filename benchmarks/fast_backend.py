@@ -169,7 +169,8 @@ def call_times() -> None:
     for workload, ms in ratios:
         fast = ms["aotspec fast"]
         print(
-            f"{workload:48}{fast / ms['torch eager']:>19.2f}{fast / ms['aot_eager']:>19.2f}{ms['aotspec reference'] / fast:>19.1f}"
+            f"{workload:48}{fast / ms['torch eager']:>19.2f}{fast / ms['aot_eager']:>19.2f}"
+            f"{ms['aotspec reference'] / fast:>19.1f}"
         )
     print(f"  repeats: {', '.join(f'{name} {n}' for name, n in REPEATS.items())}")
 
@@ -197,7 +198,8 @@ def _fresh_aot_eager(fn):
 
 def first_call_times() -> None:
     print(
-        f"\n2. First call (compile + forward + backward), median ms of {FIRST_CALLS} fresh compilations"
+        "\n2. First call (compile + forward + backward), "
+        f"median ms of {FIRST_CALLS} fresh compilations"
     )
     print(f"{'':48}{'aotspec fast':>15}{'aot_eager':>15}{'fast/aot_eager':>16}")
     for workload, (fn, make_inputs) in WORKLOADS.items():
@@ -240,7 +242,8 @@ def _reference_backward_peak(fn, inputs) -> int:
 
 def peak_bytes() -> None:
     print(
-        "\n3. Peak live bytes of one warm step on real tensors (MemoryTracker; inputs and weights not counted)"
+        "\n3. Peak live bytes of one warm step on real tensors "
+        "(MemoryTracker; inputs and weights not counted)"
     )
     for workload, (fn, make_inputs) in WORKLOADS.items():
         inputs = make_inputs()
@@ -248,7 +251,8 @@ def peak_bytes() -> None:
         input_bytes = sum(t.untyped_storage().nbytes() for t in inputs)
         print(f"{workload}: inputs {input_bytes:,} bytes")
         print(
-            f"{'':24}{'after forward':>15}{'backward peak':>15}{'fwd+bwd peak':>15}{'bwd / eager':>13}"
+            f"{'':24}{'after forward':>15}{'backward peak':>15}"
+            f"{'fwd+bwd peak':>15}{'bwd / eager':>13}"
         )
         rows = {}
         for name, step in list(_backends(fn).items())[:3]:
@@ -257,11 +261,13 @@ def peak_bytes() -> None:
         eager_backward = rows["torch eager"][1]
         for name, (start, backward, whole) in rows.items():
             print(
-                f"{name:24}{start:>15,}{backward:>15,}{whole:>15,}{backward / eager_backward:>13.3f}"
+                f"{name:24}{start:>15,}{backward:>15,}{whole:>15,}"
+                f"{backward / eager_backward:>13.3f}"
             )
         reference = _reference_backward_peak(fn, inputs)
         print(
-            f"{'reference ledger':24}{'':>15}{reference:>15,}{'':>15}{reference / eager_backward:>13.3f}"
+            f"{'reference ledger':24}{'':>15}{reference:>15,}{'':>15}"
+            f"{reference / eager_backward:>13.3f}"
         )
 
 
@@ -286,7 +292,8 @@ def _hooked(step):
 
 def pack_hook_saving() -> None:
     print(
-        f"\n4. bfloat16 pack hook: {CHAIN_LAYERS}-layer chain x = tanh(x @ w), batch {CHAIN_BATCH}, width {CHAIN_WIDTH}; "
+        f"\n4. bfloat16 pack hook: {CHAIN_LAYERS}-layer chain x = tanh(x @ w), "
+        f"batch {CHAIN_BATCH}, width {CHAIN_WIDTH}; "
         "forward + backward peak bytes (inputs and weights not counted)"
     )
     inputs = chain_inputs()
@@ -307,21 +314,25 @@ def pack_hook_saving() -> None:
         _clear_grads(inputs)
     base = peaks["eager, no hooks"]
     print(
-        f"{'':30}{'after forward':>15}{'backward peak':>15}{'fwd+bwd peak':>15}{'after fwd x eager':>19}{'fwd+bwd x eager':>17}"
+        f"{'':30}{'after forward':>15}{'backward peak':>15}{'fwd+bwd peak':>15}"
+        f"{'after fwd x eager':>19}{'fwd+bwd x eager':>17}"
     )
     for name, (start, backward, whole) in peaks.items():
         print(
-            f"{name:30}{start:>15,}{backward:>15,}{whole:>15,}{start / base[0]:>19.3f}{whole / base[2]:>17.3f}"
+            f"{name:30}{start:>15,}{backward:>15,}{whole:>15,}"
+            f"{start / base[0]:>19.3f}{whole / base[2]:>17.3f}"
         )
     for column, k in [("after forward", 0), ("fwd+bwd peak", 2)]:
         print(
             f"  {column}, hooks/no hooks: eager {peaks['eager, bf16 hooks'][k] / base[k]:.3f}, "
             f"fast {peaks['fast, bf16 hooks (donated)'][k] / peaks['fast, no hooks'][k]:.3f}; "
-            f"fast with hooks / eager with hooks {peaks['fast, bf16 hooks (donated)'][k] / peaks['eager, bf16 hooks'][k]:.3f}"
+            "fast with hooks / eager with hooks "
+            f"{peaks['fast, bf16 hooks (donated)'][k] / peaks['eager, bf16 hooks'][k]:.3f}"
         )
     grads = sum(t.untyped_storage().nbytes() for t in inputs if t.requires_grad)
     print(
-        f"  (the weights' gradients alone are {grads:,} bytes, all alive at the end of the backward)"
+        f"  (the weights' gradients alone are {grads:,} bytes, "
+        "all alive at the end of the backward)"
     )
 
 

@@ -5,7 +5,8 @@ Run on demand: `.venv/bin/python benchmarks/fsdp_memory.py`. Side by side, for a
 parameter under torch.no_grad() (resize up, copy_), uses it, and frees it (resize to 0); before
 the backward the caller gathers every parameter again, as FSDP's pre-backward hook does.
 
-Per backend, one warm step (`aotspec.tracker.MemoryTracker`; inputs, shards and parameters tracked):
+Per backend, one warm step (`aotspec.tracker.MemoryTracker`; inputs, shards and parameters
+tracked):
 - bytes alive once the forward returned: activations the backward needs, plus whatever copy of
   a gathered parameter a backend keeps (`r[autograd.saved-inputs]` says: none);
 - the forward's peak and the backward's peak;
@@ -90,7 +91,8 @@ def measure(fn) -> dict:
 def _aot_eager_in_a_child() -> str:
     code = (
         "import sys; sys.path.insert(0, 'benchmarks'); import torch, fsdp_memory as b; "
-        "r = b.measure(torch.compile(b.fsdp_mlp, backend='aot_eager')); print('ran', r['left after forward'])"
+        "r = b.measure(torch.compile(b.fsdp_mlp, backend='aot_eager')); "
+        "print('ran', r['left after forward'])"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=600
@@ -104,7 +106,8 @@ def _aot_eager_in_a_child() -> str:
 def main() -> None:
     layer = WIDTH * WIDTH * 4
     print(
-        f"{LAYERS} layers of {WIDTH}x{WIDTH} float32 ({layer:,} bytes each), batch {BATCH}; bytes on real tensors"
+        f"{LAYERS} layers of {WIDTH}x{WIDTH} float32 ({layer:,} bytes each), batch {BATCH}; "
+        "bytes on real tensors"
     )
     eager = measure(fsdp_mlp)
     rows = {"eager": eager}

@@ -66,7 +66,8 @@ def main() -> None:
         fused = fuse_pointwise(graph, use_triton=device.type == "cuda")
         eager, traced, fused_time = (_time(f, inputs, device) for f in (fn, graph, fused))
         print(
-            f"{name:30}{eager * 1e3:>10.3f}{traced * 1e3:>10.3f}{fused_time * 1e3:>10.3f}{fused_time / eager:>9.2f}"
+            f"{name:30}{eager * 1e3:>10.3f}{traced * 1e3:>10.3f}{fused_time * 1e3:>10.3f}"
+            f"{fused_time / eager:>9.2f}"
         )
 
 

@@ -16,7 +16,8 @@ import os
 
 import torch
 
-# The reference computes with numpy: one BLAS thread keeps its timing steady on a loaded 2-core machine.
+# The reference computes with numpy: one BLAS thread keeps its timing steady on a loaded 2-core
+# machine.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import aotspec
@@ -71,7 +72,8 @@ def main() -> None:
         "bf16 pack at forward end (2.13)": measure(hooks=True, placement="forward-end"),
     }
     print(
-        f"{LAYERS}-layer tanh chain, batch {BATCH}, width {WIDTH}, float32; reference ledgers, bytes"
+        f"{LAYERS}-layer tanh chain, batch {BATCH}, width {WIDTH}, float32; "
+        "reference ledgers, bytes"
     )
     columns = list(rows["no hooks"])
     print(f"{'':34}" + "".join(f"{c:>25}" for c in columns))

@@ -13,7 +13,8 @@ from __future__ import annotations
 import os
 import time
 
-# The reference computes with numpy: one BLAS thread keeps its timing steady on a loaded 2-core machine.
+# The reference computes with numpy: one BLAS thread keeps its timing steady on a loaded 2-core
+# machine.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import torch

@@ -66,7 +66,8 @@ def _missing(outcome: Outcome, *names: str) -> str | None:
 
 @frozen
 class Values(Expectation):
-    """`name` holds these values and shape (assert_close defaults; dtype is `Layout`'s business)."""
+    """`name` holds these values and shape (assert_close defaults; dtype is `Layout`'s
+    business)."""
 
     name: str
     expected: object
@@ -83,7 +84,10 @@ class Values(Expectation):
                 facts.values, expected.to(facts.values.dtype), equal_nan=True
             )
         except AssertionError as error:
-            return f"{self.name}: {str(error).splitlines()[0]} expected {expected.tolist()}, got {facts.values.tolist()}"
+            return (
+                f"{self.name}: {str(error).splitlines()[0]} expected {expected.tolist()}, "
+                f"got {facts.values.tolist()}"
+            )
         return None
 
 
@@ -165,7 +169,10 @@ class Separate(Expectation):
         if missing:
             return missing
         if outcome.after.shares_storage(self.a, self.b):
-            return f"{self.a} and {self.b} should not share a storage; sharing is {outcome.after.sharing}"
+            return (
+                f"{self.a} and {self.b} should not share a storage; "
+                f"sharing is {outcome.after.sharing}"
+            )
         return None
 
 
@@ -241,8 +248,9 @@ class Identical(Expectation):
 
 @frozen
 class Raises(Expectation):
-    """The call raises `error` (a subclass of it), naming `rule` if given, matching `match` if given;
-    and every tensor of the world is as it was before the call (`r[boundary.failed-call]`)."""
+    """The call raises `error` (a subclass of it), naming `rule` if given, matching `match` if
+    given; and every tensor of the world is as it was before the call
+    (`r[boundary.failed-call]`)."""
 
     error: type
     rule: str | None = None
@@ -252,7 +260,10 @@ class Raises(Expectation):
         if outcome.error is None:
             return f"expected {self.error.__name__}, but the call returned"
         if not isinstance(outcome.error, self.error):
-            return f"expected {self.error.__name__}, got {type(outcome.error).__name__}: {outcome.error}"
+            return (
+                f"expected {self.error.__name__}, "
+                f"got {type(outcome.error).__name__}: {outcome.error}"
+            )
         if self.rule is not None and f"rule {self.rule}" not in str(outcome.error):
             return f"the error does not name rule {self.rule}: {outcome.error}"
         if self.match is not None and self.match not in str(outcome.error):
@@ -266,7 +277,8 @@ class Raises(Expectation):
 @frozen
 class BackwardRaises(Expectation):
     """The call returns, and the backward raises `error` (a subclass of it), naming `rule`
-    if given and matching `match` if given. What the call did to the caller's tensors stays done."""
+    if given and matching `match` if given. What the call did to the caller's tensors stays
+    done."""
 
     error: type
     rule: str | None = None
@@ -279,7 +291,10 @@ class BackwardRaises(Expectation):
         if raised is None:
             return f"expected the backward to raise {self.error.__name__}, but it ran"
         if not isinstance(raised, self.error):
-            return f"expected {self.error.__name__} from the backward, got {type(raised).__name__}: {raised}"
+            return (
+                f"expected {self.error.__name__} from the backward, "
+                f"got {type(raised).__name__}: {raised}"
+            )
         if self.rule is not None and f"rule {self.rule}" not in str(raised):
             return f"the backward's error does not name rule {self.rule}: {raised}"
         if self.match is not None and self.match not in str(raised):
@@ -360,7 +375,8 @@ class Warns(Expectation):
                 warning.message
             ):
                 return None
-        return f"expected a {self.category.__name__} naming rule {self.rule}; got {[str(w.message) for w in outcome.warnings]}"
+        messages = [str(w.message) for w in outcome.warnings]
+        return f"expected a {self.category.__name__} naming rule {self.rule}; got {messages}"
 
 
 @frozen
@@ -418,7 +434,8 @@ class Case:
     #: After the call, backpropagate the sum of every output that requires grad; each world tensor
     #: with a gradient then has it in the world as `name.grad`.
     backward: bool = False
-    #: (pack, unpack): the call runs inside `torch.autograd.graph.saved_tensors_hooks(pack, unpack)`.
+    #: (pack, unpack): the call runs inside
+    #: `torch.autograd.graph.saved_tensors_hooks(pack, unpack)`.
     hooks: tuple[Callable, Callable] | None = None
     #: `hooks_filter` of compiled backends (`specs/saved-tensor-hooks.md`).
     hooks_filter: str = "donated"
@@ -441,7 +458,8 @@ def eager_only(reason: str) -> dict[str, str]:
     return {"reference": reason, "fast": reason}
 
 
-#: Skip entries for cases that pin the eager interpreter's ledger steps (`r[memory.eager.last-use]`).
+#: Skip entries for cases that pin the eager interpreter's ledger steps
+#: (`r[memory.eager.last-use]`).
 EAGER_LEDGER = {
     "reference": "pins the eager interpreter's ledger steps; compiled graphs have other steps"
 }

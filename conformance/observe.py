@@ -89,7 +89,8 @@ def differences(expected: Observation, actual: Observation) -> list[str]:
         for field_name in ("dtype", "shape", "offset", "storage_nbytes"):
             if getattr(want, field_name) != getattr(got, field_name):
                 found.append(
-                    f"{name}.{field_name}: expected {getattr(want, field_name)}, got {getattr(got, field_name)}"
+                    f"{name}.{field_name}: expected {getattr(want, field_name)}, "
+                    f"got {getattr(got, field_name)}"
                 )
         if addressing_strides(want.shape, want.strides) != addressing_strides(
             got.shape, got.strides

@@ -122,7 +122,8 @@ def failure_report(results: list[CaseResult]) -> str:
     for result in results:
         if result.status == "fail":
             lines.append(
-                f"FAIL {result.case.name} on {result.backend} (rules: {', '.join(result.case.rules)})"
+                f"FAIL {result.case.name} on {result.backend} "
+                f"(rules: {', '.join(result.case.rules)})"
             )
             lines.extend(f"    {message}" for message in result.messages)
     return "\n".join(lines)

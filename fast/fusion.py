@@ -122,7 +122,9 @@ def _triton_runs_on(tensors) -> bool:
 def torch_ops_function(program: Program, n_inputs: int) -> Callable:
     """`program` as a Python function of its inputs that calls its torch ops in order."""
     graph = torch.fx.Graph()
-    nodes: dict[Input | Value, torch.fx.Node] = {Input(i): graph.placeholder(f"in{i}") for i in range(n_inputs)}
+    nodes: dict[Input | Value, torch.fx.Node] = {
+        Input(i): graph.placeholder(f"in{i}") for i in range(n_inputs)
+    }
 
     def node(argument):
         return nodes[argument] if isinstance(argument, Input | Value) else argument
@@ -151,7 +153,9 @@ PLAIN_COPY_OPTIONS = {
     "device": lambda value, source: value is None or torch.device(value) == source.device,
     "pin_memory": lambda value, source: not value,
     "non_blocking": lambda value, source: not value,
-    "memory_format": lambda value, source: value in (None, torch.preserve_format, torch.contiguous_format),
+    "memory_format": lambda value, source: (
+        value in (None, torch.preserve_format, torch.contiguous_format)
+    ),
 }
 
 
@@ -159,17 +163,25 @@ def _compute_dtype(node: torch.fx.Node) -> torch.dtype | None:
     """The dtype `node` computes in if a kernel can run it, else None."""
     rule = POINTWISE_RULES.get(node.target) if node.op == "call_function" else None
     value = node.meta.get("val")
-    if rule is None or not _kernel_tensor(value) or tuple(value.stride()) != contiguous_strides(value.shape):
+    if (
+        rule is None
+        or not _kernel_tensor(value)
+        or tuple(value.stride()) != contiguous_strides(value.shape)
+    ):
         return None
     arguments = [*node.args, *node.kwargs.values()]
     if any(isinstance(argument, list | tuple) for argument in arguments):
         return None
-    operands = [argument.meta.get("val") for argument in arguments if isinstance(argument, torch.fx.Node)]
+    operands = [
+        argument.meta.get("val") for argument in arguments if isinstance(argument, torch.fx.Node)
+    ]
     if not all(_kernel_tensor(operand) and operand.device == value.device for operand in operands):
         return None
     if rule.compute_in is ComputeIn.SOURCE:
         return operands[0].dtype if _plain_copy(node, operands[0]) else None
-    if not all(_inlinable(argument) for argument in arguments if not isinstance(argument, torch.fx.Node)):
+    if not all(
+        _inlinable(argument) for argument in arguments if not isinstance(argument, torch.fx.Node)
+    ):
         return None
     compute = opmath(value.dtype if rule.compute_in is ComputeIn.RESULT else _promoted(node))
     if compute not in KERNEL_DTYPES or (rule.floats_only and not compute.is_floating_point):
@@ -187,13 +199,19 @@ def _kernel_tensor(value) -> bool:
 
 def _last_offset(tensor: torch.Tensor) -> int:
     """The offset of the tensor's last element from its first (of the output, its numel)."""
-    return max(tensor.numel(), sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride())))
+    return max(
+        tensor.numel(),
+        sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride())),
+    )
 
 
 def _plain_copy(node: torch.fx.Node, source: torch.Tensor) -> bool:
     if len(node.args) != 1:
         return False
-    return all(key in PLAIN_COPY_OPTIONS and PLAIN_COPY_OPTIONS[key](v, source) for key, v in node.kwargs.items())
+    return all(
+        key in PLAIN_COPY_OPTIONS and PLAIN_COPY_OPTIONS[key](v, source)
+        for key, v in node.kwargs.items()
+    )
 
 
 def _inlinable(argument) -> bool:
@@ -242,7 +260,9 @@ def _fusible_groups(graph: torch.fx.Graph) -> tuple[list[list[torch.fx.Node]], d
     group_of: dict[torch.fx.Node, _Group] = {}
     compute_dtypes: dict[torch.fx.Node, torch.dtype] = {}
     for node in graph.nodes:
-        read = list(dict.fromkeys(group_of[a].root() for a in node.all_input_nodes if a in group_of))
+        read = list(
+            dict.fromkeys(group_of[a].root() for a in node.all_input_nodes if a in group_of)
+        )
         compute = _compute_dtype(node)
         joined = []
         if compute is not None:
@@ -260,14 +280,20 @@ def _fusible_groups(graph: torch.fx.Graph) -> tuple[list[list[torch.fx.Node]], d
     members: dict[_Group, list[torch.fx.Node]] = {}
     for node, group in group_of.items():
         members.setdefault(group.root(), []).append(node)
-    groups = [nodes for nodes in members.values() if len(nodes) >= 2 or nodes[0].target == aten._to_copy.default]
+    groups = [
+        nodes
+        for nodes in members.values()
+        if len(nodes) >= 2 or nodes[0].target == aten._to_copy.default
+    ]
     return groups, compute_dtypes
 
 
 # ---------------------------------------------------------------- rewriting
 
 
-def fuse_pointwise(graph_module: torch.fx.GraphModule, use_triton: bool = False) -> torch.fx.GraphModule:
+def fuse_pointwise(
+    graph_module: torch.fx.GraphModule, use_triton: bool = False
+) -> torch.fx.GraphModule:
     """A copy of `graph_module` with each group of pointwise ops fused into one `FusedKernel`."""
     graph = graph_module.graph
     groups, compute_dtypes = _fusible_groups(graph)
@@ -307,11 +333,15 @@ def _program_of(nodes, compute_dtypes) -> tuple[Program, list[torch.fx.Node]]:
         kwargs = tuple((key, operand(argument)) for key, argument in node.kwargs.items())
         steps.append(Step(node.target, args, kwargs, node.meta["val"].dtype, compute_dtypes[node]))
         operand_of[node] = Value(len(steps) - 1)
-    outputs = tuple(k for k, node in enumerate(nodes) if any(user not in members for user in node.users))
+    outputs = tuple(
+        k for k, node in enumerate(nodes) if any(user not in members for user in node.users)
+    )
     return Program(tuple(steps), outputs, tuple(nodes[0].meta["val"].shape)), inputs
 
 
-def _emit_kernel(fused: torch.fx.Graph, nodes, compute_dtypes, env, number: int, use_triton: bool) -> None:
+def _emit_kernel(
+    fused: torch.fx.Graph, nodes, compute_dtypes, env, number: int, use_triton: bool
+) -> None:
     """Append the group's FusedKernel call to `fused`, and map the group's outputs in `env`.
 
     One output is the call's value, named after the node it replaces; several are getitems.
@@ -321,7 +351,9 @@ def _emit_kernel(fused: torch.fx.Graph, nodes, compute_dtypes, env, number: int,
     kernel = FusedKernel(f"fused_{program.name}_{number}", program, layouts, use_triton)
     outputs = [nodes[v] for v in program.outputs]
     name = outputs[0].name if len(outputs) == 1 else None
-    call = fused.create_node("call_function", kernel, tuple(env[node] for node in inputs), name=name)
+    call = fused.create_node(
+        "call_function", kernel, tuple(env[node] for node in inputs), name=name
+    )
     if len(outputs) == 1:
         call.meta["val"] = outputs[0].meta["val"]
         env[outputs[0]] = call

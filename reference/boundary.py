@@ -89,7 +89,8 @@ class Boundary:
         return cell
 
     def forget_caller_tensors(self) -> None:
-        """Drop every reference to the caller's tensors and storages (a compiled call keeps none)."""
+        """Drop every reference to the caller's tensors and storages (a compiled call keeps
+        none)."""
         self._storages.clear()
         self._inputs.clear()
         self._caller_of.clear()

@@ -56,7 +56,8 @@ class Backward:
             raise UnsupportedError(
                 f"op {entry.op_name} has no derivative rule",
                 rule="autograd.derivative-rules",
-                fix="add a @derivative rule beside the op in reference/ops.py, or compute this part under torch.no_grad()",
+                fix="add a @derivative rule beside the op in reference/ops.py, "
+                "or compute this part under torch.no_grad()",
             )
         self.ledger.begin_step(f"{entry.name}.unpack")
         values = {
@@ -99,7 +100,8 @@ class Backward:
                 raise RuntimeError(
                     "one of the variables needed for gradient computation has been modified by an "
                     f"inplace operation: {cell.name}, saved by {entry.name}, is at version "
-                    f"{self.tape._version(cell.storage)}; expected version {saved.version} instead."
+                    f"{self.tape._version(cell.storage)}; "
+                    f"expected version {saved.version} instead."
                 )
             return cell
         # r[hooks.eager.unpack-on-use]: unpack runs when the backward reaches the op.
@@ -107,12 +109,14 @@ class Backward:
         unpacked = crossing.to_reference(saved.unpack(crossing.to_torch(saved.value)))
         if not isinstance(unpacked, Tensor):
             raise RuntimeError(
-                f"the unpack hook returned {type(unpacked).__name__} for a tensor saved by {entry.name}; it must return a tensor"
+                f"the unpack hook returned {type(unpacked).__name__} for a tensor saved by "
+                f"{entry.name}; it must return a tensor"
             )
         return unpacked
 
     def _release(self, entry: Entry, unpacked: list[Tensor], grads: list) -> None:
-        """r[hooks.eager.unpack-on-use]: the saved (or packed) values go after the op's backward."""
+        """r[hooks.eager.unpack-on-use]: the saved (or packed) values go after the op's
+        backward."""
         self.ledger.begin_step(f"{entry.name}.release")
         for cell in unpacked + self._savedcells_of(entry) + [g for g in grads if g is not None]:
             self.ledger.release(cell)

@@ -1,4 +1,5 @@
-"""Saved-tensor hooks in compiled programs: traced once, inlined into the forward and backward graphs.
+"""Saved-tensor hooks in compiled programs: traced once, inlined into the forward and backward
+graphs.
 
 `specs/saved-tensor-hooks.md`, section "Compiled calls". After the partition
 (`reference/autograd.py`) a training plan's forward returns its outputs and then the saved values,
@@ -8,8 +9,9 @@ selects (`r[hooks.filter.donated]`, `r[hooks.filter.no-static]`, `r[hooks.filter
    value's last forward use, and the forward returns pack's tensors in the value's place
    (`r[hooks.place.pack-after-last-use]`), so the original dies there;
 2. `unpack` is traced on pack's result (its non-tensor parts are constants,
-   `r[hooks.compiled.constants]`); its ops go into the backward right before the first op that reads
-   the saved value, which then reads unpack's result (`r[hooks.place.unpack-before-first-use]`).
+   `r[hooks.compiled.constants]`); its ops go into the backward right before the first op that
+   reads the saved value, which then reads unpack's result
+   (`r[hooks.place.unpack-before-first-use]`).
 Each pass visits every node once; tracing is cached per saved-tensor layout.
 """
 
@@ -93,7 +95,8 @@ def inline_hooks(
             warnings.warn(
                 "saved-tensor hooks are active, but hooks_filter='donated' selects no saved value "
                 "(the forward saves only its inputs or outputs), so no hook applies "
-                "[rule hooks.filter.donated-empty]. Pass hooks_filter='no_static' or 'all' to pack inputs too",
+                "[rule hooks.filter.donated-empty]. "
+                "Pass hooks_filter='no_static' or 'all' to pack inputs too",
                 HooksWarning,
                 stacklevel=4,
             )
@@ -209,9 +212,11 @@ def _untraceable(which: str, hook: Callable, reason: str):
     raise UnsupportedError(
         f"the saved-tensor {which} hook {name} cannot be inlined: {reason}",
         rule="hooks.compiled.untraceable",
-        fix="write pack and unpack with tensor ops only (no .item(), .tolist(), .numpy() or branching on "
-        "tensor values; pack returns tensors and constants, unpack one tensor like the saved one), "
-        "or call the compiled function outside saved_tensors_hooks",
+        fix=(
+            "write pack and unpack with tensor ops only (no .item(), .tolist(), .numpy() or "
+            "branching on tensor values; pack returns tensors and constants, unpack one tensor "
+            "like the saved one), or call the compiled function outside saved_tensors_hooks"
+        ),
     )
 
 
@@ -318,8 +323,9 @@ def _inline(
 
 
 def _unpack_in_backward(backward, packed, traced, placement):
-    """A copy of `backward` taking pack's tensors (`packed`, by saved index) for each selected saved
-    value, with its unpack (`traced`, by saved index) inlined right before the value's first use."""
+    """A copy of `backward` taking pack's tensors (`packed`, by saved index) for each selected
+    saved value, with its unpack (`traced`, by saved index) inlined right before the value's first
+    use."""
     new = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     pending: dict[

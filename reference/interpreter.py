@@ -114,7 +114,8 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
 
 
 def _read_for_compute(value):
-    """Tensor arguments become arrays; reduced-precision floats widen to float32 (r[ops.opmath])."""
+    """Tensor arguments become arrays; reduced-precision floats widen to float32
+    (r[ops.opmath])."""
     if not isinstance(value, Tensor):
         return value
     values = value.read()
@@ -137,7 +138,8 @@ def _fresh(values, meta, name: str):
 
 
 def _view(layouts, base: Tensor, meta, name: str):
-    """r[aliasing.view.shares-storage]: the output reads the base's storage through a new layout."""
+    """r[aliasing.view.shares-storage]: the output reads the base's storage through a new
+    layout."""
     if isinstance(layouts, tuple):
         parts = zip(layouts, meta, strict=True)
         return tuple(_view(layout, base, m, f"{name}[{i}]") for i, (layout, m) in enumerate(parts))

@@ -62,7 +62,8 @@ class Ledger:
             self._add_reader(t.storage)  # r[memory.live]: held, so its storage is live
 
     def release(self, t: Tensor) -> None:
-        """A holder of `t` let go; the last one going frees the storage if nothing else reads it."""
+        """A holder of `t` let go; the last one going frees the storage if nothing else reads
+        it."""
         if id(t) not in self._holders:
             raise InternalError(f"release of a tensor the ledger does not hold: {t}")
         tensor, count = self._holders[id(t)]

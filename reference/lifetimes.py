@@ -10,7 +10,8 @@ import torch.fx
 
 
 def last_uses(graph: torch.fx.Graph) -> dict[torch.fx.Node, list[torch.fx.Node]]:
-    """For each node, the values whose last use it is (a value nobody uses dies where it is made)."""
+    """For each node, the values whose last use it is (a value nobody uses dies where it is
+    made)."""
     nodes = list(graph.nodes)
     dies_at: dict[torch.fx.Node, list[torch.fx.Node]] = {node: [] for node in nodes}
     seen: set[torch.fx.Node] = set()

@@ -53,7 +53,8 @@ def _example(layout: Layout) -> torch.Tensor:
 
 
 def _per_tensor_leaf(bound, arg_grads) -> list:
-    """The rule's per-argument gradients, one per tensor leaf of the arguments (None where none)."""
+    """The rule's per-argument gradients, one per tensor leaf of the arguments (None where
+    none)."""
     grads = []
     for arg, grad in zip(bound, arg_grads, strict=True):
         if isinstance(arg, torch.Tensor):

@@ -117,7 +117,8 @@ class Tape:
     def needed(
         cls, inputs: list[Tensor], callers: list[torch.Tensor], ledger: Ledger
     ) -> Tape | None:
-        """A tape for this call, or None when autograd records nothing (r[autograd.requires-grad])."""
+        """A tape for this call, or None when autograd records nothing
+        (r[autograd.requires-grad])."""
         if not torch.is_grad_enabled() or not any(t.requires_grad for t in callers):
             return None
         return cls(inputs, callers, ledger)
@@ -283,8 +284,8 @@ class Tape:
     def _check_mutable(self, node, target: Tensor) -> None:
         if id(target.storage) in self._input_storages:
             raise UnsupportedError(
-                f"{node.name} writes a gradient-carrying value into a caller's tensor, which would "
-                "rebase the caller's autograd history",
+                f"{node.name} writes a gradient-carrying value into a caller's tensor, "
+                "which would rebase the caller's autograd history",
                 rule="autograd.mutated-grad-input",
                 fix="clone the argument inside the function and mutate the clone, or run the "
                 "mutation under torch.no_grad()",

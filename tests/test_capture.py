@@ -10,11 +10,21 @@ resize = torch.ops.inductor.resize_storage_bytes_
 
 
 def _targets(program):
-    return [qualified_name(n.target) for n in program.graph.nodes if n.op == "call_function" and hasattr(n.target, "_schema")]
+    return [
+        qualified_name(n.target)
+        for n in program.graph.nodes
+        if n.op == "call_function" and hasattr(n.target, "_schema")
+    ]
 
 
 def _state(t):
-    return (t.untyped_storage()._cdata, t.untyped_storage().nbytes(), t.shape, t.stride(), t._version)
+    return (
+        t.untyped_storage()._cdata,
+        t.untyped_storage().nbytes(),
+        t.shape,
+        t.stride(),
+        t._version,
+    )
 
 
 def _mutates_everything(x, y, z, w):
@@ -32,7 +42,12 @@ def test_mutations_are_kept_in_the_graph():
     resize(w, 0)
     program = capture(_mutates_everything, (torch.zeros(4), torch.ones(4), torch.zeros(4), w))
     targets = _targets(program)
-    for op in ["aten.add_.Tensor", "aten.copy_.default", "aten.set_.source_Tensor", "inductor.resize_storage_bytes_.default"]:
+    for op in [
+        "aten.add_.Tensor",
+        "aten.copy_.default",
+        "aten.set_.source_Tensor",
+        "inductor.resize_storage_bytes_.default",
+    ]:
         assert op in targets, targets
 
 
@@ -49,14 +64,18 @@ def test_capture_leaves_the_callers_tensors_alone():
 
 
 def test_non_tensor_leaves_are_constants():
-    program = capture(lambda xs, k, opts: xs[0] * k + opts["b"], ([torch.ones(2)], 3.0, {"b": 1.0}))
+    program = capture(
+        lambda xs, k, opts: xs[0] * k + opts["b"], ([torch.ones(2)], 3.0, {"b": 1.0})
+    )
     placeholders = [n for n in program.graph.nodes if n.op == "placeholder"]
     assert len(placeholders) == 1
     assert program.in_leaves[1:] == (3.0, 1.0)
 
 
 def test_composites_are_decomposed_to_table_ops():
-    program = capture(lambda x: torch.nn.functional.silu(torch.nn.functional.gelu(x)), (torch.randn(2, 3),))
+    program = capture(
+        lambda x: torch.nn.functional.silu(torch.nn.functional.gelu(x)), (torch.randn(2, 3),)
+    )
     targets = _targets(program)
     assert "aten.gelu.default" not in targets and "aten.silu.default" not in targets
     assert "aten.erf.default" in targets and "aten.sigmoid.default" in targets

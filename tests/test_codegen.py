@@ -25,7 +25,11 @@ def test_the_argument_list_is_cleared_and_values_are_deleted_after_their_last_us
     assert arguments == []
     torch.testing.assert_close(result[0], expected)
     assigned = re.findall(r"^    (\w+) = ", code.code, re.MULTILINE)
-    deleted = [name for line in re.findall(r"^    del (.+)$", code.code, re.MULTILINE) for name in line.split(", ")]
+    deleted = [
+        name
+        for line in re.findall(r"^    del (.+)$", code.code, re.MULTILINE)
+        for name in line.split(", ")
+    ]
     returned = re.search(r"return \[(.*)\]", code.code).group(1).split(", ")
     placeholders = [n.name for n in module.graph.nodes if n.op == "placeholder"]
     # every value but the returned ones is deleted exactly once
@@ -44,7 +48,8 @@ def test_an_input_dies_inside_the_call_after_its_last_use():
     code = generate(module)
     arguments = [x, torch.randn(2)]
     del x
-    # The second sum runs after x's last use (the mul): x is gone by then, though the call is not over.
+    # The second sum runs after x's last use (the mul): x is gone by then, though the call is not
+    # over.
     original = torch.ops.aten.sum.default
 
     class Probe(torch.utils._python_dispatch.TorchDispatchMode):
@@ -60,7 +65,9 @@ def test_an_input_dies_inside_the_call_after_its_last_use():
 
 def test_constants_render_and_run():
     def program(x):
-        return torch.full((2,), math.inf) + x.new_zeros(2, device="cpu", dtype=torch.float64), torch.tensor([1.5, 2.5]) * x
+        return torch.full((2,), math.inf) + x.new_zeros(
+            2, device="cpu", dtype=torch.float64
+        ), torch.tensor([1.5, 2.5]) * x
 
     module = _traced(program, torch.randn(2))
     code = generate(module)

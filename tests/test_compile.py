@@ -34,7 +34,9 @@ def test_steal_must_name_a_parameter():
 
 def test_a_stolen_argument_must_be_a_list_of_tensors():
     compiled = aotspec.compile(lambda xs: xs[0] + 1, backend="reference", steal=("xs",))
-    with pytest.raises(TypeError, match=r"must be a list of tensors, got tuple \[rule boxed.steal.lists-only\]"):
+    with pytest.raises(
+        TypeError, match=r"must be a list of tensors, got tuple \[rule boxed.steal.lists-only\]"
+    ):
         compiled((torch.ones(2),))
 
 
@@ -80,7 +82,8 @@ def test_a_failed_compile_touches_nothing():
     assert x.tolist() == [0.0, 1.0, 2.0, 3.0] and x.untyped_storage().nbytes() == 16
 
 
-# r[boxed.steal.freed-at-last-use], as PyTorch #122535's test: a probe op inside the call sees the stolen activation freed.
+# r[boxed.steal.freed-at-last-use], as PyTorch #122535's test: a probe op inside the call sees the
+# stolen activation freed.
 
 _probe_saw: list[bool] = []
 _watched: list[StorageWeakRef] = []

@@ -35,8 +35,9 @@ def test_cli_rejects_an_unknown_backend(capsys):
 
 def test_a_failing_expectation_fails_the_case():
     """The runner is not a rubber stamp: a wrong expectation on a right backend fails."""
-    from aotspec.conformance.case import Values
     import attrs
+
+    from aotspec.conformance.case import Values
 
     case = next(c for c in ALL_CASES if c.name == "aliasing.copy-seen-through-alias")
     wrong = attrs.evolve(case, expect=[Values("x_alias", [[9.0, 9.0], [9.0, 9.0]])])

@@ -29,12 +29,12 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import aotspec
 from aotspec import UnsupportedError
 from aotspec.reference import run
-from aotspec.reference.optable import bind
 from aotspec.reference.optable import (
     DERIVATIVES,
     NONDIFFERENTIABLE,
     OP_TABLE,
     OpKind,
+    bind,
     qualified_name,
 )
 
@@ -367,7 +367,12 @@ SAMPLES: dict[torch._ops.OpOverload, list[Sample]] = {
             sample(make((3, 5)), forward(make((3, 5)), -1, False), -1, F64),
             sample(make((2, 3, 4), "transposed"), forward(make((2, 3, 4)), 1, False), 1, F64),
             sample(make(()), forward(make(()), 0, False), 0, F64),
-            sample(make((4, 3), "sliced", dtype=F32), forward(make((4, 3), dtype=F32), 0, False), 0, F32),
+            sample(
+                make((4, 3), "sliced", dtype=F32),
+                forward(make((4, 3), dtype=F32), 0, False),
+                0,
+                F32,
+            ),
         ]
         for forward, backward in [
             (aten._softmax, aten._softmax_backward_data.default),
@@ -387,7 +392,9 @@ SAMPLES: dict[torch._ops.OpOverload, list[Sample]] = {
         sample(make((4, 6), "sliced"), [6], None, None, 1e-5, no_grad_outputs=(1, 2)),
         sample(make((2, 3, 4)), [4], make((4,)), None, 0.1, no_grad_outputs=(1, 2)),
         sample(make((5,)), [5], None, make((5,)), 1e-5, no_grad_outputs=(1, 2)),
-        sample(make((3, 4), dtype=F32), [4], make((4,), dtype=F32), None, 1e-5, no_grad_outputs=(1, 2)),
+        sample(
+            make((3, 4), dtype=F32), [4], make((4,), dtype=F32), None, 1e-5, no_grad_outputs=(1, 2)
+        ),
         sample(make((0, 4)), [4], make((4,)), make((4,)), 1e-5, no_grad_outputs=(1, 2)),
     ],
     # Views.
@@ -631,7 +638,9 @@ def test_layer_norm_double_backward_is_refused():
     _, mean, rstd = aten.native_layer_norm(x, [4], weight, bias, 1e-5)
 
     def layer_norm_backward(grad, x, mean, rstd, weight, bias):
-        return aten.native_layer_norm_backward(grad, x, [4], mean, rstd, weight, bias, [True, True, True])[0]
+        return aten.native_layer_norm_backward(
+            grad, x, [4], mean, rstd, weight, bias, [True, True, True]
+        )[0]
 
     compiled = aotspec.compile(layer_norm_backward, backend="reference")
     with pytest.raises(UnsupportedError) as raised:

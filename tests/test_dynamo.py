@@ -45,7 +45,9 @@ def outputs_and_grads(model: torch.nn.Module, x: torch.Tensor):
 
 def test_entry_point_registers_the_backend():
     entry_points = importlib.metadata.entry_points(group="torch_dynamo_backends")
-    assert [ep.value for ep in entry_points if ep.name == "aotspec"] == ["aotspec.dynamo:aotspec_backend"]
+    assert [ep.value for ep in entry_points if ep.name == "aotspec"] == [
+        "aotspec.dynamo:aotspec_backend"
+    ]
     assert "aotspec" in torch._dynamo.list_backends()
 
 
@@ -122,4 +124,6 @@ def test_bad_option_through_torch_compile_surfaces_the_value_error():
     while error is not None:
         causes.append(error)
         error = error.__cause__ or getattr(error, "inner_exception", None)
-    assert any(isinstance(e, ValueError) and "valid backends" in str(e) for e in causes), caught.value
+    assert any(isinstance(e, ValueError) and "valid backends" in str(e) for e in causes), (
+        caught.value
+    )

@@ -1,5 +1,6 @@
-"""Autograd and saved-tensor hooks of the reference eager interpreter (`specs/saved-tensor-hooks.md`,
-"Eager calls"), against eager PyTorch: gradients, the pack and unpack calls, and the ledger.
+"""Autograd and saved-tensor hooks of the reference eager interpreter
+(`specs/saved-tensor-hooks.md`, "Eager calls"), against eager PyTorch: gradients, the pack and
+unpack calls, and the ledger.
 
 Every expectation comes from running the same program on eager PyTorch, never from the reference.
 """
@@ -62,7 +63,10 @@ PROGRAMS = {
 def _leaves(shapes, seed=0, requires_grad=None):
     generator = torch.Generator().manual_seed(seed)
     wanted = requires_grad or [True] * len(shapes)
-    return [torch.randn(shape, generator=generator).requires_grad_(w) for shape, w in zip(shapes, wanted, strict=True)]
+    return [
+        torch.randn(shape, generator=generator).requires_grad_(w)
+        for shape, w in zip(shapes, wanted, strict=True)
+    ]
 
 
 def _copies(tensors):
@@ -76,7 +80,9 @@ def _backward(out):
 def _grads_on_eager_and_reference(fn, tensors, hooks=None):
     """(eager grads, reference grads) of `fn` on copies of `tensors`, under `hooks` if given."""
     eager_args, reference_args = _copies(tensors), _copies(tensors)
-    context = (lambda: torch.autograd.graph.saved_tensors_hooks(*hooks)) if hooks else torch.enable_grad
+    context = (
+        (lambda: torch.autograd.graph.saved_tensors_hooks(*hooks)) if hooks else torch.enable_grad
+    )
     with context():
         eager_out = fn(*eager_args)
     _backward(eager_out)
@@ -96,7 +102,9 @@ def test_gradients_equal_eager(name):
 
 
 def test_an_input_without_grad_gets_none():
-    expected, actual = _grads_on_eager_and_reference(_mlp, _leaves([(5, 4), (8, 4), (3, 8)], requires_grad=[False, True, True]))
+    expected, actual = _grads_on_eager_and_reference(
+        _mlp, _leaves([(5, 4), (8, 4), (3, 8)], requires_grad=[False, True, True])
+    )
     assert expected[0] is None and actual[0] is None
     for e, a in zip(expected[1:], actual[1:], strict=True):
         torch.testing.assert_close(a, e)
@@ -153,10 +161,12 @@ def _hook_calls(fn, tensors, on_reference: bool, lossy=False):
     return calls
 
 
-@pytest.mark.parametrize("name", ["product-sum", "matmul-chain", "mlp", "multi-output", "inplace-through-views"])
+@pytest.mark.parametrize(
+    "name", ["product-sum", "matmul-chain", "mlp", "multi-output", "inplace-through-views"]
+)
 def test_pack_and_unpack_calls_equal_eager(name):
-    """r[hooks.eager.pack-on-save], r[hooks.eager.unpack-on-use]: the same calls, in the same order,
-    on tensors of the same shapes and dtypes."""
+    """r[hooks.eager.pack-on-save], r[hooks.eager.unpack-on-use]: the same calls, in the same
+    order, on tensors of the same shapes and dtypes."""
     fn, shapes = PROGRAMS[name]
     tensors = _leaves(shapes)
     expected = _hook_calls(fn, _copies(tensors), on_reference=False)
@@ -177,12 +187,18 @@ def test_only_what_the_needed_gradients_read_is_saved():
     """r[hooks.eager.saved-set]: with only x requiring grad, x * w saves w alone."""
     x = torch.randn(3, requires_grad=True)
     w = torch.randn(3, dtype=torch.float64)
-    expected = _hook_calls(lambda a, b: a * b, [x.detach().clone().requires_grad_(), w], on_reference=False)
-    actual = _hook_calls(lambda a, b: a * b, [x.detach().clone().requires_grad_(), w], on_reference=True)
+    expected = _hook_calls(
+        lambda a, b: a * b, [x.detach().clone().requires_grad_(), w], on_reference=False
+    )
+    actual = _hook_calls(
+        lambda a, b: a * b, [x.detach().clone().requires_grad_(), w], on_reference=True
+    )
     assert actual == expected == [("pack", (3,), torch.float64), ("unpack", (3,), torch.float64)]
 
 
-@pytest.mark.parametrize("name", ["product-sum", "matmul-chain", "mlp", "inplace-through-views", "multi-output"])
+@pytest.mark.parametrize(
+    "name", ["product-sum", "matmul-chain", "mlp", "inplace-through-views", "multi-output"]
+)
 def test_lossy_hooks_give_eager_gradients(name):
     fn, shapes = PROGRAMS[name]
     _, hooks = _recording_hooks(lossy=True)
@@ -223,14 +239,20 @@ def _exp_sum(x):
 
 
 def _exp_storage(ledger) -> int:
-    """The storage of exp's float32 result (a bfloat16 packed copy may be allocated at that step too)."""
-    (storage,) = [e.storage for e in ledger.events if e.kind == "alloc" and e.node == "exp" and e.nbytes == 4 * 4]
+    """The storage of exp's float32 result (a bfloat16 packed copy may be allocated at that step
+    too)."""
+    (storage,) = [
+        e.storage
+        for e in ledger.events
+        if e.kind == "alloc" and e.node == "exp" and e.nbytes == 4 * 4
+    ]
     return storage
 
 
 def test_pack_result_replaces_the_saved_tensor_in_the_ledger():
     """exp saves its result. Without hooks the tape holds it past its last use; with a pack that
-    returns a new tensor, the result dies at its last use (the sum) and the packed copy lives on."""
+    returns a new tensor, the result dies at its last use (the sum) and the packed copy lives
+    on."""
     x = torch.randn(4, requires_grad=True)
     plain = run(_exp_sum, x).ledger
     assert _exp_storage(plain) in plain.probes[-1].alive
@@ -314,7 +336,8 @@ SINGLE_OPS = {
 
 @pytest.mark.parametrize("name", SINGLE_OPS)
 def test_single_ops_save_what_eager_saves(name):
-    """r[hooks.eager.saved-set]: derived from each rule, the saved set and its order are eager's."""
+    """r[hooks.eager.saved-set]: derived from each rule, the saved set and its order are
+    eager's."""
     tensors = _leaves([(3, 4), (3, 4)], seed=2)
     expected = _hook_calls(SINGLE_OPS[name], _copies(tensors), on_reference=False)
     assert _hook_calls(SINGLE_OPS[name], _copies(tensors), on_reference=True) == expected

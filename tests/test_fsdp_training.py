@@ -70,7 +70,9 @@ def _compiled(backend: str):
         # Dynamo's graph through the same plan; PyTorch 2.13's aot_eager fails on this program
         # (benchmarks/fsdp_memory.py)
         torch._dynamo.reset()
-        return torch.compile(two_layers, backend="aotspec", fullgraph=True, options={"backend": backend[7:]})
+        return torch.compile(
+            two_layers, backend="aotspec", fullgraph=True, options={"backend": backend[7:]}
+        )
     return aotspec.compile(two_layers, backend=backend)
 
 
@@ -78,7 +80,9 @@ def _compiled(backend: str):
 def test_gradients_reach_the_gathered_parameters_as_in_eager(backend):
     expected = run(two_layers)
     got = run(_compiled(backend))
-    for name, want, have in zip(["y", "x.grad", "w1.grad", "w2.grad"], expected[:4], got[:4], strict=True):
+    for name, want, have in zip(
+        ["y", "x.grad", "w1.grad", "w2.grad"], expected[:4], got[:4], strict=True
+    ):
         torch.testing.assert_close(have, want, msg=f"{name} differs from eager")
     assert got[4] == expected[4] == (0, 0)  # resharded after the forward
     assert got[5] == expected[5]  # one version per gather, as eager's copy_ gives

@@ -50,7 +50,9 @@ def compiled_saves(fn, *args) -> list[tuple[tuple[int, ...], torch.dtype]]:
     (plan,) = compiled._plans.values()
     (outputs,) = next(reversed(plan.forward.graph.nodes)).args
     saved = [node.meta["val"] for node in outputs[len(outputs) - plan.num_saved :]]
-    assert all(isinstance(value, torch.Tensor) for value in saved), "a multi-output op is saved whole"
+    assert all(isinstance(value, torch.Tensor) for value in saved), (
+        "a multi-output op is saved whole"
+    )
     return [(tuple(value.shape), value.dtype) for value in saved]
 
 
@@ -70,13 +72,17 @@ def test_softmax_saves_its_result_as_eager_does():
     """mm saves x and w, softmax its (8, 6) result: not the scores, exps and sums as well."""
     args = make(8, 5, requires_grad=True), make(5, 6, requires_grad=True)
     expected = eager_saves(softmax_loss, *args)
-    assert Counter(expected) == Counter([((8, 5), torch.float32), ((5, 6), torch.float32), ((8, 6), torch.float32)])
+    assert Counter(expected) == Counter(
+        [((8, 5), torch.float32), ((5, 6), torch.float32), ((8, 6), torch.float32)]
+    )
     assert Counter(expected) == Counter(compiled_saves(softmax_loss, *args))
 
 
 def test_log_softmax_saves_its_result_as_eager_does():
     args = make(8, 5), make(5, 6, requires_grad=True)
-    assert Counter(eager_saves(log_softmax_loss, *args)) == Counter(compiled_saves(log_softmax_loss, *args))
+    assert Counter(eager_saves(log_softmax_loss, *args)) == Counter(
+        compiled_saves(log_softmax_loss, *args)
+    )
 
 
 def layer_norm_loss(x, w, weight, bias):
@@ -89,7 +95,12 @@ def test_layer_norm_saves_input_weight_bias_and_statistics_as_eager_does():
     weight, bias = make(6, requires_grad=True), make(6, requires_grad=True)
     expected = eager_saves(layer_norm_loss, x, w, weight, bias)
     # x for w's gradient; the product, weight, bias, mean and rstd for layer_norm's.
-    saves = [((8, 5), torch.float32), ((8, 6), torch.float32), ((6,), torch.float32), ((6,), torch.float32)]
+    saves = [
+        ((8, 5), torch.float32),
+        ((8, 6), torch.float32),
+        ((6,), torch.float32),
+        ((6,), torch.float32),
+    ]
     saves += [((8, 1), torch.float32), ((8, 1), torch.float32)]
     assert Counter(expected) == Counter(saves)
     assert Counter(expected) == Counter(compiled_saves(layer_norm_loss, x, w, weight, bias))
@@ -97,7 +108,9 @@ def test_layer_norm_saves_input_weight_bias_and_statistics_as_eager_does():
 
 def test_layer_norm_without_affine_saves_input_and_statistics():
     args = make(8, 5), make(5, 6, requires_grad=True), None, None
-    assert Counter(eager_saves(layer_norm_loss, *args)) == Counter(compiled_saves(layer_norm_loss, *args))
+    assert Counter(eager_saves(layer_norm_loss, *args)) == Counter(
+        compiled_saves(layer_norm_loss, *args)
+    )
 
 
 def test_on_3d_inputs_the_saves_differ_from_eager_by_views_only():
@@ -112,7 +125,8 @@ def test_on_3d_inputs_the_saves_differ_from_eager_by_views_only():
 
 def test_attention_scores_are_saved_once():
     """softmax(q @ k^T) @ v: the plan saves the probabilities once, for softmax's backward and the
-    second bmm's alike, where eager packs them once for each; q and k differ from eager by views."""
+    second bmm's alike, where eager packs them once for each; q and k differ from eager by
+    views."""
 
     def attention(q, k, v):
         return (torch.softmax(q @ k.transpose(-2, -1), -1) @ v).sum()
@@ -120,4 +134,6 @@ def test_attention_scores_are_saved_once():
     args = [make(2, 4, 3, requires_grad=True) for _ in range(3)]
     actual = compiled_saves(attention, *args)
     assert 1 == actual.count(((2, 4, 4), torch.float32))
-    assert numels(eager_saves(attention, *args)) - numels(actual) == Counter({(32, torch.float32): 1})
+    assert numels(eager_saves(attention, *args)) - numels(actual) == Counter(
+        {(32, torch.float32): 1}
+    )

@@ -53,7 +53,8 @@ def call_and_grads(fn, inputs, hooks=None):
 
 
 def expected_matmul_sin_grads(a, b):
-    """sin saves mm = a @ b (an intermediate, so packed under every filter); mm's rule reads a, b."""
+    """sin saves mm = a @ b (an intermediate, so packed under every filter); mm's rule reads a,
+    b."""
     with torch.no_grad():
         g = torch.cos(rounded(a @ b))
         return [g @ b.t(), a.t() @ g]
@@ -132,7 +133,10 @@ def _pack_outside_the_table(x):
 @pytest.mark.parametrize(
     "hooks, reason",
     [
-        ((pack_bf16, _unpack_wrong_dtype), "torch.bfloat16 tensor of shape (4, 3) for a saved torch.float32"),
+        (
+            (pack_bf16, _unpack_wrong_dtype),
+            "torch.bfloat16 tensor of shape (4, 3) for a saved torch.float32",
+        ),
         ((_pack_in_place, unpack_f32), "mutates tensors in place"),
         ((_pack_reads_data, unpack_f32), "_pack_reads_data"),
         ((_pack_outside_the_table, unpack_f32), "_pack_outside_the_table"),
@@ -143,7 +147,10 @@ def test_untraceable_hooks_are_rejected_before_anything_runs(backend, hooks, rea
     a, b = leaves((4, 5), (5, 3))
     before = [(t.detach().clone(), t._version) for t in (a, b)]
     compiled = aotspec.compile(matmul_sin, backend=backend)
-    with torch.autograd.graph.saved_tensors_hooks(*hooks), pytest.raises(UnsupportedError) as raised:
+    with (
+        torch.autograd.graph.saved_tensors_hooks(*hooks),
+        pytest.raises(UnsupportedError) as raised,
+    ):
         compiled(a, b)
     message = str(raised.value)
     assert "rule hooks.compiled.untraceable" in message and reason in message
@@ -213,13 +220,16 @@ def test_donated_selecting_nothing_warns_once_per_compilation(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_no_static_leaves_parameters_and_static_inputs_alone(backend):
-    """r[hooks.filter.no-static]: x is packed; a Parameter and a mark_static_address input are not."""
+    """r[hooks.filter.no-static]: x is packed; a Parameter and a mark_static_address input are
+    not."""
     torch.manual_seed(0)
     x = torch.randn(5).requires_grad_()
     w = torch.nn.Parameter(torch.randn(5))
     s = torch.randn(5).requires_grad_()
     torch._dynamo.mark_static_address(s)
-    compiled = aotspec.compile(lambda x, w, s: (x * w * s).sum(), backend=backend, hooks_filter="no_static")
+    compiled = aotspec.compile(
+        lambda x, w, s: (x * w * s).sum(), backend=backend, hooks_filter="no_static"
+    )
     gx, gw, gs = call_and_grads(compiled, [x, w, s], (pack_bf16, unpack_f32))
     with torch.no_grad():
         # (x * w) * s: mul saves x and w (the first product), then x * w (intermediate) and s.
@@ -236,7 +246,11 @@ def test_fast_and_reference_agree_under_lossy_hooks():
 
     for hooks_filter in ["donated", "no_static", "all"]:
         got = [
-            call_and_grads(aotspec.compile(mlp, backend=b, hooks_filter=hooks_filter), inputs, (pack_bf16, unpack_f32))
+            call_and_grads(
+                aotspec.compile(mlp, backend=b, hooks_filter=hooks_filter),
+                inputs,
+                (pack_bf16, unpack_f32),
+            )
             for b in BACKENDS
         ]
         for reference, fast in zip(*got, strict=True):

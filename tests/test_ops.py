@@ -783,8 +783,12 @@ SAMPLES: dict[torch._ops.OpOverload, OpSamples] = {
     aten._softmax.default: OpSamples(FLOATS, softmax_samples),
     aten._log_softmax.default: OpSamples(FLOATS, softmax_samples),
     aten.native_layer_norm.default: OpSamples(FLOATS, layer_norm_samples),
-    aten._softmax_backward_data.default: OpSamples(FLOATS, partial(softmax_backward_samples, aten._softmax)),
-    aten._log_softmax_backward_data.default: OpSamples(FLOATS, partial(softmax_backward_samples, aten._log_softmax)),
+    aten._softmax_backward_data.default: OpSamples(
+        FLOATS, partial(softmax_backward_samples, aten._softmax)
+    ),
+    aten._log_softmax_backward_data.default: OpSamples(
+        FLOATS, partial(softmax_backward_samples, aten._log_softmax)
+    ),
     aten.native_layer_norm_backward.default: OpSamples(FLOATS, layer_norm_backward_samples),
     # Creation.
     aten.zeros.default: OpSamples(KINDS, sizes),
@@ -905,7 +909,12 @@ def _call(op, sample: Sample, inputs):
 #: transposed: eager gives a contiguous output, the meta kernel the operand's dim order.
 #: r[ops.fresh-output] follows the meta kernel, so these are held to its strides.
 META_STRIDES = frozenset(
-    {aten.floor_divide.default, aten.div.Tensor_mode, aten.pow.Scalar, aten._log_softmax_backward_data.default}
+    {
+        aten.floor_divide.default,
+        aten.div.Tensor_mode,
+        aten.pow.Scalar,
+        aten._log_softmax_backward_data.default,
+    }
 )
 
 
@@ -1166,9 +1175,12 @@ def test_op_outside_table_is_rejected_at_capture():
     torch.testing.assert_close(x, torch.zeros(3))
 
 
-@pytest.mark.parametrize("op", [aten._softmax.default, aten._log_softmax.default], ids=qualified_name)
+@pytest.mark.parametrize(
+    "op", [aten._softmax.default, aten._log_softmax.default], ids=qualified_name
+)
 def test_half_to_float_is_refused(op):
-    """r[ops.table]: half_to_float=True is a CUDA-only form, which PyTorch's CPU kernels refuse too."""
+    """r[ops.table]: half_to_float=True is a CUDA-only form, which PyTorch's CPU kernels refuse
+    too."""
     with pytest.raises(UnsupportedError, match="half_to_float=True") as raised:
         run(lambda x: op(x, -1, True), Make(torch.float16)((3, 4)))
     assert "ops.table" == raised.value.rule

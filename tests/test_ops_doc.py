@@ -18,7 +18,8 @@ ROW = re.compile(r"^\| `(?P<op>[^`]+)` \| (?P<kind>[^|]+?) \| (?P<effect>[^|]+?)
 
 
 def table_rows() -> list[tuple[str, str, str]]:
-    """(op, kind, effect) of every OP_TABLE entry and every op defined on import, sorted by name."""
+    """(op, kind, effect) of every OP_TABLE entry and every op defined on import, sorted by
+    name."""
     rows = [(entry.name, entry.kind.value, entry.effect) for entry in OP_TABLE.values()]
     rows += [(name, kind.value, effect) for name, (kind, _, effect) in DEFINED_ON_IMPORT.items()]
     return sorted(rows)

@@ -25,7 +25,11 @@ def test_resize_keeps_the_prefix():
 
 def test_reading_beyond_the_storage_names_the_tensor_and_rule():
     t = Tensor(Storage.zeros(8), Layout.contiguous(torch.float32, (4,)), name="w")
-    with pytest.raises(SpecViolation, match=r"read of tensor w .*needs 16 bytes but its storage holds 8 \[rule memory.access-in-bounds\]"):
+    with pytest.raises(
+        SpecViolation,
+        match=r"read of tensor w .*needs 16 bytes but its storage holds 8 "
+        r"\[rule memory.access-in-bounds\]",
+    ):
         t.read()
 
 

@@ -11,7 +11,9 @@ import ast
 import re
 from pathlib import Path
 
+from aotspec.cli import main
 from aotspec.conformance.cases import ALL_CASES
+from aotspec.rules import all_rules
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFINITION = re.compile(r"^r\[([a-z0-9][a-z0-9.\-]*)\]$", re.MULTILINE)
@@ -35,7 +37,9 @@ def defined_rules() -> dict[str, str]:
     rules: dict[str, str] = {}
     for path in _chapters():
         for rule in DEFINITION.findall(path.read_text()):
-            assert rule not in rules, f"rule {rule} is defined in both {rules[rule]} and {path.name}"
+            assert rule not in rules, (
+                f"rule {rule} is defined in both {rules[rule]} and {path.name}"
+            )
             rules[rule] = path.name
     return rules
 
@@ -60,14 +64,20 @@ def test_the_spec_defines_rules():
 
 def test_every_cited_rule_is_defined():
     defined = defined_rules()
-    undefined = {rule: sorted(where) for rule, where in cited_rules().items() if rule not in defined}
-    assert not undefined, f"cited but not defined in specs/*.md (define them, or fix the ID): {undefined}"
+    undefined = {
+        rule: sorted(where) for rule, where in cited_rules().items() if rule not in defined
+    }
+    assert not undefined, (
+        f"cited but not defined in specs/*.md (define them, or fix the ID): {undefined}"
+    )
 
 
 def test_every_rule_has_a_conformance_case():
     covered = {rule for case in ALL_CASES for rule in case.rules}
     missing = sorted(set(defined_rules()) - covered)
-    assert not missing, f"rules without a conformance case (add one in conformance/cases/): {missing}"
+    assert not missing, (
+        f"rules without a conformance case (add one in conformance/cases/): {missing}"
+    )
 
 
 def test_the_checker_sees_citations_in_code():
@@ -98,7 +108,9 @@ def rules_beside_code() -> dict[str, set[str]]:
 
 def test_every_rule_is_cited_beside_the_code_that_implements_it():
     beside = rules_beside_code()
-    missing = sorted(rule for rule in defined_rules() if rule not in beside and rule not in EMERGENT)
+    missing = sorted(
+        rule for rule in defined_rules() if rule not in beside and rule not in EMERGENT
+    )
     assert not missing, (
         f"rules cited beside no code (cite each on the line that does the work, "
         f"`# r[rule.id]`, or list it in EMERGENT with the reason): {missing}"
@@ -108,9 +120,25 @@ def test_every_rule_is_cited_beside_the_code_that_implements_it():
 def test_emergent_rules_are_defined_and_not_implemented_elsewhere():
     defined, beside = defined_rules(), rules_beside_code()
     assert set(EMERGENT) <= set(defined)
-    assert not set(EMERGENT) & set(beside), "an emergent rule is cited in code: drop it from EMERGENT"
+    assert not set(EMERGENT) & set(beside), (
+        "an emergent rule is cited in code: drop it from EMERGENT"
+    )
 
 
 def test_the_checker_ignores_module_docstrings():
     text = '''"""A module implementing r[a.b]."""\n\nx = 1  # r[c.d]\n'''
     assert CITATION.findall(_without_module_docstring(text)) == ["c.d"]
+
+
+def test_every_rule_opens_by_id_from_the_package():
+    """`aotspec rule ID` reads the chapters the package ships: every rule, with its text."""
+    shipped = all_rules()
+    assert set(shipped) == set(defined_rules())
+    assert all(rule.text and rule.chapter == defined_rules()[rule.id] for rule in shipped.values())
+
+
+def test_the_rule_command_prints_a_rule_and_refuses_an_unknown_one(capsys):
+    assert main(["rule", "boxed.steal.read-only"]) == 0
+    assert "A stolen tensor may only be read" in capsys.readouterr().out
+    assert main(["rule", "boxed.nonexistent"]) == 2
+    assert "boxed.steal.read-only" in capsys.readouterr().err

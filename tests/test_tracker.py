@@ -38,7 +38,12 @@ def test_temporaries_die_right_after_their_last_reader():
     with tracker:
         out = chain(x)
     mul, exp, total = 1, 2, 3  # ids in order of allocation, after x's 0
-    assert [p.node for p in tracker.probes] == ["<start>", "aten.mul.Tensor", "aten.exp.default", "aten.sum.default"]
+    assert [p.node for p in tracker.probes] == [
+        "<start>",
+        "aten.mul.Tensor",
+        "aten.exp.default",
+        "aten.sum.default",
+    ]
     assert [p.alive for p in tracker.probes] == [
         {x_id},
         {x_id, mul},
@@ -94,7 +99,9 @@ def test_resize_to_zero_frees_the_bytes_and_keeps_the_storage():
     resizes = [(e.node, e.nbytes, e.live_bytes) for e in tracker.events if e.kind == "resize"]
     node = "inductor.resize_storage_bytes_.default"
     assert resizes == [(node, 0, 0), (node, FLOAT4, FLOAT4)]
-    assert [p.alive for p in tracker.probes] == [{w_id}] * 3  # alive at zero bytes, as in the reference
+    assert [p.alive for p in tracker.probes] == [
+        {w_id}
+    ] * 3  # alive at zero bytes, as in the reference
     assert [p.live_bytes for p in tracker.probes] == [FLOAT4, 0, FLOAT4]
 
 
@@ -134,7 +141,11 @@ def mlp_step(x, w1, w2):
 
 
 def test_backward_ops_are_seen_and_saved_activations_freed():
-    x, w1, w2 = torch.ones(2, 3), torch.ones(3, 4, requires_grad=True), torch.ones(4, 1, requires_grad=True)
+    x, w1, w2 = (
+        torch.ones(2, 3),
+        torch.ones(3, 4, requires_grad=True),
+        torch.ones(4, 1, requires_grad=True),
+    )
     tracker = MemoryTracker()
     tracker.track(x, w1, w2)
     with tracker:
@@ -187,7 +198,9 @@ def test_fast_backend_aot_eager_and_eager_peak_alike_and_as_the_reference():
     reference = aotspec.compile(chain, backend="reference")
     reference(x)
     assert reference.last_run.ledger.peak_bytes == 3 * FLOAT4
-    assert tracked_peak(chain, x) == tracked_peak(fast, x) == tracked_peak(aot_eager, x) == 3 * FLOAT4
+    assert (
+        tracked_peak(chain, x) == tracked_peak(fast, x) == tracked_peak(aot_eager, x) == 3 * FLOAT4
+    )
 
 
 def test_aot_eager_compiles_under_the_tracker_and_its_ops_are_seen():

@@ -97,7 +97,8 @@ CASES = [
         hooks=_LOSSY,
         hooks_filter="all",
         backward=True,
-        # mul saves x for w's gradient and w for x's: both are packed, so both gradients are rounded.
+        # mul saves x for w's gradient and w for x's: both are packed, so both gradients are
+        # rounded.
         expect=[
             Values("out0", (_X * _W).sum()),
             Values("x.grad", _rounded(_W)),
@@ -125,7 +126,8 @@ CASES = [
         program=_product,
         hooks=_LOSSY,
         backward=True,
-        # Only inputs are saved: donated selects nothing, the gradients are exact, and aotspec warns.
+        # Only inputs are saved: donated selects nothing, the gradients are exact, and aotspec
+        # warns.
         expect=[
             Values("x.grad", _W),
             Values("w.grad", _X),
@@ -147,7 +149,8 @@ CASES = [
         backward=True,
         expect=[
             Values("out0", _matmul_sin(_A, _B)),
-            # sin saves mm = a @ b, an intermediate: packed; mm's rule reads the inputs, not packed.
+            # sin saves mm = a @ b, an intermediate: packed; mm's rule reads the inputs, not
+            # packed.
             Values("a.grad", _MM_GRADS[0]),
             Values("b.grad", _MM_GRADS[1]),
             # pack right after mm's last forward use (sin), and mm dies there;
@@ -237,7 +240,8 @@ CASES = [
         ],
         skip={
             **_EAGER_ONLY_INNER,
-            "reference-eager": "a captured graph does not record which ops ran inside a hooks context entered in it",
+            "reference-eager": "a captured graph does not record which ops ran inside a hooks "
+            "context entered in it",
         },
     ),
     Case(

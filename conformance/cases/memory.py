@@ -103,7 +103,8 @@ CASES = [
             )
         ],
         skip={
-            "torch-eager": "eager PyTorch segfaults reading a zero-byte storage on CPU (docs/torch-2.13.md section 2.2)"
+            "torch-eager": "eager PyTorch segfaults reading a zero-byte storage on CPU "
+            "(docs/torch-2.13.md section 2.2)"
         },
     ),
     Case(
@@ -114,7 +115,8 @@ CASES = [
         program=_chain,
         expect=[
             Values("out0", torch.exp(torch.cos(torch.sin(torch.zeros(4))))),
-            # inputs 16; sin makes a (32); cos makes b and drops a (48 -> 32); exp makes c, drops b.
+            # inputs 16; sin makes a (32); cos makes b and drops a (48 -> 32); exp makes c, drops
+            # b.
             LiveBytesAfter("sin", 32),
             LiveBytesAfter("cos", 32),
             LiveBytesAfter("exp", 32),

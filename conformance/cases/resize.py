@@ -126,7 +126,8 @@ CASES = [
         expect=[
             Values("out0", 120.0),
             StorageBytes("w", 0),
-            # src 64 + w's 64 gathered bytes + sum's 4; never the resize's 64 and the copy's 64 at once
+            # src 64 + w's 64 gathered bytes + sum's 4; never the resize's 64 and the copy's 64 at
+            # once
             PeakBytes(132),
         ],
     ),

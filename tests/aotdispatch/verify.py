@@ -1,0 +1,887 @@
+"""Shared machinery for the ports of PyTorch's AOTAutograd tests (issue 17).
+
+PyTorch checks AOTAutograd with `verify_aot_autograd`: it builds the inputs twice, runs the
+function eagerly on one copy and compiled on the other, and compares what a user can see. The
+ports here do the same against aotspec, with eager PyTorch at test time as the only oracle:
+
+- `verify(fn, make_inputs, backend, ...)`: the standard check. Outputs (values, dtype, shape,
+  requires_grad, leafness, which inputs and which other outputs share their storage), the inputs
+  after the call (values, shape, strides, storage offset, requires_grad), errors (the same
+  exception type from both), then backward on the sum of every output that requires grad and the
+  `.grad` of every autograd leaf behind the inputs (and of modules' parameters), and the inputs
+  again after the backward (a backward may write into them).
+- `same_as_eager(fn, scenario, backend, ...)`: for tests that do more than call once and
+  backward: `scenario(call, rec)` drives the function and records what it sees with `rec`; both
+  records must agree.
+
+Each test runs for three backends: `aotspec.compile(fn, backend="reference")`, `"fast"`, and
+Dynamo with `torch.compile(fn, backend="aotspec")` (`"dynamo"`). `per_backend` parametrizes a test
+by backend and marks the pairs listed in `KNOWN_FAILURES` as strict xfails: when a bug is fixed,
+its test XPASSes and fails the run until its line here is deleted. To see every failure as it
+is, run with AOTDISPATCH_IGNORE_KNOWN=1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.utils._pytree as pytree
+
+import aotspec
+
+BACKENDS = ("reference", "fast", "dynamo")
+IGNORE_KNOWN = os.environ.get("AOTDISPATCH_IGNORE_KNOWN") == "1"
+
+# (test name, backend) -> why it fails today. One entry per failing pair; delete it when
+# the pair passes (strict xfail turns a fixed test into a failure until then).
+# fmt: off
+KNOWN_FAILURES: dict[tuple[str, str], str] = {
+    # test_aotdispatch_autograd.py
+    ("test_input_output_aliase_custom_autograd_function", "reference"):
+        "wrong grad: autograd.Function returning its input",
+    ("test_input_output_aliase_custom_autograd_function", "fast"):
+        "wrong grad: autograd.Function returning its input",
+    ("test_input_output_aliase_custom_autograd_function", "dynamo"):
+        "wrong grad: autograd.Function returning its input",
+    ("test_backward_mutation_data", "reference"):
+        "wrong input: backward's write into a forward input is lost",
+    ("test_backward_mutation_data", "fast"):
+        "wrong input: backward's write into a forward input is lost",
+    ("test_backward_mutation_data", "dynamo"):
+        "wrong grad: missing grad through autograd.Function (Dynamo)",
+    ("test_fw_bw_mutation_no_functionalization1", "reference"): "unsupported: op _foreach_mul_",
+    ("test_fw_bw_mutation_no_functionalization1", "fast"): "unsupported: op _foreach_mul_",
+    ("test_fw_bw_mutation_no_functionalization1", "dynamo"): "unsupported: op _foreach_mul_",
+    ("test_fw_bw_mutation_no_functionalization2", "reference"): "unsupported: op _foreach_mul_",
+    ("test_fw_bw_mutation_no_functionalization2", "fast"): "unsupported: op _foreach_mul_",
+    ("test_fw_bw_mutation_no_functionalization2", "dynamo"): "unsupported: op _foreach_mul_",
+    ("test_backward_mutation_on_grad_out", "reference"):
+        "wrong grad: custom backward writes into grad_output",
+    ("test_backward_mutation_on_grad_out", "fast"):
+        "wrong grad: custom backward writes into grad_output",
+    ("test_backward_mutation_on_grad_out", "dynamo"):
+        "wrong grad: custom backward writes into grad_output",
+    ("test_backward_mutation_forward_inputs", "reference"):
+        "unsupported: custom_op with register_autograd",
+    ("test_backward_mutation_forward_inputs", "fast"):
+        "unsupported: custom_op with register_autograd",
+    ("test_backward_mutation_forward_inputs", "dynamo"):
+        "unsupported: custom_op with register_autograd",
+    ("test_backward_mutation_forward_inputs_create_graph", "reference"):
+        "unsupported: custom_op with register_autograd",
+    ("test_backward_mutation_forward_inputs_create_graph", "fast"):
+        "unsupported: custom_op with register_autograd",
+    ("test_backward_mutation_forward_inputs_create_graph", "dynamo"):
+        "unsupported: custom_op with register_autograd",
+    ("test_some_output_requires_grad_input_doesnt", "reference"):
+        "wrong requires_grad: requires_grad_() in the program",
+    ("test_some_output_requires_grad_input_doesnt", "fast"):
+        "wrong requires_grad: requires_grad_() in the program",
+    ("test_new_inp_requires_grad_now", "reference"):
+        "wrong requires_grad: x.add_(y), y requiring grad",
+    ("test_new_inp_requires_grad_now", "fast"): "wrong requires_grad: x.add_(y), y requiring grad",
+    ("test_new_inp_requires_grad_now", "dynamo"):
+        "wrong requires_grad: x.add_(y), y requiring grad",
+    ("test_input_inplace_requires_grad_true", "reference"):
+        "wrong requires_grad: requires_grad_() in the program",
+    ("test_input_inplace_requires_grad_true", "fast"):
+        "wrong requires_grad: requires_grad_() in the program",
+    ("test_aot_dispatch_output_requires_grad_in_no_grad", "reference"):
+        "wrong requires_grad: enable_grad inside no_grad",
+    ("test_aot_dispatch_output_requires_grad_in_no_grad", "fast"):
+        "wrong requires_grad: enable_grad inside no_grad",
+    ("test_aot_dispatch_output_requires_grad_in_no_grad", "dynamo"):
+        "wrong requires_grad: enable_grad inside no_grad",
+    ("test_mutations_in_bw_detached_from_tangent", "reference"):
+        "wrong input: backward's write into a forward input is lost",
+    ("test_mutations_in_bw_detached_from_tangent", "fast"):
+        "wrong input: backward's write into a forward input is lost",
+    ("test_mutations_in_bw_detached_from_tangent", "dynamo"):
+        "wrong requires_grad: autograd.Function output under Dynamo",
+    ("test_mutations_in_bw_requires_grad_input", "reference"):
+        "wrong input: backward's write into a forward input is lost",
+    ("test_mutations_in_bw_requires_grad_input", "fast"):
+        "wrong input: backward's write into a forward input is lost",
+    ("test_mutations_in_bw_requires_grad_input", "dynamo"):
+        "wrong requires_grad: autograd.Function output under Dynamo",
+    ("test_mutation_of_input_in_fw_and_bw", "reference"):
+        "wrong input: backward's write into a forward input is lost",
+    ("test_mutation_of_input_in_fw_and_bw", "fast"):
+        "wrong input: backward's write into a forward input is lost",
+    ("test_mutation_of_input_in_fw_and_bw", "dynamo"):
+        "wrong requires_grad: autograd.Function output under Dynamo",
+
+    # test_aotdispatch_hooks.py
+    ("test_saved_tensors_hooks_base", "reference"):
+        "wrong grad: autograd.Function returning its input",
+    ("test_saved_tensors_hooks_base", "fast"): "wrong grad: autograd.Function returning its input",
+    ("test_saved_tensors_hooks_base", "dynamo"):
+        "wrong grad: autograd.Function returning its input",
+    ("test_saved_tensors_hooks_params", "reference"): "unsupported: dtype float8_e5m2",
+    ("test_saved_tensors_hooks_params", "fast"):
+        "wrong grad: autograd.Function returning its input",
+    ("test_saved_tensors_hooks_params", "dynamo"):
+        "wrong grad: autograd.Function returning its input",
+    ("test_saved_tensors_hooks_donated_buffers", "reference"):
+        "wrong grad: autograd.Function returning its input",
+    ("test_saved_tensors_hooks_donated_buffers", "fast"):
+        "wrong grad: autograd.Function returning its input",
+    ("test_saved_tensors_hooks_donated_buffers", "dynamo"):
+        "wrong grad: autograd.Function returning its input",
+    ("test_saved_tensors_hooks_gm_data_dependent_probe", "reference"):
+        "unsupported: pack hook calling torch.all(...).item()",
+    ("test_saved_tensors_hooks_gm_data_dependent_probe", "fast"):
+        "unsupported: pack hook calling torch.all(...).item()",
+    ("test_saved_tensors_hooks_gm_data_dependent_probe", "dynamo"):
+        "unsupported: pack hook calling torch.all(...).item()",
+    ("test_saved_tensors_hooks_recompile", "reference"):
+        "wrong grad: autograd.Function returning its input",
+    ("test_saved_tensors_hooks_recompile", "fast"):
+        "wrong grad: autograd.Function returning its input",
+    ("test_saved_tensors_hooks_recompile", "dynamo"):
+        "wrong grad: autograd.Function returning its input",
+    ("test_saved_tensors_hooks_mutations_raise", "reference"):
+        "missing error: pack hook writing its input",
+    ("test_saved_tensors_hooks_mutations_raise", "fast"):
+        "missing error: pack hook writing its input",
+    ("test_saved_tensors_hooks_mutations_raise", "dynamo"):
+        "missing error: pack hook writing its input",
+
+    # test_aotdispatch_misc.py
+    ("test_complex_linear", "reference"): "unsupported: dtype complex64",
+    ("test_complex_linear", "fast"): "unsupported: dtype complex64",
+    ("test_complex_linear", "dynamo"): "unsupported: dtype complex64",
+    ("test_embedding_bag_view_dynamic", "reference"): "unsupported: op _embedding_bag",
+    ("test_embedding_bag_view_dynamic", "fast"): "unsupported: op _embedding_bag",
+    ("test_embedding_bag_view_dynamic", "dynamo"): "unsupported: op _embedding_bag",
+    ("test_sparse_csr_creation", "reference"): "crash: tensor constant made inside the program",
+    ("test_sparse_csr_creation", "fast"): "crash: tensor constant made inside the program",
+    ("test_sparse_csr_creation", "dynamo"): "crash: tensor constant made inside the program",
+    ("test_sparse_csr_creation_requires_grad_errors", "reference"):
+        "crash: tensor constant made inside the program",
+    ("test_sparse_csr_creation_requires_grad_errors", "fast"):
+        "crash: tensor constant made inside the program",
+    ("test_sparse_csr_creation_requires_grad_errors", "dynamo"):
+        "crash: tensor constant made inside the program",
+    ("test_batchnorm", "reference"): "unsupported: op native_batch_norm",
+    ("test_batchnorm", "fast"): "unsupported: op native_batch_norm",
+    ("test_batchnorm", "dynamo"): "unsupported: op native_batch_norm",
+    ("test_batchnorm_inference", "reference"): "unsupported: op native_batch_norm",
+    ("test_batchnorm_inference", "fast"): "unsupported: op native_batch_norm",
+    ("test_batchnorm_inference", "dynamo"): "unsupported: op native_batch_norm",
+    ("test_buffer_batch_norm", "reference"): "unsupported: op native_batch_norm",
+    ("test_buffer_batch_norm", "fast"): "unsupported: op native_batch_norm",
+    ("test_buffer_batch_norm", "dynamo"): "unsupported: op native_batch_norm",
+    ("test_lift_fresh_copy_in_graph", "reference"):
+        "crash: tensor constant made inside the program",
+    ("test_lift_fresh_copy_in_graph", "fast"): "crash: tensor constant made inside the program",
+    ("test_lift_fresh_copy_in_graph", "dynamo"): "crash: tensor constant made inside the program",
+    ("test_inference_python_dispatcher", "reference"): "unsupported: op upsample_bilinear2d",
+    ("test_inference_python_dispatcher", "fast"): "unsupported: op upsample_bilinear2d",
+    ("test_inference_python_dispatcher", "dynamo"): "unsupported: op upsample_bilinear2d",
+    ("test_rrelu", "reference"): "unsupported: op rrelu_with_noise",
+    ("test_rrelu", "fast"): "unsupported: op rrelu_with_noise",
+    ("test_rrelu", "dynamo"): "unsupported: op rrelu_with_noise",
+    ("test_layer_norm", "reference"): "wrong value: layer_norm not bitwise equal to eager",
+    ("test_rrelu_with_noise_mutation", "reference"): "unsupported: op rrelu_with_noise_functional",
+    ("test_rrelu_with_noise_mutation", "fast"): "unsupported: op rrelu_with_noise_functional",
+    ("test_rrelu_with_noise_mutation", "dynamo"): "unsupported: op rrelu_with_noise_functional",
+    ("test_lift_after_factory", "reference"): "unsupported: op randint",
+    ("test_lift_after_factory", "fast"): "unsupported: op randint",
+    ("test_lift_after_factory", "dynamo"): "unsupported: op randint",
+
+    # test_aotdispatch_mutations.py
+    ("test_input_mutation_simple", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_simple", "fast"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_simple", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_set__and_data_mutation_good", "dynamo"):
+        "unsupported: write into aliased inputs requiring grad",
+    ("test_set__not_allowed", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_set__not_allowed", "fast"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_set__not_allowed", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_mutates_input_noncontiguous", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_mutates_input_noncontiguous", "fast"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_mutates_input_noncontiguous", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_modifies_autograd_meta_of_aliases", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_modifies_autograd_meta_of_aliases", "fast"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_modifies_autograd_meta_of_aliases", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_is_output", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_is_output", "fast"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_is_output", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_is_output_after_mutated_inputs", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_is_output_after_mutated_inputs", "fast"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_is_output_after_mutated_inputs", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_multiple", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_multiple", "fast"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_multiple", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_return", "reference"): "unsupported: op sin.out",
+    ("test_input_mutation_return", "fast"): "unsupported: op sin.out",
+    ("test_input_mutation_return", "dynamo"): "unsupported: op sin.out",
+    ("test_input_mutation_metadata", "reference"): "unsupported: metadata mutation transpose_",
+    ("test_input_mutation_metadata", "fast"): "unsupported: metadata mutation transpose_",
+    ("test_input_mutation_resize_", "reference"):
+        "unsupported: op _fused_moving_avg_obs_fq_helper",
+    ("test_input_mutation_resize_", "fast"): "unsupported: op _fused_moving_avg_obs_fq_helper",
+    ("test_input_mutation_resize_", "dynamo"): "unsupported: op _fused_moving_avg_obs_fq_helper",
+    ("test_input_mutation_storage_resize_before_set_", "reference"):
+        "unsupported: set_ gives an input requiring grad a new shape",
+    ("test_input_mutation_storage_resize_before_set_", "fast"):
+        "unsupported: set_ gives an input requiring grad a new shape",
+    ("test_input_mutation_requires_grad_detach", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_requires_grad_detach", "fast"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_requires_grad_detach", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_requires_grad_no_grad_detach_mixed", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_requires_grad_no_grad_detach_mixed", "fast"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_requires_grad_no_grad_detach_mixed", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_metadata2", "reference"): "unsupported: metadata mutation transpose_",
+    ("test_input_mutation_metadata2", "fast"): "unsupported: metadata mutation transpose_",
+    ("test_input_mutation_metadata2", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_batchnorm", "reference"): "unsupported: op _native_batch_norm_legit",
+    ("test_input_mutation_batchnorm", "fast"): "unsupported: op _native_batch_norm_legit",
+    ("test_input_mutation_batchnorm", "dynamo"): "unsupported: op _native_batch_norm_legit",
+    ("test_input_data_and_metadata_mutation", "reference"): "unsupported: metadata mutation t_",
+    ("test_input_data_and_metadata_mutation", "fast"): "unsupported: metadata mutation t_",
+    ("test_input_data_and_metadata_mutation", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_data_and_metadata_mutation_aliases_other_input", "reference"):
+        "unsupported: metadata mutation t_",
+    ("test_input_data_and_metadata_mutation_aliases_other_input", "fast"):
+        "unsupported: metadata mutation t_",
+    ("test_input_data_and_metadata_mutation_aliases_other_input", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_noncontiguous", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_noncontiguous", "fast"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_noncontiguous", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_false_aliasing", "reference"):
+        "crash: AttributeError _tensor_constant0, aliased input views",
+    ("test_input_mutation_false_aliasing", "fast"):
+        "crash: AttributeError _tensor_constant0, aliased input views",
+    ("test_input_mutation_false_aliasing", "dynamo"):
+        "crash: AttributeError _tensor_constant0, aliased input views",
+    ("test_input_mutation_aliases_other_input", "reference"):
+        "crash: AttributeError _tensor_constant0, aliased input views",
+    ("test_input_mutation_aliases_other_input", "fast"):
+        "crash: AttributeError _tensor_constant0, aliased input views",
+    ("test_input_mutation_aliases_other_input", "dynamo"):
+        "crash: AttributeError _tensor_constant0, aliased input views",
+    ("test_input_mutation_aliases_other_input2", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_aliases_other_input2", "fast"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_aliases_other_input2", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_aliases_and_output_alias", "reference"):
+        "crash: AttributeError _tensor_constant0, aliased input views",
+    ("test_input_mutation_aliases_and_output_alias", "fast"):
+        "crash: AttributeError _tensor_constant0, aliased input views",
+    ("test_input_mutation_aliases_and_output_alias", "dynamo"):
+        "crash: AttributeError _tensor_constant0, aliased input views",
+    ("test_input_aliased_with_mutation_output_alias", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_aliased_with_mutation_output_alias", "fast"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_aliased_with_mutation_output_alias", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_aliased_with_mutation_nontensor_interleaved", "reference"):
+        "crash: AttributeError _tensor_constant0, aliased input views",
+    ("test_input_aliased_with_mutation_nontensor_interleaved", "fast"):
+        "crash: AttributeError _tensor_constant0, aliased input views",
+    ("test_input_aliased_with_mutation_nontensor_interleaved", "dynamo"):
+        "crash: AttributeError _tensor_constant0, aliased input views",
+    ("test_input_aliased_with_mutation_multiple_nontensors", "reference"):
+        "crash: AttributeError _tensor_constant0, aliased input views",
+    ("test_input_aliased_with_mutation_multiple_nontensors", "fast"):
+        "crash: AttributeError _tensor_constant0, aliased input views",
+    ("test_input_aliased_with_mutation_multiple_nontensors", "dynamo"):
+        "crash: AttributeError _tensor_constant0, aliased input views",
+    ("test_input_metadata_mutation_aliases", "reference"): "unsupported: metadata mutation t_",
+    ("test_input_metadata_mutation_aliases", "fast"): "unsupported: metadata mutation t_",
+    ("test_input_mutation_aliases_bases_out_of_order", "reference"):
+        "unsupported: metadata mutation unsqueeze_",
+    ("test_input_mutation_aliases_bases_out_of_order", "fast"):
+        "unsupported: metadata mutation unsqueeze_",
+    ("test_input_mutation_aliases_bases_out_of_order", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_unsqueeze_view_of_base_input", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_unsqueeze_view_of_base_input", "fast"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_unsqueeze_view_of_base_input", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_alias_everything", "reference"): "unsupported: metadata mutation t_",
+    ("test_input_mutation_alias_everything", "fast"): "unsupported: metadata mutation t_",
+    ("test_input_mutation_alias_everything", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_dupe_arg_torture", "reference"): "unsupported: metadata mutation t_",
+    ("test_dupe_arg_torture", "fast"): "unsupported: metadata mutation t_",
+    ("test_invalid_dupe_left_bias", "reference"): "unsupported: metadata mutation t_",
+    ("test_invalid_dupe_left_bias", "fast"): "unsupported: metadata mutation t_",
+    ("test_default_partitioner_saves_symints_not_tensors_for_bw", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_default_partitioner_saves_symints_not_tensors_for_bw", "fast"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_default_partitioner_saves_symints_not_tensors_for_bw", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_merge_view_inputs_error_non_differentiable_views", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_merge_view_inputs_error_non_differentiable_views", "fast"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_merge_view_inputs_error_non_differentiable_views", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+
+    # test_aotdispatch_views.py
+    ("test_input_output_view_mutate_multiple", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_output_view_mutate_multiple", "fast"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_output_view_mutate_multiple", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_output_view_metadata_mutate_multiple", "reference"):
+        "unsupported: metadata mutation t_",
+    ("test_input_output_view_metadata_mutate_multiple", "fast"):
+        "unsupported: metadata mutation t_",
+    ("test_input_output_view_metadata_mutate_multiple", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_and_output_view", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_and_output_view", "fast"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_and_output_view", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_input_mutation_output_view_multiple", "reference"):
+        "unsupported: metadata mutation transpose_",
+    ("test_input_mutation_output_view_multiple", "fast"):
+        "unsupported: metadata mutation transpose_",
+    ("test_input_mutation_output_view_multiple", "dynamo"): "unsupported: op diagonal",
+    ("test_output_aliases_input_multi_output_view_should_raise_autograd_error", "reference"):
+        "wrong autograd meta: unbind outputs can be written",
+    ("test_output_aliases_input_multi_output_view_should_raise_autograd_error", "fast"):
+        "wrong autograd meta: unbind outputs can be written",
+    ("test_output_aliases_input_multi_output_view_should_raise_autograd_error", "dynamo"):
+        "wrong autograd meta: unbind outputs can be written",
+    ("test_output_aliases_input_multi_output_view", "reference"):
+        "wrong autograd meta: unbind outputs can be written",
+    ("test_output_aliases_input_multi_output_view", "fast"):
+        "wrong autograd meta: unbind outputs can be written",
+    ("test_output_aliases_input_multi_output_view", "dynamo"):
+        "wrong autograd meta: unbind outputs can be written",
+    ("test_output_aliases_intermediate_no_grad_view", "reference"):
+        "wrong autograd meta: view made under no_grad has a grad_fn",
+    ("test_output_aliases_intermediate_no_grad_view", "fast"):
+        "wrong autograd meta: view made under no_grad has a grad_fn",
+    ("test_output_aliases_intermediate_no_grad_view", "dynamo"):
+        "wrong autograd meta: view made under no_grad has a grad_fn",
+    ("test_output_aliases_intermediate_and_returned_different_grad", "reference"):
+        "wrong requires_grad: .detach() output",
+    ("test_output_aliases_intermediate_and_returned_different_grad", "fast"):
+        "wrong requires_grad: .detach() output",
+    ("test_output_aliases_intermediate_and_returned_different_grad", "dynamo"):
+        "wrong requires_grad: .detach() output",
+    ("test_output_aliases_intermediate_inplace_view_with_detach", "reference"):
+        "unsupported: metadata mutation t_",
+    ("test_output_aliases_intermediate_inplace_view_with_detach", "fast"):
+        "unsupported: metadata mutation t_",
+    ("test_output_aliases_intermediate_inplace_view_with_detach", "dynamo"):
+        "unsupported: metadata mutation t_",
+    ("test_output_all_alias_types", "reference"): "unsupported: metadata mutation transpose_",
+    ("test_output_all_alias_types", "fast"): "unsupported: metadata mutation transpose_",
+    ("test_view_and_inplace_view", "reference"): "unsupported: metadata mutation t_",
+    ("test_view_and_inplace_view", "fast"): "unsupported: metadata mutation t_",
+    ("test_view_detach", "reference"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_view_detach", "fast"): "unsupported: write into an input requiring grad, grad mode on",
+    ("test_view_detach", "dynamo"):
+        "unsupported: write into an input requiring grad, grad mode on",
+    ("test_some_outputs_dont_require_grad_view", "reference"):
+        "wrong requires_grad: .detach() output",
+    ("test_some_outputs_dont_require_grad_view", "fast"): "wrong requires_grad: .detach() output",
+    ("test_some_outputs_dont_require_grad_view", "dynamo"):
+        "wrong requires_grad: .detach() output",
+    ("test_some_outputs_dont_require_grad_non_view", "reference"):
+        "wrong requires_grad: .detach() output",
+    ("test_some_outputs_dont_require_grad_non_view", "fast"):
+        "wrong requires_grad: .detach() output",
+    ("test_some_outputs_dont_require_grad_non_view", "dynamo"):
+        "wrong requires_grad: .detach() output",
+    ("test_alias_of_intermediate_detach", "reference"): "wrong requires_grad: .detach() output",
+    ("test_alias_of_intermediate_detach", "fast"): "wrong requires_grad: .detach() output",
+    ("test_alias_of_intermediate_detach", "dynamo"): "wrong requires_grad: .detach() output",
+}
+# fmt: on
+
+
+def per_backend(test: Callable) -> Callable:
+    """Parametrize `test` by backend, marking the known failures of each pair (not with
+    AOTDISPATCH_IGNORE_KNOWN=1 in the environment: then every failure shows as one)."""
+    params = []
+    for backend in BACKENDS:
+        reason = None if IGNORE_KNOWN else KNOWN_FAILURES.get((test.__name__, backend))
+        marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+        params.append(pytest.param(backend, id=backend, marks=marks))
+    return pytest.mark.parametrize("backend", params)(test)
+
+
+# ----------------------------------------------------------------------------------------------
+# Compiling
+
+
+def compile_fn(fn: Callable, backend: str, **options) -> Callable:
+    """`fn` compiled by `backend`: aotspec's own entry point, or Dynamo with aotspec behind it."""
+    if backend == "dynamo":
+        torch._dynamo.reset()
+        return torch.compile(fn, backend="aotspec", fullgraph=False, options=options or None)
+    return aotspec.compile(fn, backend=backend, **options)
+
+
+def compile_module(module: torch.nn.Module, backend: str, **options) -> Callable:
+    """A module compiled the way AOTAutograd's `aot_module` does it: its parameters and buffers
+    become inputs of the compiled program (`torch.func.functional_call`), so gradients reach
+    `.grad` and buffer updates reach the module. Dynamo lifts them itself."""
+    if backend == "dynamo":
+        return compile_fn(module, backend, **options)
+    params = dict(module.named_parameters(remove_duplicate=False))
+    buffers = dict(module.named_buffers(remove_duplicate=False))
+
+    def lifted(params, buffers, *args):
+        return torch.func.functional_call(module, (params, buffers), args)
+
+    compiled = compile_fn(lifted, backend, **options)
+
+    def call(*args):
+        return compiled(params, buffers, *args)
+
+    call.module = module
+    return call
+
+
+# ----------------------------------------------------------------------------------------------
+# Inputs
+
+
+def ones(*shape, rg: bool = False, dtype=torch.float32) -> torch.Tensor:
+    return torch.ones(*shape, dtype=dtype, requires_grad=rg)
+
+
+def randn(*shape, rg: bool = False, dtype=torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, dtype=dtype, requires_grad=rg)
+
+
+def interm(t: torch.Tensor) -> torch.Tensor:
+    """A non-leaf made from `t` (when `t` requires grad), so the program may write into it."""
+    return t.add(1)
+
+
+@dataclasses.dataclass
+class Case:
+    """The arguments of a call, and tensors that are not arguments but whose state the call may
+    change (the base of argument views): they are compared after the call like the arguments."""
+
+    args: list
+    watch: list = dataclasses.field(default_factory=list)
+
+
+def _as_case(made) -> Case:
+    return made if isinstance(made, Case) else Case(list(made))
+
+
+def _tensors(tree) -> list[torch.Tensor]:
+    return [leaf for leaf in pytree.tree_leaves(tree) if isinstance(leaf, torch.Tensor)]
+
+
+def _grad_roots(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The autograd leaves that require grad behind `tensors`, in a deterministic order."""
+    roots: list[torch.Tensor] = []
+    seen_roots: set[int] = set()
+    seen_nodes: set = set()
+
+    def add(t):
+        if id(t) not in seen_roots:
+            seen_roots.add(id(t))
+            roots.append(t)
+
+    def walk(node):
+        stack = [node]
+        while stack:
+            node = stack.pop()
+            if node is None or node in seen_nodes:
+                continue
+            seen_nodes.add(node)
+            if hasattr(node, "variable"):
+                add(node.variable)
+            stack.extend(reversed([nxt for nxt, _ in node.next_functions]))
+
+    for t in tensors:
+        if t.requires_grad and t.grad_fn is None:
+            add(t)
+        elif t.grad_fn is not None:
+            walk(t.grad_fn)
+    return roots
+
+
+# ----------------------------------------------------------------------------------------------
+# Facts: what a user can observe, captured so that two runs can be compared afterwards
+
+
+@dataclasses.dataclass
+class TensorFact:
+    value: torch.Tensor | None  # None when the storage holds fewer bytes than the view needs
+    dtype: torch.dtype
+    shape: tuple
+    stride: tuple | None
+    offset: int | None
+    requires_grad: bool
+    is_leaf: bool | str
+    storage_bytes: int | None
+
+
+def _readable(t: torch.Tensor) -> bool:
+    if t.layout != torch.strided:
+        return True
+    if t.numel() == 0:
+        return True
+    extent = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1
+    return t.untyped_storage().nbytes() >= extent * t.element_size()
+
+
+def _is_leaf(t: torch.Tensor):
+    # Reading grad_fn raises for a view whose multi-output base was written: an observable too.
+    try:
+        return t.is_leaf
+    except RuntimeError as e:
+        return f"raises {type(e).__name__}"
+
+
+def tensor_fact(t: torch.Tensor) -> TensorFact:
+    strided = t.layout == torch.strided
+    value = t.detach().clone() if _readable(t) else None
+    return TensorFact(
+        value=value,
+        dtype=t.dtype,
+        shape=tuple(t.shape),
+        stride=tuple(t.stride()) if strided else None,
+        offset=t.storage_offset() if strided else None,
+        requires_grad=t.requires_grad,
+        is_leaf=_is_leaf(t),
+        storage_bytes=t.untyped_storage().nbytes() if strided else None,
+    )
+
+
+@dataclasses.dataclass
+class Raised:
+    """An exception, recorded by type (the message may differ)."""
+
+    type: type
+    message: str
+
+
+def facts_of(value):
+    return pytree.tree_map_only(torch.Tensor, tensor_fact, value)
+
+
+def _storage_id(t: torch.Tensor):
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def alias_facts(outputs: list[torch.Tensor], inputs: list[torch.Tensor]) -> list[tuple]:
+    """For each output: the inputs, then the other outputs, that share its storage."""
+    input_ids = [_storage_id(t) for t in inputs]
+    output_ids = [_storage_id(t) for t in outputs]
+    facts = []
+    for i, sid in enumerate(output_ids):
+        if sid is None:
+            facts.append(((), ()))
+            continue
+        facts.append(
+            (
+                tuple(j for j, other in enumerate(input_ids) if other == sid),
+                tuple(k for k, other in enumerate(output_ids) if k != i and other == sid),
+            )
+        )
+    return facts
+
+
+@dataclasses.dataclass
+class Tolerance:
+    rtol: float | None = None
+    atol: float | None = None
+    values: bool = True  # False for random programs: everything but the values is compared
+
+
+def _compare(got, want, where: str, tol: Tolerance) -> None:
+    if isinstance(want, Raised) or isinstance(got, Raised):
+        assert isinstance(got, Raised) and isinstance(want, Raised), (
+            f"{where}: eager gave {_show(want)}, compiled gave {_show(got)}"
+        )
+        assert got.type is want.type, (
+            f"{where}: eager raised {want.type.__name__}: {want.message}; compiled raised "
+            f"{got.type.__name__}: {got.message}"
+        )
+        return
+    got_leaves, got_spec = pytree.tree_flatten(got)
+    want_leaves, want_spec = pytree.tree_flatten(want)
+    assert got_spec == want_spec, f"{where}: structure {got_spec} != eager {want_spec}"
+    for i, (g, w) in enumerate(zip(got_leaves, want_leaves)):
+        here = f"{where}[{i}]"
+        if isinstance(w, TensorFact):
+            assert isinstance(g, TensorFact), f"{here}: eager gave a tensor, compiled {g!r}"
+            _compare_tensor(g, w, here, tol)
+        else:
+            assert g == w, f"{here}: {g!r} != eager {w!r}"
+
+
+def _compare_tensor(g: TensorFact, w: TensorFact, where: str, tol: Tolerance) -> None:
+    assert g.dtype == w.dtype, f"{where}: dtype {g.dtype} != eager {w.dtype}"
+    assert g.shape == w.shape, f"{where}: shape {g.shape} != eager {w.shape}"
+    assert g.requires_grad == w.requires_grad, (
+        f"{where}: requires_grad {g.requires_grad} != eager {w.requires_grad}"
+    )
+    assert g.is_leaf == w.is_leaf, f"{where}: is_leaf {g.is_leaf} != eager {w.is_leaf}"
+    assert (g.value is None) == (w.value is None), (
+        f"{where}: storage holds {g.storage_bytes} bytes, eager {w.storage_bytes}"
+    )
+    if tol.values and w.value is not None:
+        torch.testing.assert_close(
+            g.value,
+            w.value,
+            rtol=tol.rtol,
+            atol=tol.atol,
+            equal_nan=True,
+            check_stride=False,
+            msg=lambda m: f"{where}: {m}",
+        )
+
+
+def _compare_layout(g: TensorFact, w: TensorFact, where: str) -> None:
+    assert (g.stride, g.offset) == (w.stride, w.offset), (
+        f"{where}: stride/offset {g.stride}/{g.offset} != eager {w.stride}/{w.offset}"
+    )
+    assert g.storage_bytes == w.storage_bytes, (
+        f"{where}: storage bytes {g.storage_bytes} != eager {w.storage_bytes}"
+    )
+
+
+def _show(fact) -> str:
+    if isinstance(fact, Raised):
+        return f"{fact.type.__name__}: {fact.message}"
+    return "a result"
+
+
+class Recorder:
+    """What one run saw: a list of labelled facts."""
+
+    def __init__(self):
+        self.entries: list[tuple[str, Any]] = []
+
+    def __call__(self, label: str, value) -> None:
+        self.entries.append((label, facts_of(value)))
+
+    def layout(self, label: str, tensors) -> None:
+        """Record tensors whose strides, offsets and storage sizes must match too."""
+        self.entries.append((label, ("layout", [tensor_fact(t) for t in _tensors(tensors)])))
+
+    def attempt(self, label: str, thunk: Callable):
+        """Run `thunk`; record its result, or the exception it raised (and return None)."""
+        try:
+            result = thunk()
+        except Exception as e:  # noqa: BLE001 (any exception is an observable to compare)
+            self.entries.append((label, Raised(type(e), str(e)[:500])))
+            return None
+        self(label, result)
+        return result
+
+
+def compare_records(got: Recorder, want: Recorder, tol: Tolerance) -> None:
+    got_labels = [label for label, _ in got.entries]
+    want_labels = [label for label, _ in want.entries]
+    for (label, g), (want_label, w) in zip(got.entries, want.entries):
+        if label != want_label:
+            break
+        if isinstance(w, tuple) and len(w) == 2 and w[0] == "layout":
+            assert isinstance(g, tuple) and g[0] == "layout", f"{label}: not a layout"
+            assert len(g[1]) == len(w[1]), f"{label}: {len(g[1])} tensors != eager {len(w[1])}"
+            for i, (gt, wt) in enumerate(zip(g[1], w[1])):
+                _compare_tensor(gt, wt, f"{label}[{i}]", tol)
+                _compare_layout(gt, wt, f"{label}[{i}]")
+        else:
+            _compare(g, w, label, tol)
+    if got_labels != want_labels:
+        raised = [f"{label}: {_show(v)}" for label, v in want.entries if isinstance(v, Raised)]
+        raise AssertionError(
+            f"steps {got_labels} != eager {want_labels}" + (f" (eager {raised})" if raised else "")
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# Running both sides
+
+
+SEED = 1234
+
+
+@contextlib.contextmanager
+def _seeded(seed: int):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def same_as_eager(
+    fn: Callable,
+    scenario: Callable[[Callable, Recorder], None],
+    backend: str,
+    *,
+    module: Callable[[], torch.nn.Module] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    values: bool = True,
+    **options,
+) -> None:
+    """Run `scenario(call, rec)` with `call` the eager function, then with `call` compiled by
+    `backend`, each from the same seed, and compare what `rec` recorded. With `module` (a
+    factory), `fn` is ignored and the module built from the same seed is called."""
+    records = []
+    for side in ("eager", "compiled"):
+        with _seeded(SEED):
+            if module is not None:
+                m = module()
+                call = m if side == "eager" else compile_module(m, backend, **options)
+            else:
+                call = fn if side == "eager" else compile_fn(fn, backend, **options)
+            rec = Recorder()
+            try:
+                scenario(call, rec)
+            except Exception as e:  # noqa: BLE001
+                if side == "compiled" and not any(
+                    isinstance(v, Raised) and v.type is type(e) for _, v in records[0].entries[-1:]
+                ):
+                    raise
+                rec.entries.append(("uncaught", Raised(type(e), str(e)[:500])))
+            records.append(rec)
+    if backend == "dynamo":
+        torch._dynamo.reset()
+    compare_records(records[1], records[0], Tolerance(rtol, atol, values))
+
+
+def verify(
+    fn: Callable | None,
+    make_inputs: Callable[[], Any],
+    backend: str,
+    *,
+    module: Callable[[], torch.nn.Module] | None = None,
+    mutate_outputs: bool = False,
+    backward: bool = True,
+    loss: Callable | None = None,
+    observe: Callable | None = None,
+    retain_grad: bool = False,
+    context: Callable[[], Any] | None = None,
+    rtol: float | None = None,
+    atol: float | None = None,
+    values: bool = True,
+    **options,
+) -> None:
+    """The standard check (see the module docstring). `make_inputs()` returns the arguments, or a
+    `Case`. `mutate_outputs`: afterwards add to each output in place and compare again (PyTorch's
+    `test_mutation`). `loss(view)` replaces the default loss (`view.args`, `.watch`, `.outs`);
+    `observe(view)` returns more facts to compare after the forward. `retain_grad`: compare the
+    `.grad` of non-leaf inputs too. `context` wraps the call and the backward (`torch.no_grad`,
+    saved-tensor hooks). Other keyword arguments go to `aotspec.compile` (Dynamo's `options`)."""
+
+    def scenario(call, rec: Recorder):
+        case = _as_case(make_inputs())
+        owner = _module_of(call)
+        params = list(owner.parameters()) if owner is not None else []
+        state = params + (list(owner.buffers()) if owner is not None else [])
+        inputs = _tensors(case.args) + _tensors(case.watch)
+        roots = _grad_roots(inputs) + [p for p in params if p.requires_grad]
+        retained = [t for t in inputs if retain_grad and t.requires_grad and not t.is_leaf]
+        for t in retained:
+            t.retain_grad()
+        with context() if context is not None else contextlib.nullcontext():
+            torch.manual_seed(SEED + 1)
+            outs = call(*case.args)
+            rec("outputs", outs)
+            out_tensors = _tensors(outs)
+            rec("aliasing (inputs, other outputs)", repr(alias_facts(out_tensors, inputs)))
+            rec.layout("inputs after the call", inputs + state)
+            view = _View(case.args, case.watch, outs)
+            if observe is not None:
+                rec("observed", observe(view))
+            if backward:
+                total = loss(view) if loss is not None else _default_loss(out_tensors)
+                if total is not None:
+                    rec.attempt("backward", lambda: total.backward())
+                    rec("grads", [r.grad for r in roots])
+                    rec("retained grads", [t.grad for t in retained])
+                    rec.layout("inputs after the backward", inputs + state)
+            if mutate_outputs:
+                for i, o in enumerate(out_tensors):
+                    if rec.attempt(f"output {i} += 2", lambda o=o: o.add_(2) is o) is None:
+                        continue
+                    rec("outputs after the write", outs)
+                    rec.layout("inputs after the write", inputs)
+                    o.sub_(2)
+
+    same_as_eager(
+        fn, scenario, backend, module=module, rtol=rtol, atol=atol, values=values, **options
+    )
+
+
+@dataclasses.dataclass
+class _View:
+    args: list
+    watch: list
+    outs: Any
+
+
+def _default_loss(outputs: list[torch.Tensor]):
+    wanted = [o for o in outputs if o.requires_grad]
+    if not wanted:
+        return None
+    return functools.reduce(torch.add, [o.sum() for o in wanted])
+
+
+def _module_of(call) -> torch.nn.Module | None:
+    if isinstance(call, torch.nn.Module):
+        return call
+    return getattr(call, "module", None)
