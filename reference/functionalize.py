@@ -144,8 +144,10 @@ class OutputView:
     #: The input the output was viewed from, when there is one: the output is built as a view of
     #: that very tensor, so autograd attributes its gradient as eager does.
     through: int | None = None
-    #: A view of a detach()ed value: it carries no gradient (`r[autograd.detach]`).
+    #: (A view of) a detach()ed value: it carries no gradient (`r[autograd.detach]`).
     detached: bool = False
+    #: A view taken of a detach()ed value, not the detach() result itself: a view for autograd.
+    view_of_detached: bool = False
     #: (A view of) one of several views one op returned (`r[autograd.multi-output-views]`).
     multi_output: bool = False
 
@@ -262,6 +264,8 @@ class _Cell:
     viewed_without_grad: bool = False
     #: A view of a detach()ed value (`r[autograd.detach]`): no gradient, even with grad mode on.
     detached: bool = False
+    #: Taken of a detached value by a view op other than detach() itself.
+    view_of_detached: bool = False
     #: A view, taken with grad mode on, of one of the views a multi-output view op returned
     #: (unbind, split), or that view itself (`r[autograd.multi-output-views]`).
     multi_output: bool = False
@@ -544,6 +548,7 @@ class _Replay:
         )
         # r[autograd.detach]: detach() is a view that carries no gradient, nor do views of it
         detached = source.detached or node.target in NONDIFFERENTIABLE
+        view_of_detached = source.detached and node.target not in NONDIFFERENTIABLE
         without_grad = source.viewed_without_grad or not self.grad_enabled or detached
         # r[autograd.multi-output-views]: eager marks such views made with grad mode on, and
         # views of them
@@ -559,6 +564,7 @@ class _Replay:
                     root=source.root,
                     viewed_without_grad=without_grad,
                     detached=detached,
+                    view_of_detached=view_of_detached,
                     multi_output=multi_output,
                 )
                 for layout, value in zip(layouts, values, strict=True)
@@ -571,6 +577,7 @@ class _Replay:
             root=source.root,
             viewed_without_grad=without_grad,
             detached=detached,
+            view_of_detached=view_of_detached,
             multi_output=multi_output,
         )
 
@@ -690,6 +697,7 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
                         cell.layout,
                         cell.root,
                         cell.detached,
+                        cell.view_of_detached,
                         cell.multi_output,
                     )
                 )
