@@ -462,7 +462,8 @@ class Case:
     hooks_filter: str = "donated"
     #: Compiled backends first call the compiled function once without hooks, on a fresh world.
     warm_up_without_hooks: bool = False
-    #: What the caller does to its world between the call and the backward (FSDP's re-gather).
+    #: What the caller does to its world between the call and the backward (FSDP's re-gather);
+    #: an error it raises counts as the backward's.
     before_backward: Callable[[dict], None] | None = None
 
 

@@ -39,9 +39,9 @@ def run_case(case: Case, backend: str) -> CaseResult:
     if error is None:
         world = world_of(world, outputs)
         if case.backward:
-            if case.before_backward is not None:
-                case.before_backward(world)
             try:
+                if case.before_backward is not None:
+                    case.before_backward(world)
                 _backpropagate(world, case.retain_graph)
             except Exception as raised:  # noqa: BLE001
                 backward_error = raised

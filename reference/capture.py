@@ -204,12 +204,13 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         it = iter(flat_tensors)
         rebuilt = [next(it) if leaf is TENSOR else leaf for leaf in in_leaves]
         call_args, call_kwargs = pytree.tree_unflatten(rebuilt, in_spec)
-        histories_before = [t.grad_fn for t in flat_tensors]
+        histories_before = [_input_history(t) for t in flat_tensors]
         with _WatchGradMode(grad_modes, requires_grad_calls):
             result = fn(*call_args, **call_kwargs)
         out, out_spec = pytree.tree_flatten(result)
-        tensors_after = [leaf for leaf in out if _is_tensor(leaf)] + list(flat_tensors)
-        _refuse_custom_functions(tensors_after, histories_before)
+        outputs = [leaf for leaf in out if _is_tensor(leaf)]
+        histories_after = [t.grad_fn for t in outputs] + [_input_history(t) for t in flat_tensors]
+        _refuse_custom_functions(histories_after, histories_before)
         returned.spec = out_spec
         returned.leaves = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in out)
         requires_grad_inputs.update(_inputs_set_to_require_grad(requires_grad_calls, flat_tensors))
@@ -300,12 +301,22 @@ def hooks_silenced_while_tracing(rule: str = "hooks.eager.innermost"):
             torch._C._autograd._saved_tensors_hooks_disable(previous, False)
 
 
-def _refuse_custom_functions(tensors: list[torch.Tensor], before: list) -> None:
+def _input_history(t: torch.Tensor):
+    """The input's grad_fn; None when autograd refuses to regenerate it (a view made under
+    torch.no_grad() whose base was written since): eager raises only where something reads it,
+    and anything in the function that does raises the same while capturing."""
+    try:
+        return t.grad_fn
+    except RuntimeError:
+        return None
+
+
+def _refuse_custom_functions(after: list, before: list) -> None:
     """r[capture.custom-function]: a custom autograd.Function a gradient can reach from the
-    outputs or the inputs' new histories is refused (one walk over the autograd graph, which
-    stops at the histories the inputs had `before` the call)."""
+    outputs or the inputs' new histories (`after`) is refused (one walk over the autograd graph,
+    which stops at the histories the inputs had `before` the call)."""
     seen: set = {node for node in before if node is not None}
-    stack = [t.grad_fn for t in tensors if t.grad_fn is not None]
+    stack = [node for node in after if node is not None]
     while stack:
         node = stack.pop()
         if node in seen:

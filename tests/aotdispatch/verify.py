@@ -245,12 +245,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: set_ gives an input requiring grad a new shape",
     ("test_input_mutation_storage_resize_before_set_", "fast"):
         "unsupported: set_ gives an input requiring grad a new shape",
-    ("test_input_mutation_requires_grad_detach", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_requires_grad_detach", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_input_mutation_requires_grad_detach", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_requires_grad_no_grad_detach_mixed", "reference"):
         "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_requires_grad_no_grad_detach_mixed", "fast"):
@@ -281,17 +275,17 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_input_mutation_noncontiguous", "dynamo"):
         "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_false_aliasing", "reference"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_false_aliasing", "fast"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_false_aliasing", "dynamo"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_aliases_other_input", "reference"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_aliases_other_input", "fast"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_aliases_other_input", "dynamo"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_aliases_other_input2", "reference"):
         "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_aliases_other_input2", "fast"):
@@ -299,11 +293,11 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_input_mutation_aliases_other_input2", "dynamo"):
         "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_aliases_and_output_alias", "reference"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_aliases_and_output_alias", "fast"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_mutation_aliases_and_output_alias", "dynamo"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_aliased_with_mutation_output_alias", "reference"):
         "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_aliased_with_mutation_output_alias", "fast"):
@@ -311,17 +305,17 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_input_aliased_with_mutation_output_alias", "dynamo"):
         "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_aliased_with_mutation_nontensor_interleaved", "reference"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_aliased_with_mutation_nontensor_interleaved", "fast"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_aliased_with_mutation_nontensor_interleaved", "dynamo"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_aliased_with_mutation_multiple_nontensors", "reference"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_aliased_with_mutation_multiple_nontensors", "fast"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_aliased_with_mutation_multiple_nontensors", "dynamo"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write into an input requiring grad, grad mode on",
     ("test_input_metadata_mutation_aliases", "reference"): "unsupported: metadata mutation t_",
     ("test_input_metadata_mutation_aliases", "fast"): "unsupported: metadata mutation t_",
     ("test_input_mutation_aliases_bases_out_of_order", "reference"):
@@ -350,12 +344,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: write into an input requiring grad, grad mode on",
     ("test_default_partitioner_saves_symints_not_tensors_for_bw", "dynamo"):
         "unsupported: write into an input requiring grad, grad mode on",
-    ("test_merge_view_inputs_error_non_differentiable_views", "reference"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_merge_view_inputs_error_non_differentiable_views", "fast"):
-        "unsupported: write into an input requiring grad, grad mode on",
-    ("test_merge_view_inputs_error_non_differentiable_views", "dynamo"):
-        "unsupported: write into an input requiring grad, grad mode on",
 
     # test_aotdispatch_views.py
     ("test_input_output_view_mutate_multiple", "reference"):
@@ -381,30 +369,12 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_input_mutation_output_view_multiple", "fast"):
         "unsupported: metadata mutation transpose_",
     ("test_input_mutation_output_view_multiple", "dynamo"): "unsupported: op diagonal",
-    ("test_output_aliases_input_multi_output_view_should_raise_autograd_error", "reference"):
-        "wrong autograd meta: unbind outputs can be written",
-    ("test_output_aliases_input_multi_output_view_should_raise_autograd_error", "fast"):
-        "wrong autograd meta: unbind outputs can be written",
-    ("test_output_aliases_input_multi_output_view_should_raise_autograd_error", "dynamo"):
-        "wrong autograd meta: unbind outputs can be written",
-    ("test_output_aliases_input_multi_output_view", "reference"):
-        "wrong autograd meta: unbind outputs can be written",
-    ("test_output_aliases_input_multi_output_view", "fast"):
-        "wrong autograd meta: unbind outputs can be written",
-    ("test_output_aliases_input_multi_output_view", "dynamo"):
-        "wrong autograd meta: unbind outputs can be written",
     ("test_output_aliases_intermediate_no_grad_view", "reference"):
         "wrong autograd meta: view made under no_grad has a grad_fn",
     ("test_output_aliases_intermediate_no_grad_view", "fast"):
         "wrong autograd meta: view made under no_grad has a grad_fn",
     ("test_output_aliases_intermediate_no_grad_view", "dynamo"):
         "wrong autograd meta: view made under no_grad has a grad_fn",
-    ("test_output_aliases_intermediate_and_returned_different_grad", "reference"):
-        "wrong requires_grad: .detach() output",
-    ("test_output_aliases_intermediate_and_returned_different_grad", "fast"):
-        "wrong requires_grad: .detach() output",
-    ("test_output_aliases_intermediate_and_returned_different_grad", "dynamo"):
-        "wrong requires_grad: .detach() output",
     ("test_output_aliases_intermediate_inplace_view_with_detach", "reference"):
         "unsupported: metadata mutation t_",
     ("test_output_aliases_intermediate_inplace_view_with_detach", "fast"):
@@ -420,20 +390,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_view_detach", "fast"): "unsupported: write into an input requiring grad, grad mode on",
     ("test_view_detach", "dynamo"):
         "unsupported: write into an input requiring grad, grad mode on",
-    ("test_some_outputs_dont_require_grad_view", "reference"):
-        "wrong requires_grad: .detach() output",
-    ("test_some_outputs_dont_require_grad_view", "fast"): "wrong requires_grad: .detach() output",
-    ("test_some_outputs_dont_require_grad_view", "dynamo"):
-        "wrong requires_grad: .detach() output",
-    ("test_some_outputs_dont_require_grad_non_view", "reference"):
-        "wrong requires_grad: .detach() output",
-    ("test_some_outputs_dont_require_grad_non_view", "fast"):
-        "wrong requires_grad: .detach() output",
-    ("test_some_outputs_dont_require_grad_non_view", "dynamo"):
-        "wrong requires_grad: .detach() output",
-    ("test_alias_of_intermediate_detach", "reference"): "wrong requires_grad: .detach() output",
-    ("test_alias_of_intermediate_detach", "fast"): "wrong requires_grad: .detach() output",
-    ("test_alias_of_intermediate_detach", "dynamo"): "wrong requires_grad: .detach() output",
 }
 # fmt: on
 

@@ -15,6 +15,9 @@ one version counter):
   backward raises "modified by an inplace operation"): `SAVES_INPUTS` and `SAVES_RESULT`
   over-approximate what autograd saves when some input requires grad;
 - no multi-output views (split): eager forbids writing them when they require grad;
+- `detach()` makes an alias that requires no grad (of arguments, intermediates and views):
+  writes through it carry no gradient (r[autograd.detach]), and may target an argument that
+  requires grad, when it is the one such argument on its storage;
 - log and fractional or negative powers read only values known to be positive.
 
 The caller calls one program in four under torch.no_grad() (r[autograd.grad-mode-inside]): the
@@ -65,18 +68,22 @@ def _grad_writable(model: Model) -> list[str]:
         for v in model.names
         if model.writable(v)
         and not model.storage(v).saved
-        and not (model.storage(v).caller and model.storage(v).requires_grad)
+        and (
+            not (model.storage(v).caller and model.storage(v).requires_grad)
+            or (model.obj(v).detached and model.storage(v).grad_args == 1)
+        )
     ]
 
 
 def _grad_sources(model: Model, dst: str) -> list[str]:
-    """What may be read into dst: another storage, and no grad into a buffer."""
-    into_buffer = model.storage(dst).caller
+    """What may be read into dst: another storage, and no grad into a buffer or a detached
+    alias (r[autograd.detach])."""
+    no_grad = model.storage(dst).caller or model.obj(dst).detached
     return [
         v
         for v in copy_sources(model, dst)
         if model.obj(v).storage != model.obj(dst).storage
-        and not (into_buffer and _requires_grad(model, v))
+        and not (no_grad and _requires_grad(model, v))
     ]
 
 
@@ -142,6 +149,15 @@ def _g_view(draw, model: Model) -> list[Instr]:
     else:
         _bind_view(model, out, v, result)
     return [Instr(op, (out,), (Var(v), *args))]
+
+
+def _g_detach(draw, model: Model) -> list[Instr]:
+    """`x.detach()` of an argument, an intermediate or a view: an alias that requires no grad."""
+    v = _recent(draw, list(model.names))
+    out = model.new_name()
+    _bind_view(model, out, v, model.lay(v))
+    model.obj(out).detached = True
+    return [Instr("detach", (out,), (Var(v),))]
 
 
 def _g_unary(draw, model: Model) -> list[Instr]:
@@ -339,6 +355,7 @@ def _g_write_buffer(draw, model: Model) -> list[Instr]:
 
 GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("view", _g_view, lambda m: True),
+    ("detach", _g_detach, lambda m: True),
     ("unary", _g_unary, lambda m: True),
     ("binary", _g_binary, lambda m: True),
     ("matmul", _g_matmul, lambda m: any(len(m.lay(v).sizes) == 2 for v in m.names)),

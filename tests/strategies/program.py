@@ -167,6 +167,7 @@ OPS: dict[str, Op] = {
     "full": _call("torch.full", torch.full),
     # programs with backward: views, fresh outputs, masks
     "squeeze": _method("squeeze"),
+    "detach": _method("detach"),
     **{name: _method(name) for name in ("relu", "sigmoid", "tanh", "exp", "log", "pow", "clone")},
     **{name: _method(name) for name in ("sum", "mean", "amax", "mm", "gt", "lt")},
     "matmul": _call("torch.matmul", torch.matmul),
