@@ -120,8 +120,9 @@ class CompiledFunction:
         )
         grad_enabled = torch.is_grad_enabled()
         # r[hooks.compiled.respecialize]: the hooks in effect are part of the key (and the key
-        # keeps them alive, so their identities stay unique).
-        hooks = SavedTensorHooks.active() if grad_enabled else None
+        # keeps them alive, so their identities stay unique); under torch.no_grad() too, as they
+        # apply to what ops inside torch.enable_grad() save (r[autograd.grad-mode-inside]).
+        hooks = SavedTensorHooks.active()
         static = (
             _static_inputs(tensors)
             if hooks is not None and self.hooks_filter == "no_static"

@@ -14,6 +14,16 @@ Every error a user can see names the spec rule it enforces and says what to do a
 
 from __future__ import annotations
 
+#: r[autograd.retain-graph]: eager's words for a backward through saved values that an earlier
+#: backward freed (a `RuntimeError`, as eager raises it).
+SECOND_BACKWARD = (
+    "Trying to backward through the graph a second time (or directly access saved tensors after "
+    "they have already been freed). Saved intermediate values of the graph are freed when you "
+    "call .backward() or autograd.grad(). Specify retain_graph=True if you need to backward "
+    "through the graph a second time or if you need to access saved tensors after calling "
+    "backward."
+)
+
 
 def _format(problem: str, rule: str, fix: str) -> str:
     # `aotspec rule ID` prints the rule an error names, from the chapters the package ships.

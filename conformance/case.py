@@ -202,6 +202,22 @@ class SavedFreedDuringBackward(Expectation):
 
 
 @frozen
+class RequiresGrad(Expectation):
+    """`name` requires grad, or does not (`expected`)."""
+
+    name: str
+    expected: bool = True
+
+    def check(self, outcome):
+        missing = _missing(outcome, self.name)
+        if missing:
+            return missing
+        if outcome.world[self.name].requires_grad != self.expected:
+            return f"{self.name}.requires_grad is {not self.expected}, expected {self.expected}"
+        return None
+
+
+@frozen
 class Absent(Expectation):
     """`name` is not in the world after the call (for example `x.grad` when x gets no gradient)."""
 
@@ -434,6 +450,11 @@ class Case:
     #: After the call, backpropagate the sum of every output that requires grad; each world tensor
     #: with a gradient then has it in the world as `name.grad`.
     backward: bool = False
+    #: With `backward`: the `retain_graph` of each backward pass through that sum, in order
+    #: (`r[autograd.retain-graph]`); `.grad` accumulates over the passes.
+    retain_graph: tuple[bool, ...] = field(default=(False,), converter=tuple)
+    #: The grad mode the call runs under (`torch.set_grad_enabled`); the backward runs with it on.
+    grad_enabled: bool = True
     #: (pack, unpack): the call runs inside
     #: `torch.autograd.graph.saved_tensors_hooks(pack, unpack)`.
     hooks: tuple[Callable, Callable] | None = None
@@ -441,7 +462,8 @@ class Case:
     hooks_filter: str = "donated"
     #: Compiled backends first call the compiled function once without hooks, on a fresh world.
     warm_up_without_hooks: bool = False
-    #: What the caller does to its world between the call and the backward (FSDP's re-gather).
+    #: What the caller does to its world between the call and the backward (FSDP's re-gather);
+    #: an error it raises counts as the backward's.
     before_backward: Callable[[dict], None] | None = None
 
 

@@ -32,16 +32,17 @@ def run_case(case: Case, backend: str) -> CaseResult:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            outputs, ledger = run(case, [world[name] for name in case.args])
+            with torch.set_grad_enabled(case.grad_enabled):
+                outputs, ledger = run(case, [world[name] for name in case.args])
         except Exception as raised:  # noqa: BLE001  (the expectations judge every error)
             error = raised
     if error is None:
         world = world_of(world, outputs)
         if case.backward:
-            if case.before_backward is not None:
-                case.before_backward(world)
             try:
-                _backpropagate(world)
+                if case.before_backward is not None:
+                    case.before_backward(world)
+                _backpropagate(world, case.retain_graph)
             except Exception as raised:  # noqa: BLE001
                 backward_error = raised
     outcome = Outcome(world, observe(world), before, error, ledger, tuple(caught), backward_error)
@@ -71,7 +72,7 @@ def run_case(case: Case, backend: str) -> CaseResult:
     return CaseResult(case, backend, "pass", note)
 
 
-def _backpropagate(world: dict) -> None:
+def _backpropagate(world: dict, retain_graph: tuple[bool, ...]) -> None:
     outputs = [
         t
         for name, t in world.items()
@@ -79,7 +80,9 @@ def _backpropagate(world: dict) -> None:
     ]
     losses = [t.sum() for t in outputs if t.requires_grad]
     if losses:
-        torch.stack(losses).sum().backward()
+        loss = torch.stack(losses).sum()
+        for retain in retain_graph:
+            loss.backward(retain_graph=retain)
     for name, t in list(world.items()):
         if isinstance(t, torch.Tensor) and t.is_leaf and t.grad is not None:
             world[f"{name}.grad"] = t.grad

@@ -67,7 +67,9 @@ class _FastGraphs:
     def forward(self, arguments: list) -> list:
         return self.fast.forward(arguments)
 
-    def backward(self, arguments: list, saved_inputs: dict[int, torch.Tensor]) -> list:
+    def backward(
+        self, arguments: list, saved_inputs: dict[int, torch.Tensor], retain: bool
+    ) -> list:
         # A saved input is the caller's tensor object itself, already in `arguments`.
         return self.fast.backward(arguments)
 

@@ -68,13 +68,14 @@ class Differentiated:
 def _differentiable_outputs(
     program: FunctionalProgram, flows: set, write_backs: tuple[WriteBack, ...]
 ) -> tuple[int, ...]:
-    """Graph outputs that may carry gradients (floating point): storages of user outputs, and
-    the contents written back into inputs with history (`r[autograd.input-writes]`)."""
+    """Graph outputs that may carry gradients (floating point): storages of user outputs (a
+    detach()ed output carries none: `r[autograd.detach]`), and the contents written back into
+    inputs with history (`r[autograd.input-writes]`)."""
     output = output_node(program.graph)
     user_storages = {
         o.storage.output_index
         for o in program.outputs
-        if isinstance(o, OutputView) and isinstance(o.storage, GraphStorage)
+        if isinstance(o, OutputView) and isinstance(o.storage, GraphStorage) and not o.detached
     }
     user_storages |= {step.output_index for step in write_backs}
     return tuple(
@@ -196,6 +197,7 @@ def _requires_grad_nodes(
         elif node in as_inputs:
             flows.add(node)
         elif node in no_grad_writes:
+            _check_detached_write(program, node, flows)
             if node.args[0] in flows:
                 flows.add(node)
         elif node.op == "call_function":
@@ -206,6 +208,18 @@ def _requires_grad_nodes(
             if any(used in flows for used in node.all_input_nodes):
                 flows.add(node)
     return flows
+
+
+def _check_detached_write(program: FunctionalProgram, node: torch.fx.Node, flows: set) -> None:
+    """r[autograd.detach]: a write through a detach()ed alias leaves the storage's history as it
+    was; written values that carry a gradient would give the alias a history of its own."""
+    if node in program.stand_ins.detached_writes and node.args[1] in flows:
+        raise UnsupportedError(
+            "the program writes values that require grad into a detach()ed alias "
+            f"({node.name}), which would give the alias a history apart from what it aliases",
+            rule="autograd.detach",
+            fix="clone() the detached tensor before writing into it",
+        )
 
 
 @define

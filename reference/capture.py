@@ -97,17 +97,35 @@ class GradModes:
             node.meta["grad_enabled"] = mode
 
 
-class _WatchGradMode(TorchFunctionMode):
-    """Notes the user function's grad-mode changes (`torch.no_grad()`, `set_grad_enabled`)."""
+@frozen
+class _RequiresGradCall:
+    """`tensor.requires_grad_(flag)` changing the flag, after `position` nodes of the graph."""
 
-    def __init__(self, modes: GradModes):
+    tensor: torch.Tensor
+    flag: bool
+    position: int
+
+
+class _WatchGradMode(TorchFunctionMode):
+    """Notes the user function's grad-mode changes (`torch.no_grad()`, `set_grad_enabled`), and
+    the `requires_grad_()` calls that change a tensor's flag (`r[autograd.requires-grad-inside]`).
+    """
+
+    def __init__(self, modes: GradModes, requires_grad_calls: list[_RequiresGradCall]):
         super().__init__()
         self.modes = modes
+        self.requires_grad_calls = requires_grad_calls
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
         if func is torch._C._set_grad_enabled:
             self.modes.note(bool(args[0]))
-        return func(*args, **(kwargs or {}))
+        elif func is torch._C.TensorBase.requires_grad_:
+            flag = bool(args[1] if len(args) > 1 else kwargs.get("requires_grad", True))
+            if flag != args[0].requires_grad:
+                position = len(get_proxy_mode().tracer.graph.nodes)
+                self.requires_grad_calls.append(_RequiresGradCall(args[0], flag, position))
+        return func(*args, **kwargs)
 
 
 def grad_enabled(node: torch.fx.Node) -> bool:
@@ -141,6 +159,8 @@ class Program:
     #: Op table entry of every call_function node, looked up once at capture.
     entries: dict[torch.fx.Node, OpEntry]
     name: str
+    #: Flat inputs the function calls `requires_grad_()` on (`r[autograd.requires-grad-inside]`).
+    requires_grad_inputs: frozenset[int] = frozenset()
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -177,19 +197,23 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
     tensors = [leaf for leaf in leaves if _is_tensor(leaf)]
     returned = _Returned()
     grad_modes = GradModes()
+    requires_grad_calls: list[_RequiresGradCall] = []
+    requires_grad_inputs: set[int] = set()
 
     def flat_fn(*flat_tensors):
         it = iter(flat_tensors)
         rebuilt = [next(it) if leaf is TENSOR else leaf for leaf in in_leaves]
         call_args, call_kwargs = pytree.tree_unflatten(rebuilt, in_spec)
-        histories_before = [t.grad_fn for t in flat_tensors]
-        with _WatchGradMode(grad_modes):
+        histories_before = [_input_history(t) for t in flat_tensors]
+        with _WatchGradMode(grad_modes, requires_grad_calls):
             result = fn(*call_args, **call_kwargs)
         out, out_spec = pytree.tree_flatten(result)
-        tensors_after = [leaf for leaf in out if _is_tensor(leaf)] + list(flat_tensors)
-        _refuse_custom_functions(tensors_after, histories_before)
+        outputs = [leaf for leaf in out if _is_tensor(leaf)]
+        histories_after = [t.grad_fn for t in outputs] + [_input_history(t) for t in flat_tensors]
+        _refuse_custom_functions(histories_after, histories_before)
         returned.spec = out_spec
         returned.leaves = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in out)
+        requires_grad_inputs.update(_inputs_set_to_require_grad(requires_grad_calls, flat_tensors))
         return [leaf for leaf in out if _is_tensor(leaf)]
 
     # make_fx keeps stack traces only for frames of registered functions: register the user's.
@@ -215,7 +239,38 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         out_leaves=returned.leaves,
         entries=entries,
         name=getattr(fn, "__qualname__", repr(fn)),
+        requires_grad_inputs=frozenset(requires_grad_inputs),
     )
+
+
+def _inputs_set_to_require_grad(calls: list[_RequiresGradCall], inputs: tuple) -> set[int]:
+    """r[autograd.requires-grad-inside]: the flat inputs that `requires_grad_()` sets to require
+    grad before any op reads them; every other call changing a flag is refused."""
+    graph = get_proxy_mode().tracer.graph
+    index = {node: k for k, node in enumerate(graph.nodes)}
+    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
+    found: set[int] = set()
+    for call in calls:
+        which = {k for k, t in enumerate(inputs) if t is call.tensor}
+        read_before = any(
+            index[user] < call.position for k in which for user in placeholders[k].users
+        )
+        if call.flag and which and not read_before:
+            found |= which
+            continue
+        if not which:
+            problem = "a tensor the function made (or a view it took)"
+        elif read_before:
+            problem = f"flat input {min(which)} after an op read it"
+        else:
+            problem = f"flat input {min(which)}, which requires grad, to stop requiring it"
+        raise UnsupportedError(
+            f"the function calls requires_grad_() on {problem}",
+            rule="autograd.requires-grad-inside",
+            fix="call requires_grad_() on the caller's tensor before the call, or, inside the "
+            "function, on an input before any op reads it",
+        )
+    return found
 
 
 _HOOKS_INSIDE = "saved_tensors_hooks entered inside a function the reference captures"
@@ -246,12 +301,22 @@ def hooks_silenced_while_tracing(rule: str = "hooks.eager.innermost"):
             torch._C._autograd._saved_tensors_hooks_disable(previous, False)
 
 
-def _refuse_custom_functions(tensors: list[torch.Tensor], before: list) -> None:
+def _input_history(t: torch.Tensor):
+    """The input's grad_fn; None when autograd refuses to regenerate it (a view made under
+    torch.no_grad() whose base was written since): eager raises only where something reads it,
+    and anything in the function that does raises the same while capturing."""
+    try:
+        return t.grad_fn
+    except RuntimeError:
+        return None
+
+
+def _refuse_custom_functions(after: list, before: list) -> None:
     """r[capture.custom-function]: a custom autograd.Function a gradient can reach from the
-    outputs or the inputs' new histories is refused (one walk over the autograd graph, which
-    stops at the histories the inputs had `before` the call)."""
+    outputs or the inputs' new histories (`after`) is refused (one walk over the autograd graph,
+    which stops at the histories the inputs had `before` the call)."""
     seen: set = {node for node in before if node is not None}
-    stack = [t.grad_fn for t in tensors if t.grad_fn is not None]
+    stack = [node for node in after if node is not None]
     while stack:
         node = stack.pop()
         if node in seen:

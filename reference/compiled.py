@@ -66,15 +66,19 @@ class _ReferenceGraphs:
         n_outputs = len(results) - self.plan.num_saved
         return _export(results[:n_outputs]) + results[n_outputs:]
 
-    def backward(self, arguments: list, saved_inputs: dict[int, torch.Tensor]) -> list:
+    def backward(
+        self, arguments: list, saved_inputs: dict[int, torch.Tensor], retain: bool
+    ) -> list:
         plan = self.plan
         n_saved = plan.num_saved
         boundary = Boundary()
-        held = [False] * len(arguments)
+        # r[autograd.retain-graph]: a retained node holds its saved values through the backward
+        held = [retain] * n_saved + [False] * (len(arguments) - n_saved)
         for k, t in saved_inputs.items():
             arguments[k] = boundary.import_tensor(t)  # its bytes now, not at the call
-            # the caller holds a saved input, unless it was stolen: then the backward holds it
-            held[k] = plan.saved_inputs[k] not in self.stolen
+            # the caller holds a saved input, unless it was stolen: then the backward (or the
+            # retained node) holds it
+            held[k] = retain or plan.saved_inputs[k] not in self.stolen
         for j in range(n_saved, len(arguments)):
             arguments[j] = boundary.import_tensor(arguments[j])  # the tangents
         self.run.saved_storages = frozenset(cell.storage.id for cell in arguments[:n_saved])

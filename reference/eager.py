@@ -48,6 +48,8 @@ def execute(program: Program, args, kwargs) -> EagerRun:
     `r[boundary.export]`): the caller's tensors take the program's effects once it succeeded."""
     boundary = Boundary()
     callers = program.tensor_inputs(args, kwargs)
+    for i in program.requires_grad_inputs:
+        callers[i].requires_grad_()  # r[autograd.requires-grad-inside]: before any op reads it
     inputs = [
         boundary.import_tensor(t, name=node.name)
         for t, node in zip(callers, placeholders(program.graph), strict=True)
@@ -55,7 +57,7 @@ def execute(program: Program, args, kwargs) -> EagerRun:
     ledger = Ledger()
     for cell in inputs:
         ledger.hold(cell)  # the caller holds its arguments for the whole call
-    tape = Tape.needed(inputs, callers, ledger)
+    tape = Tape.needed(inputs, callers, ledger, program.graph)
     input_storages = [cell.storage for cell in inputs]
     with np.errstate(all="ignore"):  # inf and nan are values here, as in PyTorch
         outputs = interpret(program, inputs, ledger, call=None if tape is None else tape.call)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from attrs import define
 
-from aotspec.errors import InternalError, UnsupportedError
+from aotspec.errors import SECOND_BACKWARD, InternalError, UnsupportedError
 
 from .boundary import Boundary
 from .interpreter import interpret
@@ -27,8 +27,10 @@ from .tape import Crossing, Entry, Saved, Tape, Var, cells_of
 class Backward:
     """Walks a tape in reverse on the reference, with its own ledger."""
 
-    def __init__(self, tape: Tape):
+    def __init__(self, tape: Tape, retain: bool = False):
         self.tape = tape
+        #: r[autograd.retain-graph]: the saved values stay on the tape for a later backward.
+        self.retain = retain
         self.ledger = Ledger()
         self._grads: dict[Var, Tensor] = {}
 
@@ -80,6 +82,8 @@ class Backward:
         needed = tuple(var is not None for var in entry.inputs)
         program = rule_program(entry.rule, entry.spec, leaves, entry.n_out, grad_layouts, needed)
         missing = [k for k in program.reads if k not in values]
+        if missing and entry.saved_freed:
+            raise RuntimeError(SECOND_BACKWARD)  # r[autograd.retain-graph]
         if missing:
             raise InternalError(
                 f"the rule of {entry.name} reads leaves {missing}, which were not saved"
@@ -118,9 +122,12 @@ class Backward:
         """r[hooks.eager.unpack-on-use]: the saved (or packed) values go after the op's
         backward."""
         self.ledger.begin_step(f"{entry.name}.release")
-        for cell in unpacked + self._savedcells_of(entry) + [g for g in grads if g is not None]:
+        saved = [] if self.retain else self._savedcells_of(entry)
+        for cell in unpacked + saved + [g for g in grads if g is not None]:
             self.ledger.release(cell)
-        entry.saved.clear()
+        if not self.retain:  # r[autograd.retain-graph]
+            entry.saved_freed = bool(entry.saved)
+            entry.saved.clear()
         self.ledger.end_step()
 
     @staticmethod
@@ -161,7 +168,10 @@ def connect(tape: Tape, outputs: list, torch_outputs: list, run) -> list:
         return torch_outputs
     seeds_for = [tape.var(outputs[k]) for k in linked]
     node = _TapeNode(tape, seeds_for, [torch_outputs[k] for k in linked], run)
-    connected = TapeFunction.apply(node, *(caller for caller, _ in tape.leaves))
+    # r[autograd.grad-mode-inside]: what ops inside torch.enable_grad() computed has a history,
+    # even when the call is made under torch.no_grad()
+    with torch.enable_grad():
+        connected = TapeFunction.apply(node, *(caller for caller, _ in tape.leaves))
     result = list(torch_outputs)
     for k, t in zip(linked, connected, strict=True):
         result[k] = t
@@ -200,7 +210,7 @@ class TapeFunction(torch.autograd.Function):
             if g is not None
         ]
         node.tape.catch_up_with_callers()
-        backward = Backward(node.tape)
+        backward = Backward(node.tape, torch._C._autograd._get_current_graph_task_keep_graph())
         node.run.saved_storages = frozenset(cell.storage.id for cell in node.tape.heldcells_of())
         results = backward.run(seeds)
         node.run.backward_ledger = backward.ledger

@@ -98,16 +98,55 @@ def build_outputs(
             on_storage.setdefault((t.untyped_storage()._cdata, t.dtype), t)
     outputs = []
     returned: set[int] = set()
+    grad_enabled = torch.is_grad_enabled()
     for output in program.outputs:
         if isinstance(output, OutputIsInput):
             outputs.append(tensors[output.input_index])
-        elif isinstance(output.storage, CallerStorage):  # r[aliasing.view.of-input]
-            outputs.append(_view_of_caller(output, tensors, on_storage, caller_storages))
-        else:
+            continue
+        # r[autograd.grad-mode-inside]: a view the program took with grad mode on (inside
+        # torch.enable_grad(), in a call under torch.no_grad()) is built with it on
+        with torch.set_grad_enabled(grad_enabled or output.made_with_grad):
             outputs.append(
-                _view_of_graph_storage(output.layout, flats[output.storage.output_index], returned)
+                _output_view(output, tensors, on_storage, caller_storages, flats, returned)
             )
     return outputs
+
+
+def _multi_output_view(t: torch.Tensor, layout) -> torch.Tensor:
+    """r[autograd.multi-output-views]: a view autograd treats as one of several views one op
+    returned, as eager's unbind and split outputs (it is one: the only view `unbind` makes of a
+    size-1 dim in front): writing it in place, or using it after its base was written in place,
+    raises eager's error when it requires grad."""
+    sizes, strides = (1, *layout.sizes), (1, *layout.strides)
+    (view,) = t.as_strided(sizes, strides, layout.offset).unbind(0)
+    return view
+
+
+def _detached_view(t: torch.Tensor, output) -> torch.Tensor:
+    """r[autograd.detach]: an output that is (a view of) a detach()ed value aliases the bytes
+    it reads and shares their version counter, and carries no gradient; as in eager, the
+    detach() result itself is no view for autograd (`t` detached, then moved to the layout
+    without a version change), and a view taken of it is a view."""
+    layout = output.layout
+    if output.view_of_detached:
+        base = t.detach() if t.requires_grad else t
+        return base.as_strided(layout.sizes, layout.strides, layout.offset)
+    detached = t.detach()  # a new object, whatever `t` is, for set_ to move
+    if not _laid_out_like(detached, layout):
+        with torch.autograd._unsafe_preserve_version_counter(detached):
+            detached.set_(detached.untyped_storage(), layout.offset, layout.sizes, layout.strides)
+    return detached
+
+
+def _output_view(output, tensors, on_storage, caller_storages, flats, returned) -> torch.Tensor:
+    if isinstance(output.storage, CallerStorage):  # r[aliasing.view.of-input]
+        return _view_of_caller(output, tensors, on_storage, caller_storages)
+    flat = flats[output.storage.output_index]
+    if output.detached:
+        return _detached_view(flat, output)
+    if output.multi_output:
+        return _multi_output_view(flat, output.layout)
+    return _view_of_graph_storage(output.layout, flat, returned)
 
 
 def _view_of_graph_storage(layout, flat: torch.Tensor, returned: set[int]) -> torch.Tensor:
@@ -144,5 +183,9 @@ def _view_of_caller(output, tensors, on_storage: dict, caller_storages) -> torch
             and candidate.dtype == layout.dtype
             and candidate.untyped_storage()._cdata == storage._cdata
         ):
+            if output.detached:
+                return _detached_view(candidate, output)
+            if output.multi_output:
+                return _multi_output_view(candidate, layout)
             return candidate.as_strided(layout.sizes, layout.strides, layout.offset)
     return tensor_on(storage, layout)

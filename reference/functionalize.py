@@ -24,7 +24,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, m
 from aotspec.errors import InternalError, SpecViolation, UnsupportedError
 
 from .capture import GradModes, Program, grad_enabled
-from .optable import OpEntry, OpKind, bind, lookup
+from .optable import NONDIFFERENTIABLE, OpEntry, OpKind, bind, lookup
 from .storage import Layout, numpy_dtype
 
 aten = torch.ops.aten
@@ -144,6 +144,14 @@ class OutputView:
     #: The input the output was viewed from, when there is one: the output is built as a view of
     #: that very tensor, so autograd attributes its gradient as eager does.
     through: int | None = None
+    #: False for a view the program took under torch.no_grad() (r[autograd.grad-mode-inside]).
+    made_with_grad: bool = True
+    #: (A view of) a detach()ed value: it carries no gradient (`r[autograd.detach]`).
+    detached: bool = False
+    #: A view taken of a detach()ed value, not the detach() result itself: a view for autograd.
+    view_of_detached: bool = False
+    #: (A view of) one of several views one op returned (`r[autograd.multi-output-views]`).
+    multi_output: bool = False
 
 
 @frozen
@@ -162,6 +170,8 @@ class StandIns:
     #: Writes under torch.no_grad(): as_strided_scatters into the old contents, their first
     #: argument (`r[autograd.no-grad-writes]`).
     no_grad_writes: frozenset[torch.fx.Node]
+    #: Those of them made with grad mode on, through a detach()ed alias (`r[autograd.detach]`).
+    detached_writes: frozenset[torch.fx.Node] = frozenset()
 
     def kept_in(self, graph: torch.fx.Graph) -> StandIns:
         """Only the nodes still in `graph` (dead code elimination removes some)."""
@@ -175,6 +185,7 @@ class StandIns:
             kept(self.final_contents),
             kept(self.read_as_input),
             frozenset(node for node in self.no_grad_writes if node in alive),
+            frozenset(node for node in self.detached_writes if node in alive),
         )
 
 
@@ -253,8 +264,13 @@ class _Cell:
     root: int | None = None
     #: A view taken under torch.no_grad(): what it reads carries no gradient, after writes too.
     viewed_without_grad: bool = False
-    #: A view of a detach()ed alias: writes through it record no history.
+    #: A view of a detach()ed value (`r[autograd.detach]`): no gradient, even with grad mode on.
     detached: bool = False
+    #: Taken of a detached value by a view op other than detach() itself.
+    view_of_detached: bool = False
+    #: A view, taken with grad mode on, of one of the views a multi-output view op returned
+    #: (unbind, split), or that view itself (`r[autograd.multi-output-views]`).
+    multi_output: bool = False
     #: An input that set_ rebound under torch.no_grad(): what it reads is that input for autograd.
     read_as_input: int | None = None
 
@@ -326,7 +342,7 @@ def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
     if tuple(new.shape) != layout.sizes:
         new = aten.expand(new, list(layout.sizes))
     storage = cell.storage
-    # r[autograd.input-writes.detached]: a write through a detach()ed alias records no history.
+    # r[autograd.detach]: a write through a detached alias records no history.
     with_grad = replay.grad_enabled and not cell.detached
     if storage.unread_since_resize and _covers(layout, storage):
         # r[functionalize.writes.whole-after-resize]: the written values are the new contents;
@@ -341,8 +357,11 @@ def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
             _flat(storage, replay), new, layout.sizes, layout.strides, layout.offset
         )
         if not with_grad:
-            # r[autograd.no-grad-writes]: the tensor keeps its history; the written values carry none.
+            # r[autograd.no-grad-writes]: the tensor keeps its history; the written values carry
+            # none.
             replay.no_grad_writes.add(node_of(storage.flat))
+        if replay.grad_enabled and cell.detached:  # r[autograd.detach]: as if under no_grad
+            replay.detached_writes.add(node_of(storage.flat))
     storage.version += 1
     storage.written = True
     # r[autograd.input-writes]; a write under torch.no_grad() gives the input no history
@@ -399,6 +418,19 @@ def _resize(cell: _Cell, n: int, name: str, replay: _Replay) -> None:
     _note_contents(storage)
 
 
+def _origins(inputs: tuple[InputMeta, ...]) -> dict[int, int]:
+    """The input each caller storage (by first input) is read from at version 0: one on it that
+    requires grad, when one reads it in the storage's dtype, so its contents carry the gradient
+    to that input (`r[autograd.detach.inputs]`); else the first input on it."""
+    origins: dict[int, int] = {}
+    for i, meta in enumerate(inputs):
+        first = origins.setdefault(meta.storage, i)
+        same_dtype = meta.layout.dtype == inputs[meta.storage].layout.dtype
+        if meta.requires_grad and same_dtype and not inputs[first].requires_grad:
+            origins[meta.storage] = i
+    return origins
+
+
 @define
 class _Replay:
     """Walks the mutable graph, keeping cells and storages, calling torch ops on traced values."""
@@ -419,21 +451,37 @@ class _Replay:
     resized_contents: dict = field(factory=dict)
     read_as_input: dict = field(factory=dict)
     no_grad_writes: set = field(factory=set)
+    detached_writes: set = field(factory=set)
 
     def run(self, values: list[torch.Tensor]):
         storages: dict[int, _Storage] = {}
         cells: dict[int, _Cell] = {}
         placeholders = [node for node in self.program.graph.nodes if node.op == "placeholder"]
+        origins = _origins(self.inputs)
         for i, (node, value, meta) in enumerate(
             zip(placeholders, values, self.inputs, strict=True)
         ):
             if meta.same_object not in cells:
                 if meta.storage not in storages:
                     storages[meta.storage] = _Storage(
-                        meta.layout.dtype, meta.storage_nbytes, meta.storage, value
+                        meta.layout.dtype,
+                        meta.storage_nbytes,
+                        meta.storage,
+                        values[origins[meta.storage]],
                     )
+                # r[autograd.detach.inputs]: an alias without grad of an input with grad
+                origin = self.inputs[origins[meta.storage]]
+                detached = not meta.requires_grad and origin.requires_grad
                 cells[meta.same_object] = _Cell(
-                    storages[meta.storage], meta.layout, value, 0, i, meta.layout, i
+                    storages[meta.storage],
+                    meta.layout,
+                    value,
+                    0,
+                    i,
+                    meta.layout,
+                    i,
+                    viewed_without_grad=detached,
+                    detached=detached,
                 )
             self.env[node] = cells[meta.same_object]
         self.placeholder_cells = [cells[meta.same_object] for meta in self.inputs]
@@ -520,9 +568,14 @@ class _Replay:
         values = node.target(
             _read(source, node.name, self, for_view=True), *read_all(args[1:]), **read_all(kwargs)
         )
-        # r[autograd.input-writes.detached]: detach() is a view without grad, in any grad mode.
-        detached = source.detached or node.target is aten.detach.default
+        # r[autograd.detach]: detach() is a view that carries no gradient, nor do views of it
+        detached = source.detached or node.target in NONDIFFERENTIABLE
+        view_of_detached = source.detached and node.target not in NONDIFFERENTIABLE
         without_grad = source.viewed_without_grad or not self.grad_enabled or detached
+        # r[autograd.multi-output-views]: eager marks such views made with grad mode on, and
+        # views of them
+        multi_output = self.grad_enabled and not detached
+        multi_output &= source.multi_output or isinstance(layouts, tuple)
         if isinstance(layouts, tuple):
             return tuple(
                 _Cell(
@@ -533,6 +586,8 @@ class _Replay:
                     root=source.root,
                     viewed_without_grad=without_grad,
                     detached=detached,
+                    view_of_detached=view_of_detached,
+                    multi_output=multi_output,
                 )
                 for layout, value in zip(layouts, values, strict=True)
             )
@@ -544,6 +599,8 @@ class _Replay:
             root=source.root,
             viewed_without_grad=without_grad,
             detached=detached,
+            view_of_detached=view_of_detached,
+            multi_output=multi_output,
         )
 
     def effect(self, node, args, read_all):
@@ -656,7 +713,17 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
             if cell.input_index is not None and cell is state.placeholder_cells[cell.input_index]:
                 outputs.append(OutputIsInput(cell.input_index))
             else:
-                outputs.append(OutputView(where(cell.storage), cell.layout, cell.root))
+                outputs.append(
+                    OutputView(
+                        where(cell.storage),
+                        cell.layout,
+                        cell.root,
+                        made_with_grad=not cell.viewed_without_grad,
+                        detached=cell.detached,
+                        view_of_detached=cell.view_of_detached,
+                        multi_output=cell.multi_output,
+                    )
+                )
         replayed.state = state
         replayed.epilogue = tuple(epilogue)
         replayed.outputs = tuple(outputs)
@@ -683,6 +750,7 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
         replayed.final_contents,
         state.read_as_input,
         frozenset(state.no_grad_writes),
+        frozenset(state.detached_writes),
     )
     return FunctionalProgram(
         graph_module,

@@ -19,7 +19,7 @@ from attrs import field, frozen
 from aotspec.errors import UnsupportedError
 
 from .autograd import Differentiated, differentiate
-from .capture import capture, hooks_silenced_while_tracing
+from .capture import capture, grad_enabled, hooks_silenced_while_tracing
 from .functionalize import (
     CallerStorage,
     FunctionalProgram,
@@ -125,10 +125,12 @@ def build_plan(
     (`r[functionalize.errors-before-running]`)."""
     # r[hooks.compiled.traced]: hooks entered inside the function cannot be placed.
     with hooks_silenced_while_tracing(rule="hooks.compiled.traced"):
-        functional = functionalize(capture(fn, args, kwargs), tensors)
+        program = capture(fn, args, kwargs)
+        tensors = as_after_requires_grad(program.requires_grad_inputs, tensors)
+        functional = functionalize(program, tensors)
         _check_stolen(functional, stolen)
         needs_grad = [i for i, meta in enumerate(functional.inputs) if meta.requires_grad]
-        if not (torch.is_grad_enabled() and needs_grad):
+        if not (needs_grad and records_autograd(functional)):
             return Plan.without_autograd(functional)
         _check_grad_input_mutations(functional, needs_grad)
         plan = Plan.with_autograd(functional, differentiate(functional, tensors))
@@ -137,6 +139,22 @@ def build_plan(
         return inline_hooks(
             plan, hooks.hooks, hooks.hooks_filter, hooks.static_inputs, hooks.placement
         )
+
+
+def as_after_requires_grad(flipped: frozenset[int], tensors: list) -> list:
+    """r[autograd.requires-grad-inside]: the inputs as the program sees them, the ones it calls
+    `requires_grad_()` on as leaves that require grad (one stand-in per tensor object)."""
+    if not flipped:
+        return tensors
+    stand_ins = {id(tensors[i]): tensors[i].detach().requires_grad_() for i in flipped}
+    return [stand_ins.get(id(t), t) for t in tensors]
+
+
+def records_autograd(functional: FunctionalProgram) -> bool:
+    """r[autograd.grad-mode-inside]: whether some op of the program runs with grad mode on, which
+    it does when the call is made with grad mode on or an op runs inside `torch.enable_grad()`."""
+    nodes = functional.captured.graph.nodes
+    return torch.is_grad_enabled() or any(grad_enabled(node) for node in nodes)
 
 
 def _check_grad_input_mutations(functional: FunctionalProgram, needs_grad: list[int]) -> None:

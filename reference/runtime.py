@@ -13,8 +13,9 @@ skeleton does the rest, in this order, on the caller's real torch tensors:
    (`epilogue.py`).
 4. The backward checks the saved inputs (`r[autograd.saved-inputs.version]`), lays the
    tangents out as traced (`r[autograd.tangent-layout]`), runs the backward graph boxed on the
-   saved values and tangents (`r[autograd.saved-freed-in-backward]`), and scatters the gradients
-   to the inputs that receive one.
+   saved values and tangents (`r[autograd.saved-freed-in-backward]`; the node keeps them when
+   the graph is retained, `r[autograd.retain-graph]`), and scatters the gradients to the
+   inputs that receive one.
 
 No reference interpreter here: the fast backend uses this module as it is.
 """
@@ -26,7 +27,7 @@ from typing import Protocol
 import torch
 from attrs import define, field
 
-from aotspec.errors import SpecViolation
+from aotspec.errors import SECOND_BACKWARD, SpecViolation
 
 from .epilogue import apply_epilogue, build_outputs
 from .plan import Plan
@@ -41,16 +42,21 @@ class Graphs(Protocol):
         """The forward graph on the flat inputs: torch outputs, then the saved values in the
         backend's own form."""
 
-    def backward(self, arguments: list, saved_inputs: dict[int, torch.Tensor]) -> list:
+    def backward(
+        self, arguments: list, saved_inputs: dict[int, torch.Tensor], retain: bool
+    ) -> list:
         """The backward graph on the saved values and then the tangents; `saved_inputs` are
-        the caller's tensors of the saved values that are inputs, by saved index. Returns one
-        torch gradient per input in `plan.grad_inputs`."""
+        the caller's tensors of the saved values that are inputs, by saved index; `retain`:
+        the autograd node still holds the saved values (`r[autograd.retain-graph]`). Returns
+        one torch gradient per input in `plan.grad_inputs`."""
 
 
 def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) -> list:
     """Run `plan` on the caller's `tensors` (the runtime's own list: stolen entries are dropped
     from it); returns the flat outputs."""
     program = plan.functional
+    for i in program.captured.requires_grad_inputs:
+        tensors[i].requires_grad_()  # r[autograd.requires-grad-inside]: as the program does
     caller_storages = [None if i in stolen else t.untyped_storage() for i, t in enumerate(tensors)]
     call = None
     if plan.backward is None:
@@ -67,7 +73,10 @@ def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) 
         for i in handed_over:
             inputs[i] = tensors[i] = None
         call = _Call(plan, graphs, handed_over)
-        flats = list(_Forward.apply(call, *inputs))
+        # r[autograd.grad-mode-inside]: the node records what the program's ops under
+        # torch.enable_grad() computed, even when the call is made under torch.no_grad()
+        with torch.enable_grad():
+            flats = list(_Forward.apply(call, *inputs))
     apply_epilogue(program, tensors, caller_storages, flats)
     if call is not None:
         call.saved_inputs.after_call()
@@ -86,6 +95,20 @@ class _Call:
     def arguments(self, tensors: tuple) -> list:
         handed_over = self.handed_over
         return [handed_over.pop(i) if i in handed_over else t for i, t in enumerate(tensors)]
+
+    def take_saved(self, retain: bool) -> tuple[list, SavedInputs]:
+        """The saved values (a list the backward graph may clear) and the saved inputs, for one
+        backward. r[autograd.retain-graph]: a backward that retains the graph gets a copy and
+        the node keeps them for the next; one that does not takes them away."""
+        if self.saved_inputs is None:
+            if self.plan.num_saved:
+                raise RuntimeError(SECOND_BACKWARD)  # r[autograd.retain-graph]
+            return [], SavedInputs(self.plan, {})
+        if retain:
+            return list(self.saved), self.saved_inputs
+        saved, saved_inputs = self.saved, self.saved_inputs
+        self.saved = self.saved_inputs = None
+        return saved, saved_inputs
 
 
 class _Forward(torch.autograd.Function):
@@ -118,14 +141,15 @@ class _Forward(torch.autograd.Function):
     def backward(ctx, *grads):
         call: _Call = ctx.call
         plan = call.plan
-        saved_inputs, call.saved_inputs = call.saved_inputs, None
+        retain = torch._C._autograd._get_current_graph_task_keep_graph()
+        saved, saved_inputs = call.take_saved(retain)
         saved_inputs.check()
-        saved, call.saved = call.saved, None
         arguments = saved + tangents_as_traced(plan, grads, ctx.tangent_shapes)
-        # r[autograd.saved-freed-in-backward]: the list is the only holder of the saved values,
-        # and the backward graph clears it, so each dies at its last use.
+        # r[autograd.saved-freed-in-backward]: unless the graph is retained, the list is the only
+        # holder of the saved values, and the backward graph clears it, so each dies at its last
+        # use.
         del saved
-        results = call.graphs.backward(arguments, saved_inputs.tensors)  # clears `arguments`
+        results = call.graphs.backward(arguments, saved_inputs.tensors, retain)  # clears it
         input_grads: list = [None] * len(plan.functional.inputs)
         reached = [grads[k] is not None for k in plan.differentiable_outputs]
         for i, grad, tangents in zip(plan.grad_inputs, results, plan.grad_tangents, strict=True):

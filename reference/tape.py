@@ -75,6 +75,9 @@ class Entry:
     #: One per tensor leaf of the output.
     outputs: list
     saved: dict[int, Saved] = field(factory=dict)
+    #: A backward that did not retain the graph freed the saved values
+    #: (`r[autograd.retain-graph]`).
+    saved_freed: bool = False
 
 
 @define(eq=False)
@@ -115,11 +118,18 @@ class Tape:
 
     @classmethod
     def needed(
-        cls, inputs: list[Tensor], callers: list[torch.Tensor], ledger: Ledger
+        cls,
+        inputs: list[Tensor],
+        callers: list[torch.Tensor],
+        ledger: Ledger,
+        graph: torch.fx.Graph,
     ) -> Tape | None:
         """A tape for this call, or None when autograd records nothing
-        (r[autograd.requires-grad])."""
-        if not torch.is_grad_enabled() or not any(t.requires_grad for t in callers):
+        (r[autograd.requires-grad]): no input requires grad, or no op of `graph` runs with grad
+        mode on (r[autograd.grad-mode-inside]: some may, inside `torch.enable_grad()`)."""
+        if not any(t.requires_grad for t in callers):
+            return None
+        if not (torch.is_grad_enabled() or any(grad_enabled(node) for node in graph.nodes)):
             return None
         return cls(inputs, callers, ledger)
 

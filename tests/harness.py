@@ -47,6 +47,8 @@ class Outcome:
     #: `.grad` of every leaf the caller made that requires grad, by name (None: no gradient).
     grads: dict[str, torch.Tensor | None]
     backward: bool
+    #: With two backwards: `grads` after the first, which retained the graph.
+    retained_grads: dict[str, torch.Tensor | None] | None = None
 
 
 def outcome(program: Program, *, compiled: bool, dtype: torch.dtype = torch.float32) -> Outcome:
@@ -56,21 +58,35 @@ def outcome(program: Program, *, compiled: bool, dtype: torch.dtype = torch.floa
     fn = as_function(program)
     if compiled:
         fn = aotspec.compile(fn, backend="reference")
-    return call_and_backward(fn, named, args)
+    return call_and_backward(fn, named, args, **program.call_options)
 
 
-def call_and_backward(fn, named: dict[str, torch.Tensor], args: list) -> Outcome:
-    """Call `fn`, observe, backpropagate the sum of the outputs that require grad, observe."""
-    outputs = fn(*args)
+def call_and_backward(
+    fn,
+    named: dict[str, torch.Tensor],
+    args: list,
+    *,
+    grad_enabled: bool = True,
+    retain_graph: bool = False,
+) -> Outcome:
+    """Call `fn` under `grad_enabled`, observe, backpropagate the sum of the outputs that
+    require grad (twice, retaining the graph the first time, with `retain_graph`), observe."""
+    with torch.set_grad_enabled(grad_enabled):
+        outputs = fn(*args)
     world = world_of(named, outputs)
     before = observe(world)
     requires_grad = {name: t.requires_grad for name, t in world.items()}
     losses = [out.sum() for out in outputs if out.requires_grad]
-    if losses:
-        sum(losses).backward()
     leaves = {name: t for name, t in named.items() if t.is_leaf and t.requires_grad}
+    retained = None
+    if losses:
+        loss = sum(losses)
+        if retain_graph:
+            loss.backward(retain_graph=True)
+            retained = {name: _copy(t.grad) for name, t in leaves.items()}
+        loss.backward()
     grads = {name: _copy(t.grad) for name, t in leaves.items()}
-    return Outcome(before, observe(world), requires_grad, grads, bool(losses))
+    return Outcome(before, observe(world), requires_grad, grads, bool(losses), retained)
 
 
 def _copy(grad: torch.Tensor | None) -> torch.Tensor | None:
@@ -117,6 +133,9 @@ def compare(expected: Outcome, actual: Outcome) -> list[str]:
     if expected.backward != actual.backward:
         found.append(f"backward ran: expected {expected.backward}, got {actual.backward}")
     found += _grad_differences(expected.grads, actual.grads)
+    if expected.retained_grads is not None:
+        retained = _grad_differences(expected.retained_grads, actual.retained_grads or {})
+        found += [f"after the first backward: {line}" for line in retained]
     # Eager's backward leaves the caller's tensors alone; so must the compiled one.
     changed = differences(actual.world, actual.after_backward)
     found += [f"changed by the compiled backward: {line}" for line in changed]
@@ -287,10 +306,11 @@ class Case:
 
     def call(self, fn, named, args):
         """`call_and_backward`, inside the hooks of a hooked case."""
+        options = self.program.call_options
         if not isinstance(self.case, Hooked):
-            return call_and_backward(fn, named, args)
+            return call_and_backward(fn, named, args, **options)
         with torch.autograd.graph.saved_tensors_hooks(pack_bf16, unpack_bf16):
-            return call_and_backward(fn, named, args)
+            return call_and_backward(fn, named, args, **options)
 
     def inputs(self) -> tuple[dict[str, torch.Tensor], list, list | None]:
         named, args = build_inputs(self.program.setup)
@@ -448,8 +468,6 @@ def _fast_account(
 
 def _labelled(alive: frozenset[int], labels: dict[int, Label]) -> frozenset[Label]:
     return frozenset(labels[s] for s in alive if s in labels)
-
-
 
 
 def memory_differences(reference: Run, fast: Run) -> list[str]:

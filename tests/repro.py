@@ -73,16 +73,23 @@ from aotspec.conformance.observe import differences, observe, world_of
 {source}
 
 def run(fn):
-    """Call, observe, backpropagate the sum of the outputs that require grad, observe again."""
+    """Call under GRAD_ENABLED, observe, backpropagate the sum of the outputs that require grad
+    (twice with RETAIN_GRAPH), observe again; the grads after each backward."""
     named, args = make_inputs()
-    outputs = fn(*args)
+    with torch.set_grad_enabled(GRAD_ENABLED):
+        outputs = fn(*args)
     world = world_of(named, outputs)
     seen = observe(world)
     requires_grad = {{name: t.requires_grad for name, t in world.items()}}
     losses = [out.sum() for out in outputs if out.requires_grad]
-    if losses:
-        sum(losses).backward()
-    grads = {{name: t.grad for name, t in named.items() if t.is_leaf and t.requires_grad}}
+    grads = {{}}
+    for k, retain in enumerate([True, False] if RETAIN_GRAPH else [False]):
+        if losses:
+            sum(losses).backward(retain_graph=retain)
+        for name, t in named.items():
+            if t.is_leaf and t.requires_grad:
+                grad = None if t.grad is None else t.grad.clone()
+                grads[f"{{name}}.grad after backward {{k + 1}}"] = grad
     return seen, observe(world), requires_grad, grads
 
 
@@ -100,12 +107,12 @@ def main():
         got_grad = got_grads[name]
         if want is None or got_grad is None:
             if (want is None) != (got_grad is None):
-                found.append(f"{{name}}.grad: expected {{want}}, got {{got_grad}}")
+                found.append(f"{{name}}: expected {{want}}, got {{got_grad}}")
             continue
         try:
             torch.testing.assert_close(got_grad, want, equal_nan=True, check_stride=False)
         except AssertionError as error:
-            found.append(f"{{name}}.grad: {{error}}")
+            found.append(f"{{name}}: {{error}}")
     assert not found, "eager and aotspec.compile disagree:\\n" + "\\n".join(found)
     print("eager and aotspec.compile agree")
 
@@ -140,10 +147,11 @@ from harness import call_and_backward, compare, {pack}, {unpack}  # noqa: E402
 
 def run(fn, hooks):
     named, args = make_inputs()
+    options = {{"grad_enabled": GRAD_ENABLED, "retain_graph": RETAIN_GRAPH}}
     if hooks is None:
-        return call_and_backward(fn, named, args)
+        return call_and_backward(fn, named, args, **options)
     with torch.autograd.graph.saved_tensors_hooks(*hooks):
-        return call_and_backward(fn, named, args)
+        return call_and_backward(fn, named, args, **options)
 
 
 def main():

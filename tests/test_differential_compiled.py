@@ -139,7 +139,11 @@ def test_compiled_repro_source_matches_closure(program):
     namespace = {"__name__": "repro"}
     exec(compiled_repro_source(program, ["(none)"], "repro.py"), namespace)  # noqa: S102 (ours)
     named, args = namespace["make_inputs"]()
-    rendered = call_and_backward(namespace["program"], named, args)
+    options = {
+        "grad_enabled": namespace["GRAD_ENABLED"],
+        "retain_graph": namespace["RETAIN_GRAPH"],
+    }
+    rendered = call_and_backward(namespace["program"], named, args, **options)
     found = compare(outcome(program, compiled=False), rendered)
     assert not found, "\n".join(found) + f"\n{source(program)}"
     namespace["main"]()

@@ -42,9 +42,9 @@ def _outcome(program, hooks, hooks_filter: str | None):
     if hooks_filter is not None:
         fn = aotspec.compile(fn, backend="reference", hooks_filter=hooks_filter)
     if hooks is None:
-        return call_and_backward(fn, named, args)
+        return call_and_backward(fn, named, args, **program.call_options)
     with torch.autograd.graph.saved_tensors_hooks(*hooks):
-        return call_and_backward(fn, named, args)
+        return call_and_backward(fn, named, args, **program.call_options)
 
 
 def _check(program, *, eager_hooks, hooks, hooks_filter: str) -> None:

@@ -15,7 +15,9 @@ from ..case import (
     Case,
     Identical,
     Raises,
+    RequiresGrad,
     SavedFreedDuringBackward,
+    Separate,
     Shares,
     Values,
 )
@@ -253,6 +255,92 @@ def _view_input_world():
     return {"b": b, "v": b.as_strided((3,), (1,), 0)}
 
 
+def _detached_and_doubled(a):
+    return a.detach(), a * 2
+
+
+def _doubled_detached_and_tripled(a):
+    return (a * 2).detach(), a * 3
+
+
+def _detached_factor(a):
+    b = a.detach()
+    return b * a
+
+
+def _write_through_a_detached_intermediate(a):
+    x = a * 2
+    b = x.detach()
+    b.add_(1)
+    return x * 3, b
+
+
+def _write_through_a_detached_input(a):
+    b = a.view(2, 2).detach()
+    b.add_(1)
+    return a * 3
+
+
+def _write_grad_values_through_a_detached_alias(a, y):
+    x = a * 2
+    x.detach().add_(y)
+    return x
+
+
+def _detached_alias_world():
+    p = torch.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    x = p * 1
+    return {"p": p, "x": x, "d": x.detach().view(2, 2)}
+
+
+def _no_grad_write_through_the_detached_alias(d, x):
+    with torch.no_grad():
+        d.mul_(2)
+    return x * 3, d * 2
+
+
+def _write_through_the_detached_alias(d, x):
+    d.add_(1)
+    return x * 3
+
+
+def _aliased_views_world(made_without_grad=False):
+    p = torch.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)
+    x = p * 1
+    with torch.set_grad_enabled(not made_without_grad):
+        return {"p": p, "x": x, "v": x.view(-1), "m": x.view(2, 2)}
+
+
+def _no_grad_write_and_read(v):
+    with torch.no_grad():
+        v.mul_(2)
+        return v * 2
+
+
+def _no_grad_write_into_one_view_read_the_other(v, m):
+    with torch.no_grad():
+        v.mul_(2)
+    return m * 3
+
+
+def _rows_of_a_product(a):
+    return (a * 2).unbind(0)
+
+
+def _rows_of_an_input(a):
+    return a.unbind(0)
+
+
+def _caller_writes_out0(world):
+    world["out0"].mul_(2)
+
+
+#: The eager interpreter exports its outputs through one tape node, not as torch views.
+_TORCH_VIEWS = {
+    "reference-eager": "its outputs are not torch views (r[autograd.multi-output-views])"
+}
+
+
 def _mutates_grad_input(y, z):
     y.mul_(2)
     return y * z
@@ -319,6 +407,71 @@ def _sets_y_to_z(y, z):
     return y * 2
 
 
+def _sin_of_product(x, w):
+    return (x * w).sin()  # saves an intermediate (x * w) besides the inputs
+
+
+def _plus_one(x):
+    return x + 1  # saves nothing
+
+
+def _eager_twice(program, **tensors) -> dict[str, torch.Tensor]:
+    """Eager PyTorch's gradients after two backwards (the first retaining the graph)."""
+    leaves = _leaves(**tensors)
+    loss = program(*leaves.values()).sum()
+    loss.backward(retain_graph=True)
+    loss.backward()
+    return {f"{name}.grad": t.grad for name, t in leaves.items()}
+
+
+_TWICE = _eager_twice(_sin_of_product, x=_X[0], w=_X[1])
+
+
+def _enable_grad_for_one_output(x):
+    out1 = x.sin()
+    with torch.enable_grad():
+        out2 = x.cos()
+    return out1, out2
+
+
+def _nested_grad_modes(x):
+    with torch.no_grad():
+        a = x * 3
+        with torch.enable_grad():
+            b = x * a  # a is a constant for autograd: d b / d x = a
+    return a, b
+
+
+def _grad_off_inside(x):
+    with torch.set_grad_enabled(False):
+        y = x * 2
+    return y * x
+
+
+def _views_inside_enable_grad(x):
+    with torch.enable_grad():
+        y = x * 2
+        v = x.view(-1)
+    return y, y, v  # y twice: the same tensor
+
+
+def _input_set_to_require_grad(x):
+    x.requires_grad_()
+    return x * 3
+
+
+def _intermediate_set_to_require_grad(x):
+    y = x * 2
+    y.requires_grad_()
+    return y * 3
+
+
+def _input_set_to_require_grad_after_a_read(x):
+    a = x * 2  # eager: a has no history
+    x.requires_grad_()
+    return a + x * 3
+
+
 CASES = [
     Case(
         name="autograd.grad-of-a-product",
@@ -376,6 +529,177 @@ CASES = [
         backward=True,
         # sum(x * y) with y = 2x held constant: the gradient is y = 2x, not 4x
         expect=[Values("out0", 28.0), Values("x.grad", [2.0, -4.0, 6.0])],
+    ),
+    Case(
+        name="autograd.detached-output-aliases-and-carries-no-gradient",
+        rules=["autograd.detach"],
+        setup=lambda: _leaves(a=torch.tensor([1.0, 2.0, 3.0, 4.0])),
+        args=["a"],
+        program=_detached_and_doubled,
+        backward=True,
+        # eager: out0 is a itself without history; only out1 = 2a sends a gradient (2 each)
+        expect=[
+            Values("out0", [1.0, 2.0, 3.0, 4.0]),
+            Shares("out0", "a"),
+            Values("out1", [2.0, 4.0, 6.0, 8.0]),
+            Values("a.grad", [2.0, 2.0, 2.0, 2.0]),
+        ],
+    ),
+    Case(
+        name="autograd.detached-intermediate-output",
+        rules=["autograd.detach"],
+        setup=lambda: _leaves(a=torch.tensor([1.0, 2.0, 3.0, 4.0])),
+        args=["a"],
+        program=_doubled_detached_and_tripled,
+        backward=True,
+        # eager: out0 = 2a requires no grad; a's gradient is 3 each, from out1 = 3a alone
+        expect=[
+            Values("out0", [2.0, 4.0, 6.0, 8.0]),
+            Separate("out0", "a"),
+            Values("a.grad", [3.0, 3.0, 3.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="autograd.detached-factor-is-a-constant",
+        rules=["autograd.detach"],
+        setup=lambda: _leaves(a=torch.tensor([1.0, -2.0, 3.0])),
+        args=["a"],
+        program=_detached_factor,
+        backward=True,
+        # d (b * a) / d a with b = a held constant is b = a, not 2a
+        expect=[Values("out0", [1.0, 4.0, 9.0]), Values("a.grad", [1.0, -2.0, 3.0])],
+    ),
+    Case(
+        name="autograd.write-through-a-detached-intermediate",
+        rules=["autograd.detach", "autograd.no-grad-writes"],
+        setup=lambda: _leaves(a=torch.tensor([1.0, 2.0])),
+        args=["a"],
+        program=_write_through_a_detached_intermediate,
+        backward=True,
+        # x = 2a + 1 after the write, which x's history does not see: d 3x / d a = 6
+        expect=[
+            Values("out0", [9.0, 15.0]),
+            Values("out1", [3.0, 5.0]),
+            Values("a.grad", [6.0, 6.0]),
+        ],
+    ),
+    Case(
+        name="autograd.write-through-a-detached-input",
+        rules=["autograd.detach", "autograd.no-grad-input-writes"],
+        setup=lambda: _leaves(a=torch.tensor([1.0, 2.0, 3.0, 4.0])),
+        args=["a"],
+        program=_write_through_a_detached_input,
+        backward=True,
+        # eager allows it: a's values become a + 1, a stays the same leaf; d 3a / d a = 3
+        expect=[
+            Values("out0", [6.0, 9.0, 12.0, 15.0]),
+            Values("a", [2.0, 3.0, 4.0, 5.0]),
+            Values("a.grad", [3.0, 3.0, 3.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="autograd.write-of-grad-values-through-a-detached-alias-is-rejected",
+        rules=["autograd.detach"],
+        setup=lambda: _leaves(a=torch.tensor([1.0, 2.0]), y=torch.tensor([3.0, 4.0])),
+        args=["a", "y"],
+        program=_write_grad_values_through_a_detached_alias,
+        expect=[Raises(UnsupportedError, rule="autograd.detach")],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="autograd.detached-alias-passed-first",
+        rules=["autograd.detach.inputs", "autograd.no-grad-writes"],
+        setup=_detached_alias_world,
+        args=["d", "x"],
+        program=_no_grad_write_through_the_detached_alias,
+        backward=True,
+        # eager: x reads [2, 4, 6, 8] and keeps its history (x = p * 1): d sum(3x) / d p = 3;
+        # d * 2 requires no grad
+        expect=[
+            Values("out0", [6.0, 12.0, 18.0, 24.0]),
+            Values("out1", [[4.0, 8.0], [12.0, 16.0]]),
+            Values("x", [2.0, 4.0, 6.0, 8.0]),
+            Values("p.grad", [3.0, 3.0, 3.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="autograd.write-with-grad-through-a-detached-alias-input",
+        rules=["autograd.detach.inputs", "autograd.detach"],
+        setup=_detached_alias_world,
+        args=["d", "x"],
+        program=_write_through_the_detached_alias,
+        backward=True,
+        # eager allows it: d has no history to rebase; x reads p + 1 and keeps x = p * 1
+        expect=[
+            Values("out0", [6.0, 9.0, 12.0, 15.0]),
+            Values("x", [2.0, 3.0, 4.0, 5.0]),
+            Values("p.grad", [3.0, 3.0, 3.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="autograd.aliased-grad-views-one-written-is-rejected",
+        rules=["autograd.no-grad-input-writes.identity", "capture.view-replays"],
+        setup=_aliased_views_world,
+        args=["v", "m"],
+        program=_no_grad_write_into_one_view_read_the_other,
+        expect=[Raises(UnsupportedError, rule="autograd.no-grad-input-writes.identity")],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.views-made-without-grad-written-without-grad",
+        rules=["capture.custom-function", "capture.grad-mode"],
+        setup=lambda: _aliased_views_world(made_without_grad=True),
+        args=["v"],
+        program=_no_grad_write_and_read,
+        # autograd refuses to rebuild v's history now (made under no_grad, its base written
+        # since); eager reads it nowhere, and neither may capture
+        expect=[
+            Values("out0", [4.0, 8.0, 12.0, 16.0]),
+            Values("x", [2.0, 4.0, 6.0, 8.0]),
+            Values("m", [[2.0, 4.0], [6.0, 8.0]]),
+        ],
+    ),
+    Case(
+        name="autograd.caller-writes-an-unbind-output-of-an-intermediate",
+        rules=["autograd.multi-output-views"],
+        setup=lambda: _leaves(a=torch.tensor([[1.0, 2.0], [3.0, 4.0]])),
+        args=["a"],
+        program=_rows_of_a_product,
+        backward=True,
+        before_backward=_caller_writes_out0,
+        # eager: "Output 0 of UnbindBackward0 is a view and is being modified inplace. This
+        # view is the output of a function that returns multiple views. ..."
+        expect=[
+            Values("out0", [2.0, 4.0]),
+            BackwardRaises(RuntimeError, match="function that returns multiple views"),
+        ],
+        skip=_TORCH_VIEWS,
+    ),
+    Case(
+        name="autograd.caller-writes-an-unbind-output-of-an-input",
+        rules=["autograd.multi-output-views"],
+        setup=lambda: {"a": torch.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True) * 1},
+        args=["a"],
+        program=_rows_of_an_input,
+        backward=True,
+        before_backward=_caller_writes_out0,
+        expect=[
+            Shares("out1", "a"),
+            BackwardRaises(RuntimeError, match="function that returns multiple views"),
+        ],
+        skip=_TORCH_VIEWS,
+    ),
+    Case(
+        name="autograd.unbind-outputs-without-grad-are-writable",
+        rules=["autograd.multi-output-views"],
+        setup=lambda: {"a": torch.tensor([[1.0, 2.0], [3.0, 4.0]])},
+        args=["a"],
+        program=_rows_of_an_input,
+        backward=True,
+        before_backward=_caller_writes_out0,
+        # nothing requires grad: the write goes through to a
+        expect=[Values("a", [[2.0, 4.0], [3.0, 4.0]]), Values("out0", [2.0, 4.0])],
+        skip=_TORCH_VIEWS,
     ),
     Case(
         name="autograd.eager-interpreter-rejects-writing-a-grad-input",
@@ -485,7 +809,7 @@ CASES = [
     ),
     Case(
         name="autograd.write-through-a-detached-alias",
-        rules=["autograd.input-writes.detached"],
+        rules=["autograd.detach"],
         setup=lambda: _leaves(w=torch.tensor([1.0, 2.0, 3.0])),
         args=["w"],
         program=_doubles_detached_w,
@@ -722,5 +1046,151 @@ CASES = [
                 match="a leaf Variable that requires grad is being used in an in-place operation",
             )
         ],
+    ),
+    Case(
+        name="autograd.retain-graph-backward-twice",
+        rules=["autograd.retain-graph"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0]), w=torch.tensor([4.0, 5.0, 6.0])),
+        args=["x", "w"],
+        program=_product,
+        backward=True,
+        retain_graph=[True, False],
+        # each pass adds w to x.grad and x to w.grad
+        expect=[Values("x.grad", [8.0, 10.0, 12.0]), Values("w.grad", [2.0, 4.0, 6.0])],
+    ),
+    Case(
+        name="autograd.retain-graph-keeps-saved-intermediates",
+        rules=["autograd.retain-graph"],
+        setup=lambda: _leaves(x=_X[0], w=_X[1]),
+        args=["x", "w"],
+        program=_sin_of_product,
+        backward=True,
+        retain_graph=[True, False],
+        expect=[Values("x.grad", _TWICE["x.grad"]), Values("w.grad", _TWICE["w.grad"])],
+    ),
+    Case(
+        name="autograd.second-backward-without-retain-graph-raises",
+        rules=["autograd.retain-graph"],
+        setup=lambda: _leaves(x=_X[0], w=_X[1]),
+        args=["x", "w"],
+        program=_sin_of_product,
+        backward=True,
+        retain_graph=[False, False],
+        expect=[
+            BackwardRaises(
+                RuntimeError, match="Trying to backward through the graph a second time"
+            )
+        ],
+    ),
+    Case(
+        name="autograd.second-backward-of-a-node-without-saved-values",
+        rules=["autograd.retain-graph"],
+        setup=lambda: _leaves(x=torch.zeros(3)),
+        args=["x"],
+        program=_plus_one,
+        backward=True,
+        retain_graph=[False, False],
+        expect=[Values("x.grad", [2.0, 2.0, 2.0])],
+    ),
+    Case(
+        name="autograd.enable-grad-inside-a-no-grad-call",
+        rules=["autograd.grad-mode-inside", "capture.grad-mode"],
+        setup=lambda: _leaves(x=torch.tensor([0.0, 1.0, 2.0])),
+        args=["x"],
+        program=_enable_grad_for_one_output,
+        grad_enabled=False,
+        backward=True,
+        # only cos(x) has a history: x.grad = -sin(x)
+        expect=[
+            Values("out0", torch.tensor([0.0, 1.0, 2.0]).sin()),
+            RequiresGrad("out0", False),
+            Values("out1", torch.tensor([0.0, 1.0, 2.0]).cos()),
+            RequiresGrad("out1"),
+            Values("x.grad", -torch.tensor([0.0, 1.0, 2.0]).sin()),
+        ],
+    ),
+    Case(
+        name="autograd.enable-grad-nested-in-no-grad-in-a-no-grad-call",
+        rules=["autograd.grad-mode-inside"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0])),
+        args=["x"],
+        program=_nested_grad_modes,
+        grad_enabled=False,
+        backward=True,
+        # b = x * 3x, a constant: x.grad = 3x
+        expect=[
+            RequiresGrad("out0", False),
+            Values("out1", [3.0, 12.0, 27.0]),
+            RequiresGrad("out1"),
+            Values("x.grad", [3.0, 6.0, 9.0]),
+        ],
+    ),
+    Case(
+        name="autograd.grad-off-inside-a-grad-call",
+        rules=["autograd.grad-mode-inside", "capture.grad-mode"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0])),
+        args=["x"],
+        program=_grad_off_inside,
+        backward=True,
+        # y = 2x is a constant for autograd: x.grad = y
+        expect=[Values("out0", [2.0, 8.0, 18.0]), Values("x.grad", [2.0, 4.0, 6.0])],
+    ),
+    Case(
+        name="autograd.no-grad-call-without-enable-grad-records-nothing",
+        rules=["autograd.grad-mode-inside"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0])),
+        args=["x"],
+        program=_grad_off_inside,
+        grad_enabled=False,
+        backward=True,
+        expect=[Values("out0", [2.0, 8.0, 18.0]), RequiresGrad("out0", False), Absent("x.grad")],
+    ),
+    Case(
+        name="autograd.outputs-viewed-inside-enable-grad",
+        rules=["autograd.grad-mode-inside"],
+        setup=lambda: _leaves(x=torch.ones(2, 2)),
+        args=["x"],
+        program=_views_inside_enable_grad,
+        grad_enabled=False,
+        backward=True,
+        # every output has a history: x.grad = 2 + 2 + 1
+        expect=[
+            RequiresGrad("out1"),
+            RequiresGrad("out2"),
+            Values("x.grad", [[5.0, 5.0], [5.0, 5.0]]),
+        ],
+    ),
+    Case(
+        name="autograd.requires-grad-on-an-input-inside",
+        rules=["autograd.requires-grad-inside"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0, 3.0])},
+        args=["x"],
+        program=_input_set_to_require_grad,
+        backward=True,
+        # x becomes a leaf that requires grad: x.grad = 3
+        expect=[
+            RequiresGrad("x"),
+            RequiresGrad("out0"),
+            Values("out0", [3.0, 6.0, 9.0]),
+            Values("x.grad", [3.0, 3.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="autograd.requires-grad-on-an-intermediate-raises",
+        rules=["autograd.requires-grad-inside", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0, 3.0])},
+        args=["x"],
+        program=_intermediate_set_to_require_grad,
+        expect=[Raises(UnsupportedError, rule="autograd.requires-grad-inside")],
+        skip={"torch-eager": "eager makes y a leaf that requires grad inside the function"},
+    ),
+    Case(
+        name="autograd.requires-grad-on-an-input-after-a-read-raises",
+        rules=["autograd.requires-grad-inside", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0, 3.0])},
+        args=["x"],
+        program=_input_set_to_require_grad_after_a_read,
+        expect=[Raises(UnsupportedError, rule="autograd.requires-grad-inside")],
+        skip={"torch-eager": "eager records the ops after requires_grad_() only"},
     ),
 ]

@@ -81,19 +81,9 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_backward_mutation_forward_inputs_create_graph", "dynamo"):
         "unsupported: custom_op with register_autograd",
     ("test_some_output_requires_grad_input_doesnt", "reference"):
-        "wrong requires_grad: requires_grad_() in the program",
+        "unsupported: requires_grad_() on a view (autograd.requires-grad-inside)",
     ("test_some_output_requires_grad_input_doesnt", "fast"):
-        "wrong requires_grad: requires_grad_() in the program",
-    ("test_input_inplace_requires_grad_true", "reference"):
-        "wrong requires_grad: requires_grad_() in the program",
-    ("test_input_inplace_requires_grad_true", "fast"):
-        "wrong requires_grad: requires_grad_() in the program",
-    ("test_aot_dispatch_output_requires_grad_in_no_grad", "reference"):
-        "wrong requires_grad: enable_grad inside no_grad",
-    ("test_aot_dispatch_output_requires_grad_in_no_grad", "fast"):
-        "wrong requires_grad: enable_grad inside no_grad",
-    ("test_aot_dispatch_output_requires_grad_in_no_grad", "dynamo"):
-        "wrong requires_grad: enable_grad inside no_grad",
+        "unsupported: requires_grad_() on a view (autograd.requires-grad-inside)",
     ("test_mutations_in_bw_detached_from_tangent", "reference"):
         "wrong input: backward's write into a forward input is lost",
     ("test_mutations_in_bw_detached_from_tangent", "fast"):
@@ -201,12 +191,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: write with history after set_ rebinds",
     ("test_set__not_allowed", "dynamo"):
         "unsupported: write with history after set_ rebinds",
-    ("test_input_mutation_modifies_autograd_meta_of_aliases", "reference"):
-        "wrong requires_grad: .detach() output",
-    ("test_input_mutation_modifies_autograd_meta_of_aliases", "fast"):
-        "wrong requires_grad: .detach() output",
-    ("test_input_mutation_modifies_autograd_meta_of_aliases", "dynamo"):
-        "wrong requires_grad: .detach() output",
     ("test_input_mutation_is_output_after_mutated_inputs", "reference"):
         "unsupported: metadata mutation t_",
     ("test_input_mutation_is_output_after_mutated_inputs", "fast"):
@@ -236,17 +220,17 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_input_data_and_metadata_mutation_aliases_other_input", "fast"):
         "unsupported: metadata mutation t_",
     ("test_input_mutation_false_aliasing", "reference"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_false_aliasing", "fast"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_false_aliasing", "dynamo"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_aliases_other_input", "reference"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_aliases_other_input", "fast"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_aliases_other_input", "dynamo"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_aliases_other_input2", "reference"):
         "unsupported: write with history into aliased inputs",
     ("test_input_mutation_aliases_other_input2", "fast"):
@@ -254,27 +238,27 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_input_mutation_aliases_other_input2", "dynamo"):
         "unsupported: write with history into aliased inputs",
     ("test_input_mutation_aliases_and_output_alias", "reference"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_aliases_and_output_alias", "fast"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_aliases_and_output_alias", "dynamo"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write with history into aliased inputs",
     ("test_input_aliased_with_mutation_output_alias", "reference"):
         "unsupported: write with history into aliased inputs",
     ("test_input_aliased_with_mutation_output_alias", "fast"):
         "unsupported: write with history into aliased inputs",
     ("test_input_aliased_with_mutation_nontensor_interleaved", "reference"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write with history into aliased inputs",
     ("test_input_aliased_with_mutation_nontensor_interleaved", "fast"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write with history into aliased inputs",
     ("test_input_aliased_with_mutation_nontensor_interleaved", "dynamo"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write with history into aliased inputs",
     ("test_input_aliased_with_mutation_multiple_nontensors", "reference"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write with history into aliased inputs",
     ("test_input_aliased_with_mutation_multiple_nontensors", "fast"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write with history into aliased inputs",
     ("test_input_aliased_with_mutation_multiple_nontensors", "dynamo"):
-        "crash: AttributeError _tensor_constant0, aliased input views",
+        "unsupported: write with history into aliased inputs",
     ("test_input_metadata_mutation_aliases", "reference"): "unsupported: metadata mutation t_",
     ("test_input_metadata_mutation_aliases", "fast"): "unsupported: metadata mutation t_",
     ("test_input_mutation_aliases_bases_out_of_order", "reference"):
@@ -293,12 +277,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_dupe_arg_torture", "fast"): "unsupported: metadata mutation t_",
     ("test_invalid_dupe_left_bias", "reference"): "unsupported: metadata mutation t_",
     ("test_invalid_dupe_left_bias", "fast"): "unsupported: metadata mutation t_",
-    ("test_merge_view_inputs_error_non_differentiable_views", "reference"):
-        "unsupported: write with history into aliased inputs",
-    ("test_merge_view_inputs_error_non_differentiable_views", "fast"):
-        "unsupported: write with history into aliased inputs",
-    ("test_merge_view_inputs_error_non_differentiable_views", "dynamo"):
-        "unsupported: write with history into aliased inputs",
 
     # test_aotdispatch_views.py
     ("test_input_output_view_metadata_mutate_multiple", "reference"):
@@ -310,30 +288,12 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_input_mutation_output_view_multiple", "fast"):
         "unsupported: metadata mutation transpose_",
     ("test_input_mutation_output_view_multiple", "dynamo"): "unsupported: op diagonal",
-    ("test_output_aliases_input_multi_output_view_should_raise_autograd_error", "reference"):
-        "wrong autograd meta: unbind outputs can be written",
-    ("test_output_aliases_input_multi_output_view_should_raise_autograd_error", "fast"):
-        "wrong autograd meta: unbind outputs can be written",
-    ("test_output_aliases_input_multi_output_view_should_raise_autograd_error", "dynamo"):
-        "wrong autograd meta: unbind outputs can be written",
-    ("test_output_aliases_input_multi_output_view", "reference"):
-        "wrong autograd meta: unbind outputs can be written",
-    ("test_output_aliases_input_multi_output_view", "fast"):
-        "wrong autograd meta: unbind outputs can be written",
-    ("test_output_aliases_input_multi_output_view", "dynamo"):
-        "wrong autograd meta: unbind outputs can be written",
     ("test_output_aliases_intermediate_no_grad_view", "reference"):
         "wrong autograd meta: view made under no_grad has a grad_fn",
     ("test_output_aliases_intermediate_no_grad_view", "fast"):
         "wrong autograd meta: view made under no_grad has a grad_fn",
     ("test_output_aliases_intermediate_no_grad_view", "dynamo"):
         "wrong autograd meta: view made under no_grad has a grad_fn",
-    ("test_output_aliases_intermediate_and_returned_different_grad", "reference"):
-        "wrong requires_grad: .detach() output",
-    ("test_output_aliases_intermediate_and_returned_different_grad", "fast"):
-        "wrong requires_grad: .detach() output",
-    ("test_output_aliases_intermediate_and_returned_different_grad", "dynamo"):
-        "wrong requires_grad: .detach() output",
     ("test_output_aliases_intermediate_inplace_view_with_detach", "reference"):
         "unsupported: metadata mutation t_",
     ("test_output_aliases_intermediate_inplace_view_with_detach", "fast"):
@@ -344,25 +304,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_output_all_alias_types", "fast"): "unsupported: metadata mutation transpose_",
     ("test_view_and_inplace_view", "reference"): "unsupported: metadata mutation t_",
     ("test_view_and_inplace_view", "fast"): "unsupported: metadata mutation t_",
-    ("test_view_detach", "reference"):
-        "wrong requires_grad: .detach() output",
-    ("test_view_detach", "fast"): "wrong requires_grad: .detach() output",
-    ("test_view_detach", "dynamo"):
-        "wrong requires_grad: .detach() output",
-    ("test_some_outputs_dont_require_grad_view", "reference"):
-        "wrong requires_grad: .detach() output",
-    ("test_some_outputs_dont_require_grad_view", "fast"): "wrong requires_grad: .detach() output",
-    ("test_some_outputs_dont_require_grad_view", "dynamo"):
-        "wrong requires_grad: .detach() output",
-    ("test_some_outputs_dont_require_grad_non_view", "reference"):
-        "wrong requires_grad: .detach() output",
-    ("test_some_outputs_dont_require_grad_non_view", "fast"):
-        "wrong requires_grad: .detach() output",
-    ("test_some_outputs_dont_require_grad_non_view", "dynamo"):
-        "wrong requires_grad: .detach() output",
-    ("test_alias_of_intermediate_detach", "reference"): "wrong requires_grad: .detach() output",
-    ("test_alias_of_intermediate_detach", "fast"): "wrong requires_grad: .detach() output",
-    ("test_alias_of_intermediate_detach", "dynamo"): "wrong requires_grad: .detach() output",
 }
 # fmt: on
 

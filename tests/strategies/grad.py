@@ -17,7 +17,16 @@ counter):
   backward raises "modified by an inplace operation"): `SAVES_INPUTS` and `SAVES_RESULT`
   over-approximate what autograd saves when some input requires grad;
 - no multi-output views (split): eager forbids writing them when they require grad;
+- `detach()` makes an alias that requires no grad (of arguments, intermediates and views):
+  writes through it carry no gradient (r[autograd.detach]), and may target an argument that
+  requires grad, when it is the one such argument on its storage;
 - log and fractional or negative powers read only values known to be positive.
+
+The caller calls one program in four under torch.no_grad() (r[autograd.grad-mode-inside]): the
+rules above still hold, as if every op recorded, and the program ends with a product under
+torch.enable_grad() of an argument that requires grad, so that an output does. Products under
+enable_grad(), alone or nested in no_grad(), also come among the steps. One program in four is
+backpropagated twice, the first time retaining the graph (r[autograd.retain-graph]).
 """
 
 from __future__ import annotations
@@ -39,6 +48,9 @@ POSITIVE_SCALARS = {2.0, 0.5, 3.0}
 #: Ops whose autograd node saves their tensor inputs, or their result, when an input requires
 #: grad.
 SAVES_INPUTS = {"mul", "maximum", "abs", "log", "pow", "mm", "matmul", "amax", "mul_"}
+SAVES_INPUTS |= {"enable_grad_mul", "nested_grad_mul"}
+#: Products under torch.enable_grad(): recorded whatever the caller's grad mode.
+GRAD_MODE_PRODUCTS = ["enable_grad_mul", "nested_grad_mul"]
 SAVES_RESULT = {"relu", "sigmoid", "tanh", "exp", "amax"}
 
 
@@ -53,19 +65,28 @@ def _bind_view(model: Model, out: str, v: str, lay: Strided) -> None:
 
 
 def _grad_writable(model: Model) -> list[str]:
-    """What a write with grad mode on may target: not a leaf that requires grad or a view of one
-    (eager raises), not a detached alias (aotspec gives its writes no history:
-    r[autograd.input-writes.detached]), and an argument's storage with a history only when one
-    argument object reads it (r[autograd.input-writes.aliased])."""
+    """What a write with grad mode on may target (see the section comment)."""
     return [
         v
         for v in model.names
         if model.writable(v)
         and not model.storage(v).saved
-        and not model.storage(v).leaf
-        and not model.obj(v).detached
-        and not (_shared_argument(model, v) and model.storage(v).requires_grad)
+        and (_detached_writable(model, v) if model.obj(v).detached else _takes_history(model, v))
     ]
+
+
+def _detached_writable(model: Model, v: str) -> bool:
+    """A detached alias: of a value that is no argument requiring grad, or of the one argument
+    requiring grad on its storage (its history stays: r[autograd.detach])."""
+    storage = model.storage(v)
+    return not (storage.caller and storage.requires_grad) or storage.grad_args == 1
+
+
+def _takes_history(model: Model, v: str) -> bool:
+    """Not a leaf that requires grad or a view of one (eager raises), and an argument's storage
+    with a history only when one argument object reads it (r[autograd.input-writes.aliased])."""
+    storage = model.storage(v)
+    return not storage.leaf and not (_shared_argument(model, v) and storage.requires_grad)
 
 
 def _shared_argument(model: Model, v: str) -> bool:
@@ -73,14 +94,14 @@ def _shared_argument(model: Model, v: str) -> bool:
 
 
 def _grad_sources(model: Model, dst: str) -> list[str]:
-    """What may be read into dst: another storage, and no grad into the storage of aliasing
-    arguments (r[autograd.input-writes.aliased])."""
-    shared = _shared_argument(model, dst)
+    """What may be read into dst: another storage, and no grad into a detached alias
+    (r[autograd.detach]) or the storage of aliasing arguments (r[autograd.input-writes.aliased])."""
+    no_grad = model.obj(dst).detached or _shared_argument(model, dst)
     return [
         v
         for v in copy_sources(model, dst)
         if model.obj(v).storage != model.obj(dst).storage
-        and not (shared and _requires_grad(model, v))
+        and not (no_grad and _requires_grad(model, v))
     ]
 
 
@@ -148,6 +169,15 @@ def _g_view(draw, model: Model) -> list[Instr]:
     return [Instr(op, (out,), (Var(v), *args))]
 
 
+def _g_detach(draw, model: Model) -> list[Instr]:
+    """`x.detach()` of an argument, an intermediate or a view: an alias that requires no grad."""
+    v = _recent(draw, list(model.names))
+    out = model.new_name()
+    _bind_view(model, out, v, model.lay(v))
+    model.obj(out).detached = True
+    return [Instr("detach", (out,), (Var(v),))]
+
+
 def _g_unary(draw, model: Model) -> list[Instr]:
     x = _recent(draw, list(model.names))
     positive = model.storage(x).positive
@@ -180,6 +210,17 @@ def _g_binary(draw, model: Model) -> list[Instr]:
     else:
         other = Var(draw(st.sampled_from(others)))
     positive = op != "sub" and _is_positive(model, Var(x)) and _is_positive(model, other)
+    return [_compute(model, op, (Var(x), other), positive=positive)]
+
+
+def _g_grad_mode(draw, model: Model) -> list[Instr]:
+    """`x * y` under torch.enable_grad(), alone or inside torch.no_grad()."""
+    x = _recent(draw, list(model.names))
+    shape = model.lay(x).sizes
+    others = [v for v in model.names if broadcastable(model.lay(v).sizes, shape)]
+    op = draw(st.sampled_from(GRAD_MODE_PRODUCTS))
+    other = draw(st.one_of(st.sampled_from(SCALARS), st.sampled_from(others).map(Var)))
+    positive = _is_positive(model, Var(x)) and _is_positive(model, other)
     return [_compute(model, op, (Var(x), other), positive=positive)]
 
 
@@ -334,6 +375,7 @@ def _g_write_argument(draw, model: Model) -> list[Instr]:
 
 GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("view", _g_view, lambda m: True),
+    ("detach", _g_detach, lambda m: True),
     ("unary", _g_unary, lambda m: True),
     ("binary", _g_binary, lambda m: True),
     ("matmul", _g_matmul, lambda m: any(len(m.lay(v).sizes) == 2 for v in m.names)),
@@ -341,6 +383,7 @@ GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("cat", _g_cat, lambda m: any(m.lay(v).sizes for v in m.names)),
     ("where", _g_where, lambda m: True),
     ("no_grad", _g_no_grad, lambda m: True),
+    ("grad_mode", _g_grad_mode, lambda m: True),
     ("no_grad_write", _g_no_grad_write, lambda m: bool(_no_grad_writable(m))),
     # Writes come four times: the point of the exercise, and each is blocked often (saved).
     ("write", _g_write_intermediate, _writes_intermediates),
@@ -355,6 +398,9 @@ def grad_programs(draw, max_steps: int = 10) -> Program:
     """A program with backward: at least one output requires grad (see the section comment)."""
     setup = draw(grad_setups())
     model = initial_grad_model(setup)
+    grad_arguments = [v for v in model.names if _requires_grad(model, v)]
+    grad_enabled = draw(st.sampled_from([True, True, True, False]))
+    retain_graph = draw(st.sampled_from([False, False, False, True]))
     body: list[Instr] = []
     # At least two steps (one rarely reaches a write), then go on with odds 5:1. A "go on" choice
     # per step, rather than a count drawn first, lets shrinking delete any one step.
@@ -364,8 +410,13 @@ def grad_programs(draw, max_steps: int = 10) -> Program:
         _, step = draw(st.sampled_from(kinds))
         body += step(draw, model)
         steps += 1
+    if not grad_enabled:  # the one value sure to require grad: see the section comment
+        x = draw(st.sampled_from(grad_arguments))
+        body.append(_compute(model, "enable_grad_mul", (Var(x), draw(st.sampled_from(SCALARS)))))
     names = list(model.names)
     with_grad = [v for v in reversed(names) if _requires_grad(model, v)]  # latest first
-    returns = [with_grad[0] if draw(st.booleans()) else draw(st.sampled_from(with_grad))]
+    first = with_grad[0] if not grad_enabled or draw(st.booleans()) else None
+    returns = [first or draw(st.sampled_from(with_grad))]
     returns += draw(st.lists(st.sampled_from(names), max_size=2))
-    return Program(setup, tuple(body), tuple(draw(st.permutations(returns))))
+    returns = tuple(draw(st.permutations(returns)))
+    return Program(setup, tuple(body), returns, grad_enabled, retain_graph)

@@ -88,6 +88,16 @@ class Program:
     setup: Setup
     body: tuple[Instr, ...]
     returns: tuple[str, ...]
+    #: The grad mode the caller calls the program under (r[autograd.grad-mode-inside]).
+    grad_enabled: bool = True
+    #: Whether the caller backpropagates twice, the first time with retain_graph=True
+    #: (r[autograd.retain-graph]).
+    retain_graph: bool = False
+
+    @property
+    def call_options(self) -> dict[str, bool]:
+        """How the caller calls and backpropagates: `harness.call_and_backward`'s options."""
+        return {"grad_enabled": self.grad_enabled, "retain_graph": self.retain_graph}
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -160,11 +170,19 @@ OPS: dict[str, Op] = {
     "full": _call("torch.full", torch.full),
     # programs with backward: views, fresh outputs, masks
     "squeeze": _method("squeeze"),
+    "detach": _method("detach"),
     **{name: _method(name) for name in ("relu", "sigmoid", "tanh", "exp", "log", "pow", "clone")},
     **{name: _method(name) for name in ("sum", "mean", "amax", "mm", "gt", "lt")},
     "matmul": _call("torch.matmul", torch.matmul),
     # x * y under torch.no_grad(): a value that carries no gradient (r[capture.grad-mode])
     "no_grad_mul": _call("torch.no_grad()(torch.mul)", torch.no_grad()(torch.mul)),
+    # x * y under torch.enable_grad(), alone or inside torch.no_grad(): recorded whatever the
+    # caller's grad mode (r[autograd.grad-mode-inside])
+    "enable_grad_mul": _call("torch.enable_grad()(torch.mul)", torch.enable_grad()(torch.mul)),
+    "nested_grad_mul": _call(
+        "torch.no_grad()(torch.enable_grad()(torch.mul))",
+        torch.no_grad()(torch.enable_grad()(torch.mul)),
+    ),
     # writes under torch.no_grad() into an argument that requires grad
     # (r[autograd.no-grad-input-writes])
     "no_grad_mul_": _call(
@@ -271,8 +289,19 @@ def program_source(program: Program) -> str:
     return "\n".join(lines)
 
 
+def call_source(program: Program) -> str:
+    """How the caller calls `program`, as constants (`Program.call_options`)."""
+    return (
+        "#: The caller's grad mode around the call; whether it backpropagates twice, the first\n"
+        "#: time with retain_graph=True.\n"
+        f"GRAD_ENABLED = {program.grad_enabled}\n"
+        f"RETAIN_GRAPH = {program.retain_graph}\n"
+    )
+
+
 def source(program: Program) -> str:
-    return f"{setup_source(program.setup)}\n\n\n{program_source(program)}\n"
+    parts = [setup_source(program.setup), program_source(program), call_source(program)]
+    return "\n\n\n".join(parts)
 
 
 def run_on_eager(run: Callable[[Program], Any], program: Program) -> Any:
