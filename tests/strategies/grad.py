@@ -95,7 +95,8 @@ def _shared_argument(model: Model, v: str) -> bool:
 
 def _grad_sources(model: Model, dst: str) -> list[str]:
     """What may be read into dst: another storage, and no grad into a detached alias
-    (r[autograd.detach]) or the storage of aliasing arguments (r[autograd.input-writes.aliased])."""
+    (r[autograd.detach]) or the storage of aliasing arguments
+    (r[autograd.input-writes.aliased])."""
     no_grad = model.obj(dst).detached or _shared_argument(model, dst)
     return [
         v
