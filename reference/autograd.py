@@ -347,7 +347,8 @@ def _backward_pass(
             raise UnsupportedError(
                 f"op {qualified_name(node.target)} has no derivative rule",
                 rule="autograd.derivative-rules",
-                fix="add a @derivative rule beside the op in reference/ops.py, or compute this part under torch.no_grad()",
+                fix="add a @derivative rule beside the op in reference/ops.py, or compute this "
+                "part under torch.no_grad()",
             )
         args = torch.fx.node.map_arg(node.args, env.__getitem__)
         kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
@@ -454,9 +455,9 @@ def _tangents_of_grads(
 def _read_contents_from_inputs(
     saved: list[torch.fx.Node], primals: list[torch.fx.Node], final_contents: dict
 ):
-    """r[autograd.saved-inputs.final-contents]: a saved value that is the last contents the program gave an
-    input's storage is that input when the call returns: the forward saves the input, and the
-    backward reads its whole storage when it runs. Returns the new saved list and, for each
+    """r[autograd.saved-inputs.final-contents]: a saved value that is the last contents the program
+    gave an input's storage is that input when the call returns: the forward saves the input, and
+    the backward reads its whole storage when it runs. Returns the new saved list and, for each
     replaced value, the input it is read from.
 
     Where the backward also reads the input as the call began, the contents stay saved as they

@@ -280,7 +280,8 @@ _HOOKS_INSIDE = "saved_tensors_hooks entered inside a function the reference cap
 def hooks_silenced_while_tracing(rule: str = "hooks.eager.innermost"):
     """Capture runs autograd on fake tensors: the caller's hooks must not fire on them. Hooks that
     the function enters itself cannot be attributed to ops of the captured graph, so they raise
-    `UnsupportedError` naming `rule` (eager: `hooks.eager.innermost`; compiled: `hooks.compiled.traced`)."""
+    `UnsupportedError` naming `rule` (eager: `hooks.eager.innermost`; compiled:
+    `hooks.compiled.traced`)."""
     previous = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message()
     torch._C._autograd._saved_tensors_hooks_disable(_HOOKS_INSIDE, False)
     try:

@@ -56,14 +56,15 @@ class InputMeta:
                 is_leaf,
                 same,
             )
-            for dtype, sizes, strides, offset, storage, nbytes, requires_grad, is_leaf, same in input_facts(
-                tensors
-            )
+            for (
+                dtype, sizes, strides, offset, storage, nbytes, requires_grad, is_leaf, same
+            ) in input_facts(tensors)
         )
 
 
 def input_facts(tensors: list[torch.Tensor]) -> tuple[tuple, ...]:
-    """`InputMeta.of(tensors)` as plain tuples, cheap to build and hash: a compiled function's guard."""
+    """`InputMeta.of(tensors)` as plain tuples, cheap to build and hash: a compiled function's
+    guard."""
     first_on_storage: dict[int, int] = {}
     first_object: dict[int, int] = {}
     facts = []
@@ -105,7 +106,8 @@ class GraphStorage:
 
 @frozen
 class WriteBack:
-    """r[functionalize.epilogue.data]: the caller's storage takes graph output `output_index`'s bytes."""
+    """r[functionalize.epilogue.data]: the caller's storage takes graph output `output_index`'s
+    bytes."""
 
     input_index: int
     output_index: int
@@ -121,7 +123,8 @@ class Resize:
 
 @frozen
 class Rebind:
-    """r[functionalize.epilogue.set]: the caller's tensor object is set_ to `storage` and `layout`."""
+    """r[functionalize.epilogue.set]: the caller's tensor object is set_ to `storage` and
+    `layout`."""
 
     input_index: int
     storage: CallerStorage | GraphStorage
@@ -279,7 +282,8 @@ def _flat(storage: _Storage, replay: _Replay) -> torch.Tensor:
     """The storage's whole contents as a 1-D value."""
     storage.unread_since_resize = False
     if storage.flat is None:
-        # Version 0: the origin value's own storage holds the bytes (r[functionalize.storage-values]).
+        # Version 0: the origin value's own storage holds the bytes
+        # (r[functionalize.storage-values]).
         with replay.materializing(grad_enabled=True):
             storage.flat = aten.as_strided(storage.origin, [storage.elements], [1], 0)
     return storage.flat
@@ -289,17 +293,20 @@ def _check_in_bounds(cell: _Cell, action: str, name: str) -> None:
     needed = cell.layout.extent_bytes()
     if needed > cell.storage.nbytes:
         raise SpecViolation(
-            f"{action} of tensor {name} ({cell.layout.sizes}, {cell.layout.dtype}) needs {needed} bytes but "
+            f"{action} of tensor {name} ({cell.layout.sizes}, {cell.layout.dtype}) needs "
+            f"{needed} bytes but "
             f"its storage holds {cell.storage.nbytes} at that point of the program",
             rule="memory.access-in-bounds",
-            fix="resize the storage up (resize_storage_bytes_) and fill it with copy_ before using the tensor",
+            fix="resize the storage up (resize_storage_bytes_) and fill it with copy_ before "
+            "using the tensor",
         )
 
 
 def _read(cell: _Cell, name: str, replay: _Replay, *, for_view: bool = False) -> torch.Tensor:
     """The cell's current value; after a write to its storage it is read back through its layout.
 
-    Taking a view reads no element, so a view of a zero-storage tensor is not an out-of-bounds read.
+    Taking a view reads no element, so a view of a zero-storage tensor is not an out-of-bounds
+    read.
     """
     if not for_view:
         _check_in_bounds(cell, "read", name)
@@ -307,7 +314,8 @@ def _read(cell: _Cell, name: str, replay: _Replay, *, for_view: bool = False) ->
         return cell.value
     layout = cell.layout
     flat = _flat(cell.storage, replay)
-    # r[functionalize.reads.grad-mode]: made under the grad mode of the tensor read, not the reader's.
+    # r[functionalize.reads.grad-mode]: made under the grad mode of the tensor read, not the
+    # reader's.
     with replay.materializing(grad_enabled=not cell.viewed_without_grad):
         cell.value = aten.as_strided(flat, layout.sizes, layout.strides, layout.offset)
     if cell.read_as_input is not None:  # r[autograd.no-grad-set]
@@ -329,12 +337,13 @@ def _note_contents(storage: _Storage, contents: torch.Tensor | None = None) -> N
 
 
 def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
-    """r[functionalize.writes]: a write through a layout is an as_strided_scatter into the contents."""
+    """r[functionalize.writes]: a write through a layout is an as_strided_scatter into the
+    contents."""
     layout = cell.layout
     if layout.has_internal_overlap():  # r[aliasing.inplace.no-overlapping-write]
         raise RuntimeError(
-            "unsupported operation: more than one element of the written-to tensor refers to a single "
-            "memory location. Please clone() the tensor before performing the operation."
+            "unsupported operation: more than one element of the written-to tensor refers to a "
+            "single memory location. Please clone() the tensor before performing the operation."
         )
     _check_in_bounds(cell, "write", name)
     if new.dtype != layout.dtype:
@@ -412,7 +421,8 @@ def _resize(cell: _Cell, n: int, name: str, replay: _Replay) -> None:
     # bytes after a resize up are written before they are read.
     storage.flat = aten.zeros([storage.elements], dtype=storage.dtype) if n else None
     if n:
-        # r[autograd.no-grad-input-writes.identity]: bytes a resize up gives an input are that input.
+        # r[autograd.no-grad-input-writes.identity]: bytes a resize up gives an input are that
+        # input.
         replay.resized_contents[node_of(storage.flat)] = storage.caller
         storage.unread_since_resize = True
     _note_contents(storage)
@@ -619,12 +629,14 @@ class _Replay:
         raise InternalError(f"effect op without a functionalization rule: {node.target}")
 
     def set_(self, cell: _Cell, source: _Cell, name: str) -> _Cell:
-        # r[functionalize.set.rebinds-cell]: the tensor object moves; its old storage keeps its contents.
+        # r[functionalize.set.rebinds-cell]: the tensor object moves; its old storage keeps its
+        # contents.
         if source.layout.extent_bytes() > source.storage.nbytes:
             raise UnsupportedError(
                 f"set_ of {name} to a source whose storage is smaller than its layout",
                 rule="aliasing.set.grows-storage",
-                fix="compiled programs do not grow storages through set_; resize the source up first",
+                fix="compiled programs do not grow storages through set_; resize the source up "
+                "first",
             )
         cell.storage = source.storage
         cell.layout = source.layout
@@ -649,7 +661,8 @@ class _Replay:
             raise UnsupportedError(
                 f"custom op {entry.name} mutates or aliases its arguments ({schema})",
                 rule="functionalize.opaque-functional-only",
-                fix="compiled programs call only functional custom ops; return a new tensor instead",
+                fix="compiled programs call only functional custom ops; return a new tensor "
+                "instead",
             )
         return pytree.tree_map(self.fresh, node.target(*read_all(args), **read_all(kwargs)))
 

@@ -1,9 +1,10 @@
 """The reference op table's entries: value rules in numpy, view rules on layouts.
 
-Conventions: `x`, `y` are numpy arrays (the op's `self` and `other`), `layout` is the input's Layout,
-`dims` a list of dimensions. Rules follow the aten schema's argument order; arguments that do not
-change the values (layout, device, pin_memory, memory_format) are named `*_` and ignored, because
-fresh outputs take their dtype and strides from the captured meta value (`r[ops.fresh-output]`).
+Conventions: `x`, `y` are numpy arrays (the op's `self` and `other`), `layout` is the input's
+Layout, `dims` a list of dimensions. Rules follow the aten schema's argument order; arguments that
+do not change the values (layout, device, pin_memory, memory_format) are named `*_` and ignored,
+because fresh outputs take their dtype and strides from the captured meta value
+(`r[ops.fresh-output]`).
 
 Beside each compute or view rule sits its derivative (`r[autograd.derivative-rules]`): a
 vector-Jacobian product `rule(grad, out, *args)` in torch ops, following PyTorch's
@@ -35,7 +36,8 @@ def _dim(dim: int, ndim: int) -> int:
     rank = max(ndim, 1)
     if not -rank <= dim < rank:
         raise IndexError(
-            f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], but got {dim})"
+            f"Dimension out of range (expected to be in range of [{-rank}, {rank - 1}], "
+            f"but got {dim})"
         )
     return dim % rank
 
@@ -1038,7 +1040,8 @@ def var_mean_backward(grads, outs, x, dims, correction, keepdim):
 
 
 def _refuse_half_to_float(op: str, half_to_float: bool) -> None:
-    """r[ops.table]: `half_to_float=True` is a CUDA-only form; PyTorch's CPU kernels refuse it too."""
+    """r[ops.table]: `half_to_float=True` is a CUDA-only form; PyTorch's CPU kernels refuse it
+    too."""
     if half_to_float:
         raise UnsupportedError(
             f"op aten.{op}.default with half_to_float=True is not in the reference op table",
@@ -1070,7 +1073,8 @@ def softmax_backward(grad, out, x, dim, half_to_float):
 
 @compute(aten._softmax_backward_data.default)
 def softmax_backward_data(grad, out, dim, input_dtype):
-    # `input_dtype` sets only the output's dtype, which the meta kernel gives (r[ops.fresh-output]).
+    # `input_dtype` sets only the output's dtype, which the meta kernel gives
+    # (r[ops.fresh-output]).
     rows, axis = np.atleast_1d(out), _dim(dim, out.ndim)
     grads = np.atleast_1d(grad)
     return (rows * (grads - np.sum(grads * rows, axis=axis, keepdims=True))).reshape(out.shape)
@@ -1187,7 +1191,8 @@ def native_layer_norm_double_backward(grads, outs, *args):
 
 
 # ---------------------------------------------------------------- creation
-# Bytes of `empty*` are unspecified; the reference zero-fills them and no conforming program reads them.
+# Bytes of `empty*` are unspecified; the reference zero-fills them and no conforming program
+# reads them.
 
 
 @compute(aten.zeros.default, aten.empty.memory_format)
@@ -1296,7 +1301,8 @@ nondifferentiable(
 
 
 # ---------------------------------------------------------------- in-place variants
-# r[aliasing.inplace.writes-through]: x.op_(...) computes op(x, ...) and writes it into x's storage.
+# r[aliasing.inplace.writes-through]: x.op_(...) computes op(x, ...) and writes it into x's
+# storage.
 
 #: (in-place overload, functional overload whose values it writes), for the table and the tests.
 IN_PLACE_VARIANTS = (
@@ -1350,7 +1356,8 @@ for _inplace, _functional in IN_PLACE_VARIANTS:
 
 
 # ---------------------------------------------------------------- views
-# r[aliasing.view.shares-storage]: each rule maps the input's layout to the output's; no bytes move.
+# r[aliasing.view.shares-storage]: each rule maps the input's layout to the output's; no bytes
+# move.
 
 
 def _view_strides(sizes, strides, new_sizes):
@@ -1511,7 +1518,8 @@ def select(layout: Layout, dim, index):
     size = layout.sizes[dim]
     if not -size <= index < size:
         raise IndexError(
-            f"select(): index {index} out of range for tensor of size {layout.sizes} at dimension {dim}"
+            f"select(): index {index} out of range for tensor of size {layout.sizes} "
+            f"at dimension {dim}"
         )
     index %= size
     sizes = layout.sizes[:dim] + layout.sizes[dim + 1 :]

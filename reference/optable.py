@@ -4,9 +4,10 @@ Four kinds of entry (`specs/ops.md` lists every op with its kind):
 
 - compute: a pure function of values. Its rule gets numpy arrays (reduced-precision floats already
   widened to float32, `r[ops.opmath]`) and returns arrays; each output gets a fresh storage whose
-  dtype, sizes and strides are those PyTorch's meta kernel computed at capture (`r[ops.fresh-output]`).
-- view: a function of layouts. Its rule gets the input's Layout and returns the output's; the output
-  shares the input's storage (`r[aliasing.view.shares-storage]`).
+  dtype, sizes and strides are those PyTorch's meta kernel computed at capture
+  (`r[ops.fresh-output]`).
+- view: a function of layouts. Its rule gets the input's Layout and returns the output's; the
+  output shares the input's storage (`r[aliasing.view.shares-storage]`).
 - in-place: a compute op's values written into the first argument, which is returned
   (`r[aliasing.inplace.writes-through]`).
 - effect: an op that changes storage identity or size (`copy_`, `set_`, `resize_storage_bytes_`);
@@ -99,7 +100,8 @@ def view(*overloads):
 
 
 def inplace(inplace_overload, functional_overload) -> None:
-    """`x.op_(...)` is `x.copy_(op(x, ...))`, returning `x` (`r[aliasing.inplace.writes-through]`)."""
+    """`x.op_(...)` is `x.copy_(op(x, ...))`, returning `x`
+    (`r[aliasing.inplace.writes-through]`)."""
     functional = OP_TABLE[functional_overload]
     _register(
         inplace_overload,

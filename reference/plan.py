@@ -185,8 +185,8 @@ def _check_grad_input_mutations(functional: FunctionalProgram, needs_grad: list[
 
 
 def _check_stolen(functional: FunctionalProgram, stolen: frozenset[int]) -> None:
-    """r[boxed.steal.read-only]: a stolen input is only read: the caller gave it away, so nothing may
-    reach it afterwards."""
+    """r[boxed.steal.read-only]: a stolen input is only read: the caller gave it away, so nothing
+    may reach it afterwards."""
     touched = set()
     for step in functional.epilogue:
         touched.add(step.input_index)

@@ -66,9 +66,10 @@ def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) 
         flats = graphs.forward(arguments)
     else:
         inputs = detached_where_needed(plan, tensors)
-        # r[boxed.steal.freed-at-last-use]: a stolen input that needs no gradient reaches the forward through
-        # `call`, not through apply's arguments (which live until apply returns), so the boxed
-        # forward's list holds its last reference and frees it at its last use.
+        # r[boxed.steal.freed-at-last-use]: a stolen input that needs no gradient reaches the
+        # forward through `call`, not through apply's arguments (which live until apply
+        # returns), so the boxed forward's list holds its last reference and frees it at its
+        # last use.
         handed_over = {i: inputs[i] for i in stolen if not inputs[i].requires_grad}
         for i in handed_over:
             inputs[i] = tensors[i] = None

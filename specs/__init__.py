@@ -1,1 +1,2 @@
-"""The spec chapters ship here as package data: `importlib.resources.files("aotspec.specs") / "ops.md"`."""
+"""The spec chapters ship here as package data:
+`importlib.resources.files("aotspec.specs") / "ops.md"`."""

@@ -28,9 +28,9 @@ import aotspec
 from aotspec.conformance.observe import Observation, differences, observe, world_of
 from aotspec.fast.runtime import FastPlan
 from aotspec.tracker import MemoryTracker
+
 from strategies.program import Program, as_function, build_inputs, source
-from strategies.stealing import Stealing, as_stealing_function, make_activations
-from strategies.stealing import stealing_source
+from strategies.stealing import Stealing, as_stealing_function, make_activations, stealing_source
 
 # ---------------------------------------------------------------- one side's run
 

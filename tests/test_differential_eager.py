@@ -15,12 +15,12 @@ Run: `.venv/bin/python -m pytest tests/test_differential_eager.py`
 
 from __future__ import annotations
 
-
 import torch
 from hypothesis import event, given, settings
 
 from aotspec.conformance.observe import Observation, differences, observe, world_of
 from aotspec.reference import run
+
 from repro import is_final_run, write_repro
 from strategies.mutations import programs
 from strategies.program import Program, as_function, build_inputs, run_on_eager, source

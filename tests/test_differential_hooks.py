@@ -24,8 +24,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aotspec
-from harness import call_and_backward, compare, pack_bf16, pack_lossless, unpack_bf16
-from harness import unpack_lossless
+
+from harness import (
+    call_and_backward,
+    compare,
+    pack_bf16,
+    pack_lossless,
+    unpack_bf16,
+    unpack_lossless,
+)
 from repro import is_final_run, write_hooks_repro
 from strategies.grad import grad_programs
 from strategies.program import as_function, build_inputs, source

@@ -15,5 +15,6 @@ ALL_CASES = [
 _names = [case.name for case in ALL_CASES]
 if len(set(_names)) != len(_names):
     raise ValueError(
-        f"conformance case names must be unique: {sorted(n for n in _names if _names.count(n) > 1)}"
+        "conformance case names must be unique: "
+        f"{sorted(n for n in _names if _names.count(n) > 1)}"
     )

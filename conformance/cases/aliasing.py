@@ -148,7 +148,8 @@ CASES = [
         args=["x", "y"],
         program=_set_then_write_target,
         expect=[
-            # PyTorch 2.13's aot_function loses this aliasing (docs/torch-2.13.md section 3.2); eager keeps it.
+            # PyTorch 2.13's aot_function loses this aliasing (docs/torch-2.13.md section 3.2);
+            # eager keeps it.
             Shares("x", "y"),
             Values("y", [0.0, 2.0, 4.0, 6.0]),
             Values("x", [0.0, 2.0, 4.0, 6.0]),
@@ -232,7 +233,8 @@ CASES += [
             "functionalize.epilogue.data",
             "functionalize.epilogue.set",
         ],
-        # PyTorch 2.13's aot_function drops the mul_ (docs/torch-2.13.md section 3.2); eager keeps it in the old storage.
+        # PyTorch 2.13's aot_function drops the mul_ (docs/torch-2.13.md section 3.2); eager keeps
+        # it in the old storage.
         setup=_ones_and_alias,
         args=["x", "y"],
         program=_mutate_then_set,

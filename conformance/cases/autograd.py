@@ -101,7 +101,8 @@ def _caller_regathers_w(world):
         w.copy_(torch.tensor([5.0, 6.0, 7.0]))
 
 
-#: eager reads the freed storage in the backward: a segfault on CPU (docs/torch-2.13.md section 2.2).
+#: eager reads the freed storage in the backward: a segfault on CPU
+#: (docs/torch-2.13.md section 2.2).
 _EAGER_READS_FREED_MEMORY = {
     "torch-eager": "eager reads a 0-byte storage in the backward (segfault)"
 }
@@ -985,8 +986,8 @@ CASES = [
         args=["p", "y", "w"],
         program=_set_to_a_doubled_copy,
         backward=True,
-        # docs/torch-2.13.md section 3.2 (eager and aot_function agree): p reads 2y = [0, 2, 4, 6]; its old
-        # storage keeps its zeros; sum(p * w) sends w to p and p to w
+        # docs/torch-2.13.md section 3.2 (eager and aot_function agree): p reads 2y = [0, 2, 4,
+        # 6]; its old storage keeps its zeros; sum(p * w) sends w to p and p to w
         expect=[
             Values("out0", 12.0),
             Values("p", [0.0, 2.0, 4.0, 6.0]),

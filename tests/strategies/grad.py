@@ -37,8 +37,18 @@ from collections.abc import Callable
 import torch
 from hypothesis import strategies as st
 
-from strategies.model import ITEMSIZE, SCALARS, Model, Strided, apply_view, broadcastable
-from strategies.model import copy_sources, draw_view_args, view_ops, viewable
+from strategies.model import (
+    ITEMSIZE,
+    SCALARS,
+    Model,
+    Strided,
+    apply_view,
+    broadcastable,
+    copy_sources,
+    draw_view_args,
+    view_ops,
+    viewable,
+)
 from strategies.program import OPS, Instr, Program, Var
 from strategies.setups import grad_setups, initial_grad_model
 

@@ -28,8 +28,16 @@ from collections.abc import Callable
 
 from hypothesis import strategies as st
 
-from strategies.model import ITEMSIZE, SCALARS, Model, Strided, broadcastable, copy_sources
-from strategies.model import draw_view, viewable
+from strategies.model import (
+    ITEMSIZE,
+    SCALARS,
+    Model,
+    Strided,
+    broadcastable,
+    copy_sources,
+    draw_view,
+    viewable,
+)
 from strategies.program import OPS, Instr, Program, Var
 from strategies.setups import initial_model, setups
 

@@ -20,7 +20,6 @@ from typing import Any
 import torch
 from attrs import frozen
 
-
 resize_storage_bytes_ = torch.ops.inductor.resize_storage_bytes_
 set_source_tensor = torch.ops.aten.set_.source_Tensor
 

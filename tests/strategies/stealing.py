@@ -22,7 +22,6 @@ from strategies.mutations import programs
 from strategies.program import Program, as_function, source
 from strategies.setups import GRAD_VALUES
 
-
 ACTIVATION_SIZE = 4
 #: How an activation is read, as a method name; the reads are added up.
 READS = ["exp", "neg", "abs", "relu", "sigmoid"]
