@@ -98,14 +98,13 @@ def build_outputs(
             on_storage.setdefault((t.untyped_storage()._cdata, t.dtype), t)
     outputs = []
     returned: set[int] = set()
-    grad_enabled = torch.is_grad_enabled()
     for output in program.outputs:
         if isinstance(output, OutputIsInput):
             outputs.append(tensors[output.input_index])
             continue
-        # r[autograd.grad-mode-inside]: a view the program took with grad mode on (inside
-        # torch.enable_grad(), in a call under torch.no_grad()) is built with it on
-        with torch.set_grad_enabled(grad_enabled or output.made_with_grad):
+        # r[autograd.grad-mode-inside.views]: an output view is built under the grad mode the
+        # program took it in, whatever the mode of the call
+        with torch.set_grad_enabled(output.made_with_grad):
             outputs.append(
                 _output_view(output, tensors, on_storage, caller_storages, flats, returned)
             )

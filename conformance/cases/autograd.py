@@ -456,6 +456,17 @@ def _views_inside_enable_grad(x):
     return y, y, v  # y twice: the same tensor
 
 
+def _view_taken_under_no_grad(x):
+    y = x * 3
+    with torch.no_grad():
+        v = y.view(-1)
+    return y.sum(), v
+
+
+def _write_into_out1(world):
+    world["out1"].mul_(2)
+
+
 def _input_set_to_require_grad(x):
     x.requires_grad_()
     return x * 3
@@ -1148,7 +1159,7 @@ CASES = [
     ),
     Case(
         name="autograd.outputs-viewed-inside-enable-grad",
-        rules=["autograd.grad-mode-inside"],
+        rules=["autograd.grad-mode-inside", "autograd.grad-mode-inside.views"],
         setup=lambda: _leaves(x=torch.ones(2, 2)),
         args=["x"],
         program=_views_inside_enable_grad,
@@ -1159,6 +1170,23 @@ CASES = [
             RequiresGrad("out1"),
             RequiresGrad("out2"),
             Values("x.grad", [[5.0, 5.0], [5.0, 5.0]]),
+        ],
+    ),
+    Case(
+        name="autograd.output-viewed-under-no-grad-has-no-history",
+        rules=["autograd.grad-mode-inside.views"],
+        setup=lambda: _leaves(x=torch.ones(2, 2)),
+        args=["x"],
+        program=_view_taken_under_no_grad,
+        backward=True,
+        before_backward=_write_into_out1,
+        skip={"reference-eager": "its outputs are not torch views made in no_grad mode"},
+        # eager: v requires grad (its base does) but was made in no_grad mode, so mul_ on it
+        # with grad mode on raises
+        expect=[
+            Values("out1", [3.0, 3.0, 3.0, 3.0]),
+            RequiresGrad("out1"),
+            BackwardRaises(RuntimeError, match="no_grad mode"),
         ],
     ),
     Case(

@@ -288,12 +288,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_input_mutation_output_view_multiple", "fast"):
         "unsupported: metadata mutation transpose_",
     ("test_input_mutation_output_view_multiple", "dynamo"): "unsupported: op diagonal",
-    ("test_output_aliases_intermediate_no_grad_view", "reference"):
-        "wrong autograd meta: view made under no_grad has a grad_fn",
-    ("test_output_aliases_intermediate_no_grad_view", "fast"):
-        "wrong autograd meta: view made under no_grad has a grad_fn",
-    ("test_output_aliases_intermediate_no_grad_view", "dynamo"):
-        "wrong autograd meta: view made under no_grad has a grad_fn",
     ("test_output_aliases_intermediate_inplace_view_with_detach", "reference"):
         "unsupported: metadata mutation t_",
     ("test_output_aliases_intermediate_inplace_view_with_detach", "fast"):
