@@ -24,6 +24,7 @@ from aotspec.reference.plan import (
     SavedTensorHooks,
     build_plan,
     input_facts,
+    lift,
 )
 
 BACKENDS = ("reference", "fast")
@@ -112,6 +113,9 @@ class CompiledFunction:
 
     def __call__(self, *args, **kwargs):
         stolen_lists = self._stolen_lists(args, kwargs)
+        fn, lifted = self.fn, lift(self.fn)
+        if lifted.tensors:  # r[capture.lift]: looked up again at every call
+            fn, args = lifted.wrap(self.fn), (list(lifted.tensors), *args)
         leaves, structure = _flatten(args, kwargs)
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         stolen = self._stolen_indices(leaves, stolen_lists)
@@ -128,7 +132,15 @@ class CompiledFunction:
             if hooks is not None and self.hooks_filter == "no_static"
             else frozenset()
         )
-        key = (structure, constants, input_facts(tensors), grad_enabled, hooks, static)
+        key = (
+            structure,
+            constants,
+            input_facts(tensors),
+            grad_enabled,
+            hooks,
+            static,
+            lifted.key,
+        )
         compiled = self._plans.get(key)
         if compiled is None:
             hooks_request = None
@@ -136,7 +148,7 @@ class CompiledFunction:
                 placement = Placement(self.hook_placement)
                 hooks_request = HooksRequest(hooks, self.hooks_filter, static, placement)
             # r[functionalize.errors-before-running]: before the call touches any input
-            plan = build_plan(self.fn, args, kwargs, tensors, stolen, hooks_request)
+            plan = build_plan(fn, args, kwargs, tensors, stolen, hooks_request)
             compiled = self._runtime.prepare(plan)
             self._plans[key] = compiled
         del args, kwargs, leaves

@@ -264,6 +264,8 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
         for node in graph.nodes:
             if node.op == "placeholder":
                 env[node] = next(inputs)
+            elif node.op == "get_attr":  # r[capture.constants]
+                env[node] = getattr(program.graph_module, node.target)
             elif node.op == "call_function":
                 args = torch.fx.node.map_arg(node.args, env.__getitem__)
                 kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
@@ -279,7 +281,9 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
     tangent_examples = [
         torch.zeros_like(_meta_value(outputs_node.args[0][k])) for k in differentiable
     ]
-    joint_module = make_fx(joint, tracing_mode="fake")(*tensors, *tangent_examples)
+    joint_module = make_fx(joint, tracing_mode="fake", _allow_non_fake_inputs=True)(
+        *tensors, *tangent_examples
+    )
     joint_module.graph.eliminate_dead_code()  # rules may compute gradients nobody needs
     split = partition(joint_module, n_inputs, joint_found.final_contents)
     return Differentiated(
@@ -540,5 +544,5 @@ def _extract(
                 )
             env[node] = new.node_copy(node, env.__getitem__)
     new.output([env[o] for o in outputs])
-    module = torch.fx.GraphModule(torch.nn.Module(), new)
-    return module
+    # the joint graph's module is the root: it holds the constants get_attr nodes read
+    return torch.fx.GraphModule(graph.owning_module, new)

@@ -106,6 +106,10 @@ class _RequiresGradCall:
     position: int
 
 
+#: What computes gradients (r[capture.backward-inside]).
+_BACKWARD_CALLS = (torch.Tensor.backward, torch.autograd.backward)
+
+
 class _WatchGradMode(TorchFunctionMode):
     """Notes the user function's grad-mode changes (`torch.no_grad()`, `set_grad_enabled`), and
     the `requires_grad_()` calls that change a tensor's flag (`r[autograd.requires-grad-inside]`).
@@ -120,6 +124,15 @@ class _WatchGradMode(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is torch._C._set_grad_enabled:
             self.modes.note(bool(args[0]))
+        elif func in _BACKWARD_CALLS:
+            raise UnsupportedError(
+                f"the function calls {func.__qualname__}() while it is captured; it would "
+                "accumulate into the .grad of the trace's stand-ins, not of the caller's tensors",
+                rule="capture.backward-inside",
+                fix="call backward() on the compiled function's result after it returns, or "
+                "use torch.compile(fn, backend='aotspec'), which runs the backward between two "
+                "compiled graphs",
+            )
         elif func is torch._C.TensorBase.requires_grad_:
             flag = bool(args[1] if len(args) > 1 else kwargs.get("requires_grad", True))
             if flag != args[0].requires_grad:
@@ -218,12 +231,24 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
 
     # make_fx keeps stack traces only for frames of registered functions: register the user's.
     torch.fx.proxy._register_stack_trace_anchor(fn)
-    graph_module = make_fx(
-        flat_fn,
-        decomposition_table=DECOMPOSITIONS,  # r[capture.aten-graph]
-        tracing_mode="fake",  # r[capture.no-side-effects]: the caller's tensors are not run on
-        record_stack_traces=True,
-    )(*tensors)
+    try:
+        graph_module = make_fx(
+            flat_fn,
+            decomposition_table=DECOMPOSITIONS,  # r[capture.aten-graph]
+            tracing_mode="fake",  # r[capture.no-side-effects]: the caller's tensors are not run on
+            record_stack_traces=True,
+        )(*tensors)
+    except AssertionError as error:
+        if _NOT_AN_INPUT not in str(error):
+            raise
+        raise UnsupportedError(
+            "the function reads a tensor that is not one of its inputs (" + _op_of(error) + "): "
+            "one reached other than through an argument, a closure variable, a global name or "
+            "a module attribute",
+            rule="capture.lift.unreachable",
+            fix="pass the tensor as an argument, or hold it in a closure variable, a global or "
+            "a module attribute",
+        ) from None
     grad_modes.annotate(graph_module.graph)
     _drop_view_replays(graph_module)
     entries = {
@@ -241,6 +266,16 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         name=getattr(fn, "__qualname__", repr(fn)),
         requires_grad_inputs=frozenset(requires_grad_inputs),
     )
+
+
+#: What FakeTensorMode says of a real tensor reaching an op while it traces.
+_NOT_AN_INPUT = "Please convert all Tensors to FakeTensors first"
+
+
+def _op_of(error: AssertionError) -> str:
+    """The op FakeTensorMode names in `error`: `aten.mul.Tensor`."""
+    found = re.search(r"Found in (\S+?)\(", str(error))
+    return f"read by {found.group(1)}" if found else "read by an op"
 
 
 def _inputs_set_to_require_grad(calls: list[_RequiresGradCall], inputs: tuple) -> set[int]:

@@ -20,6 +20,7 @@ from .eager_backward import connect
 from .graph import placeholders
 from .interpreter import interpret
 from .ledger import Ledger
+from .lift import lift
 from .tape import Tape
 
 
@@ -38,6 +39,9 @@ class EagerRun:
 
 def run(fn, *args, **kwargs) -> EagerRun:
     """Capture `fn` on these arguments and run it on the reference, like eager PyTorch would."""
+    lifted = lift(fn)
+    if lifted.tensors:  # r[capture.lift]
+        fn, args = lifted.wrap(fn), (list(lifted.tensors), *args)
     with hooks_silenced_while_tracing():
         program = capture(fn, args, kwargs)
     return execute(program, args, kwargs)

@@ -502,7 +502,7 @@ class _Replay:
                     self.grad_enabled = grad_enabled(node)
                     self.grad_modes.note(self.grad_enabled)
                 self.env[node] = self.call(node)
-            elif node.op == "get_attr":
+            elif node.op == "get_attr":  # r[capture.constants]: a fresh copy at every call
                 constant = getattr(self.program.graph_module, node.target)
                 self.env[node] = self.fresh(constant.clone())
             elif node.op == "output":
@@ -747,7 +747,9 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
         }
         return graph_outputs
 
-    graph_module = make_fx(replay, tracing_mode="fake")(*tensors)
+    # r[capture.constants]: the program's constants are real tensors; the functional graph
+    # reads them as constants too.
+    graph_module = make_fx(replay, tracing_mode="fake", _allow_non_fake_inputs=True)(*tensors)
     grad_modes.annotate(graph_module.graph)
     graph_module.graph.eliminate_dead_code()  # the graph is functional: unused values go
     graph_module.recompile()

@@ -104,13 +104,13 @@ def inline_hooks(
     traced = _trace_all(hooks, [saved[j] for j in selected])
     new_forward, packed = _pack_in_forward(forward, saved, selected, traced, placement)
     new_backward = torch.fx.GraphModule(
-        torch.nn.Module(),
+        plan.backward.graph_module,
         _unpack_in_backward(backward, packed, {j: traced[saved[j]] for j in selected}, placement),
     )
     _propagate_layouts(new_backward)
     return evolve(
         plan,
-        forward=GraphProgram.of(torch.fx.GraphModule(torch.nn.Module(), new_forward)),
+        forward=GraphProgram.of(torch.fx.GraphModule(plan.forward.graph_module, new_forward)),
         backward=GraphProgram.of(new_backward),
         num_saved=plan.num_saved - len(selected) + sum(len(names) for names in packed.values()),
     )

@@ -31,6 +31,7 @@ from .functionalize import (
 from .graph import GraphProgram, output_node, placeholders
 from .hooks import FILTERS as HOOK_FILTERS
 from .hooks import Placement, SavedTensorHooks, inline_hooks
+from .lift import lift
 
 __all__ = [
     "HOOK_FILTERS",
@@ -40,6 +41,7 @@ __all__ = [
     "SavedTensorHooks",
     "build_plan",
     "input_facts",
+    "lift",
 ]
 
 

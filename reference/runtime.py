@@ -139,6 +139,7 @@ class _Forward(torch.autograd.Function):
         return tuple(flats)
 
     @staticmethod
+    @torch._disable_dynamo  # r[capture.backward-inside]: Dynamo never traces it
     def backward(ctx, *grads):
         call: _Call = ctx.call
         plan = call.plan

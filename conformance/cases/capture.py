@@ -5,7 +5,16 @@ import torch.nn.functional as F
 
 from aotspec.errors import UnsupportedError
 
-from ..case import Absent, Case, Identical, Raises, Separate, Shares, Values
+from ..case import (
+    COMPILED_ONLY,
+    Absent,
+    Case,
+    Identical,
+    Raises,
+    Separate,
+    Shares,
+    Values,
+)
 
 _X = torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 0.0, 2.0]])
 
@@ -53,6 +62,74 @@ def _custom_function_without_grad(x):
     with torch.no_grad():
         y = _HalfGradient.apply(x)
     return y * 2.0
+
+
+# The lifting cases' programs read these globals instead of taking them as arguments
+# (r[capture.lift]). Each setup binds fresh tensors to them, so every run also checks that a
+# call looks them up again.
+_SCALE = None
+_LINEAR = None
+_CALLS = None
+_IN_A_LIST: list = []
+
+
+def _scale_world():
+    global _SCALE
+    _SCALE = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    return {"x": torch.tensor([4.0, 5.0, 6.0], requires_grad=True), "scale": _SCALE}
+
+
+def _times_global_scale(x):
+    return x * _SCALE
+
+
+def _linear_world():
+    global _LINEAR
+    _LINEAR = torch.nn.Linear(2, 1)
+    with torch.no_grad():
+        _LINEAR.weight.copy_(torch.tensor([[1.0, -1.0]]))
+        _LINEAR.bias.fill_(0.5)
+    return {"x": torch.tensor([[3.0, 1.0]]), "weight": _LINEAR.weight, "bias": _LINEAR.bias}
+
+
+def _global_linear(x):
+    return _LINEAR(x)
+
+
+def _calls_world():
+    global _CALLS
+    _CALLS = torch.zeros(1)
+    return {"x": torch.tensor([2.0, 3.0]), "calls": _CALLS}
+
+
+def _count_calls(x):
+    _CALLS.add_(1)
+    return x * _CALLS
+
+
+def _listed_world():
+    _IN_A_LIST[:] = [torch.ones(2)]
+    return {"x": torch.tensor([2.0, 3.0]), "listed": _IN_A_LIST[0]}
+
+
+def _times_listed(x):
+    return x * _IN_A_LIST[0]
+
+
+def _backward_inside(x):
+    loss = (x * 2).sum()
+    loss.backward()
+    return loss
+
+
+def _times_a_constant(x):
+    return x * torch.tensor([1.0, 2.0, 3.0])
+
+
+def _writes_a_constant(x):
+    c = torch.tensor([7.0, 8.0])
+    c.add_(x)
+    return c
 
 
 def _return_argument(x):
@@ -123,5 +200,79 @@ CASES = [
         backward=True,
         # y carries no gradient (computed under torch.no_grad()), so neither does 2 * y
         expect=[Values("out0", [2.0, 2.0, 2.0]), Absent("x.grad")],
+    ),
+    Case(
+        name="capture.global-tensor-is-an-input",
+        rules=["capture.lift"],
+        setup=_scale_world,
+        args=["x"],
+        program=_times_global_scale,
+        backward=True,
+        # x * scale; its gradient reaches both: x.grad = scale, scale.grad = x
+        expect=[
+            Values("out0", [4.0, 10.0, 18.0]),
+            Values("x.grad", [1.0, 2.0, 3.0]),
+            Values("scale.grad", [4.0, 5.0, 6.0]),
+        ],
+    ),
+    Case(
+        name="capture.global-module-parameters-are-inputs",
+        rules=["capture.lift"],
+        setup=_linear_world,
+        args=["x"],
+        program=_global_linear,
+        backward=True,
+        # 3 * 1 + 1 * -1 + 0.5; weight.grad = x, bias.grad = 1
+        expect=[
+            Values("out0", [[2.5]]),
+            Values("weight.grad", [[3.0, 1.0]]),
+            Values("bias.grad", [1.0]),
+        ],
+    ),
+    Case(
+        name="capture.write-into-a-global-reaches-it",
+        rules=["capture.lift"],
+        setup=_calls_world,
+        args=["x"],
+        program=_count_calls,
+        expect=[Values("calls", [1.0]), Values("out0", [2.0, 3.0])],
+    ),
+    Case(
+        name="capture.tensor-in-a-global-list-is-refused",
+        rules=["capture.lift.unreachable", "boundary.failed-call"],
+        setup=_listed_world,
+        args=["x"],
+        program=_times_listed,
+        expect=[Raises(UnsupportedError, rule="capture.lift.unreachable")],
+        # eager reads the list at call time: out0 = [2, 3]
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.backward-inside-is-refused",
+        rules=["capture.backward-inside", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0], requires_grad=True)},
+        args=["x"],
+        program=_backward_inside,
+        expect=[Raises(UnsupportedError, rule="capture.backward-inside")],
+        # eager: x.grad = [2, 2] after the call
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.constant-made-from-data",
+        rules=["capture.constants"],
+        setup=lambda: {"x": torch.tensor([1.0, 1.0, 2.0], requires_grad=True)},
+        args=["x"],
+        program=_times_a_constant,
+        backward=True,
+        expect=[Values("out0", [1.0, 2.0, 6.0]), Values("x.grad", [1.0, 2.0, 3.0])],
+    ),
+    Case(
+        name="capture.written-constant-is-fresh",
+        rules=["capture.constants"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0])},
+        args=["x"],
+        program=_writes_a_constant,
+        # each call starts from [7, 8]
+        expect=[Values("out0", [8.0, 10.0])],
     ),
 ]

@@ -146,15 +146,14 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_embedding_bag_view_dynamic", "reference"): "unsupported: op _embedding_bag",
     ("test_embedding_bag_view_dynamic", "fast"): "unsupported: op _embedding_bag",
     ("test_embedding_bag_view_dynamic", "dynamo"): "unsupported: op _embedding_bag",
-    ("test_sparse_csr_creation", "reference"): "crash: tensor constant made inside the program",
-    ("test_sparse_csr_creation", "fast"): "crash: tensor constant made inside the program",
-    ("test_sparse_csr_creation", "dynamo"): "crash: tensor constant made inside the program",
+    ("test_sparse_csr_creation", "reference"):
+        "crash: sparse CSR made inside the program (fake tensor device)",
+    ("test_sparse_csr_creation", "fast"):
+        "crash: sparse CSR made inside the program (fake tensor device)",
     ("test_sparse_csr_creation_requires_grad_errors", "reference"):
-        "crash: tensor constant made inside the program",
+        "crash: sparse CSR made inside the program (fake tensor device)",
     ("test_sparse_csr_creation_requires_grad_errors", "fast"):
-        "crash: tensor constant made inside the program",
-    ("test_sparse_csr_creation_requires_grad_errors", "dynamo"):
-        "crash: tensor constant made inside the program",
+        "crash: sparse CSR made inside the program (fake tensor device)",
     ("test_batchnorm", "reference"): "unsupported: op native_batch_norm",
     ("test_batchnorm", "fast"): "unsupported: op native_batch_norm",
     ("test_batchnorm", "dynamo"): "unsupported: op native_batch_norm",
@@ -164,10 +163,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_buffer_batch_norm", "reference"): "unsupported: op native_batch_norm",
     ("test_buffer_batch_norm", "fast"): "unsupported: op native_batch_norm",
     ("test_buffer_batch_norm", "dynamo"): "unsupported: op native_batch_norm",
-    ("test_lift_fresh_copy_in_graph", "reference"):
-        "crash: tensor constant made inside the program",
-    ("test_lift_fresh_copy_in_graph", "fast"): "crash: tensor constant made inside the program",
-    ("test_lift_fresh_copy_in_graph", "dynamo"): "crash: tensor constant made inside the program",
     ("test_inference_python_dispatcher", "reference"): "unsupported: op upsample_bilinear2d",
     ("test_inference_python_dispatcher", "fast"): "unsupported: op upsample_bilinear2d",
     ("test_inference_python_dispatcher", "dynamo"): "unsupported: op upsample_bilinear2d",

@@ -1,0 +1,174 @@
+"""Lifting: tensors a function reads without taking them as arguments become inputs.
+
+`r[capture.lift]`: a compiled function's inputs are its flat tensor arguments, then the tensors
+it reaches from its code: through a closure cell, through a global name its code uses, or as a
+parameter, buffer or tensor attribute of a module reached that way (or of the module compiled,
+or of a bound method's module). Functions reached the same way are followed, so a helper that
+reads a global module lifts that module's tensors too. Each call looks them up again, so the
+tensors a call uses are the ones in place at that call, and a tensor reached twice is one input.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Iterator
+
+import torch
+from attrs import frozen
+
+#: Modules whose functions are library code, not the user's: they are not followed.
+_LIBRARY_PREFIXES = ("torch", "numpy", "builtins", "functools", "typing")
+
+
+@frozen
+class Reach:
+    """Where a lifted tensor sits: a slot that holds it, read and written by name."""
+
+    #: "cell" (a closure cell), "global" (a function's globals), "parameter", "buffer" or
+    #: "attribute" (of a module).
+    kind: str
+    owner: object
+    name: str
+
+    def get(self):
+        if self.kind == "cell":
+            return self.owner.cell_contents
+        if self.kind == "global":
+            return self.owner[self.name]
+        if self.kind == "parameter":
+            return self.owner._parameters[self.name]
+        if self.kind == "buffer":
+            return self.owner._buffers[self.name]
+        return self.owner.__dict__[self.name]
+
+    def put(self, value) -> None:
+        """Stores `value` in the slot without the checks nn.Module's setattr makes, so a stand-in
+        of the tensor (a fake tensor while tracing) can take a parameter's place."""
+        if self.kind == "cell":
+            self.owner.cell_contents = value
+        elif self.kind == "global":
+            self.owner[self.name] = value
+        elif self.kind == "parameter":
+            self.owner._parameters[self.name] = value
+        elif self.kind == "buffer":
+            self.owner._buffers[self.name] = value
+        else:
+            self.owner.__dict__[self.name] = value
+
+    def describe(self) -> str:
+        if self.kind == "cell":
+            return f"closure variable {self.name}"
+        if self.kind == "global":
+            return f"global {self.name}"
+        return f"{type(self.owner).__name__}.{self.name} ({self.kind})"
+
+
+@frozen
+class Lifted:
+    """The tensors one call lifts: `tensors[k]` is held by every slot in `reaches[k]`."""
+
+    tensors: tuple[torch.Tensor, ...]
+    reaches: tuple[tuple[Reach, ...], ...]
+
+    @property
+    def key(self) -> tuple:
+        """What the guard keeps: which slots hold which lifted input (not the tensors, which
+        are inputs and guarded as such)."""
+        return tuple(
+            tuple((r.kind, id(r.owner), r.name) for r in slots) for slots in self.reaches
+        )
+
+    def wrap(self, fn):
+        """`fn` as a function of (the lifted tensors as a list, *args, **kwargs): while it runs,
+        the slots hold the tensors given in the list (the trace's stand-ins)."""
+
+        def with_lifted_inputs(lifted: list, *args, **kwargs):
+            saved = [[reach.get() for reach in slots] for slots in self.reaches]
+            try:
+                for slots, stand_in in zip(self.reaches, lifted, strict=True):
+                    for reach in slots:
+                        reach.put(stand_in)
+                return fn(*args, **kwargs)
+            finally:
+                for slots, values in zip(self.reaches, saved, strict=True):
+                    for reach, value in zip(slots, values, strict=True):
+                        reach.put(value)
+
+        with_lifted_inputs.__qualname__ = getattr(fn, "__qualname__", repr(fn))
+        return with_lifted_inputs
+
+
+def lift(fn) -> Lifted:
+    """r[capture.lift]: the tensors `fn` reaches from its code, in a stable order."""
+    by_tensor: dict[int, list[Reach]] = {}
+    tensors: list[torch.Tensor] = []
+    for reach in _reaches(fn, set()):
+        tensor = reach.get()
+        if id(tensor) not in by_tensor:
+            by_tensor[id(tensor)] = []
+            tensors.append(tensor)
+        by_tensor[id(tensor)].append(reach)
+    return Lifted(tuple(tensors), tuple(tuple(by_tensor[id(t)]) for t in tensors))
+
+
+def _reaches(value, seen: set[int]) -> Iterator[Reach]:
+    if id(value) in seen:
+        return
+    seen.add(id(value))
+    if isinstance(value, torch.nn.Module):
+        yield from _module_reaches(value, seen)
+    elif isinstance(value, types.MethodType):
+        yield from _reaches(value.__self__, seen)
+        yield from _reaches(value.__func__, seen)
+    elif isinstance(value, types.FunctionType) and not _is_library(value):
+        yield from _function_reaches(value, seen)
+
+
+def _function_reaches(fn: types.FunctionType, seen: set[int]) -> Iterator[Reach]:
+    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
+        try:
+            contents = cell.cell_contents
+        except ValueError:  # a cell not yet filled (a name bound after the function)
+            continue
+        if isinstance(contents, torch.Tensor):
+            yield Reach("cell", cell, name)
+        else:
+            yield from _reaches(contents, seen)
+    for name in _global_names(fn.__code__):
+        if name not in fn.__globals__:
+            continue
+        contents = fn.__globals__[name]
+        if isinstance(contents, torch.Tensor):
+            yield Reach("global", fn.__globals__, name)
+        else:
+            yield from _reaches(contents, seen)
+
+
+def _module_reaches(module: torch.nn.Module, seen: set[int]) -> Iterator[Reach]:
+    for owner in module.modules():
+        if owner is not module and id(owner) in seen:
+            continue
+        seen.add(id(owner))
+        for name, parameter in owner._parameters.items():
+            if parameter is not None:
+                yield Reach("parameter", owner, name)
+        for name, buffer in owner._buffers.items():
+            if buffer is not None:
+                yield Reach("buffer", owner, name)
+        for name, attribute in vars(owner).items():
+            if isinstance(attribute, torch.Tensor):
+                yield Reach("attribute", owner, name)
+
+
+def _global_names(code: types.CodeType) -> Iterator[str]:
+    """Names the code (and the code of functions and comprehensions it defines) reads as
+    globals."""
+    yield from code.co_names
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            yield from _global_names(constant)
+
+
+def _is_library(fn: types.FunctionType) -> bool:
+    module = getattr(fn, "__module__", None) or ""
+    return module.split(".")[0] in _LIBRARY_PREFIXES

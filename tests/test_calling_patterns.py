@@ -1,0 +1,165 @@
+"""Training-loop calling patterns (issue 12): functions that close over modules, compiled modules,
+optimizer steps through Dynamo, and backward() inside a compiled function (`r[capture.lift]`,
+`r[capture.backward-inside]`). Every expectation is eager PyTorch run on an identical copy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import aotspec
+from aotspec.errors import UnsupportedError
+
+BACKENDS = ("reference", "fast")
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+
+
+def batch() -> torch.Tensor:
+    return torch.linspace(-1.0, 1.0, 12).reshape(3, 4)
+
+
+def assert_same_parameters(expected: torch.nn.Module, actual: torch.nn.Module, grads=True):
+    for (name, e), a in zip(expected.named_parameters(), actual.parameters(), strict=True):
+        torch.testing.assert_close(a, e, msg=f"parameter {name}")
+        if grads:
+            torch.testing.assert_close(a.grad, e.grad, msg=f"gradient of {name}")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_function_closing_over_a_module_backpropagates_to_its_parameters(backend):
+    eager, compiled_model = model(), model()
+    eager(batch()).pow(2).sum().backward()
+    loss = aotspec.compile(lambda x: compiled_model(x).pow(2).sum(), backend=backend)(batch())
+    loss.backward()
+    assert_same_parameters(eager, compiled_model)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_compiled_module_uses_a_swapped_parameter(backend):
+    eager, compiled_model = model(), model()
+    step = aotspec.compile(compiled_model, backend=backend)
+    step(batch())
+    for m in (eager, compiled_model):
+        m[0].weight = torch.nn.Parameter(torch.full((8, 4), 0.25))
+    torch.testing.assert_close(step(batch()), eager(batch()))
+    step(batch()).sum().backward()
+    eager(batch()).sum().backward()
+    assert_same_parameters(eager, compiled_model)
+
+
+class Counter(torch.nn.Module):
+    """A module that updates a buffer in place on every call, as BatchNorm's statistics do."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.tensor([1.0, -2.0]))
+        self.register_buffer("total", torch.zeros(2))
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.total.add_(x.sum(0))
+        return x * self.weight
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_buffer_written_in_place_reaches_the_module(backend):
+    eager, compiled_model = Counter(), Counter()
+    step = aotspec.compile(compiled_model, backend=backend)
+    x = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    for _ in range(2):
+        step(x).sum().backward()
+        eager(x).sum().backward()
+    torch.testing.assert_close(compiled_model.total, eager.total)
+    assert_same_parameters(eager, compiled_model)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tied_weight_is_one_input(backend):
+    """One parameter reached through two modules gets the sum of both uses' gradients."""
+
+    def tied():
+        torch.manual_seed(0)
+        first, second = torch.nn.Linear(3, 3, bias=False), torch.nn.Linear(3, 3, bias=False)
+        second.weight = first.weight
+        return torch.nn.Sequential(first, torch.nn.Tanh(), second)
+
+    eager, compiled_model = tied(), tied()
+    x = torch.ones(2, 3)
+    eager(x).sum().backward()
+    aotspec.compile(compiled_model, backend=backend)(x).sum().backward()
+    assert_same_parameters(eager, compiled_model)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sgd_step_through_dynamo_matches_eager(backend):
+    eager, compiled_model = model(), model()
+    optimizers = [
+        torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9) for m in (eager, compiled_model)
+    ]
+    step = torch.compile(optimizers[1].step, backend="aotspec", options={"backend": backend})
+    for _ in range(3):
+        for m in (eager, compiled_model):
+            m.zero_grad()
+            m(batch()).pow(2).sum().backward()
+        optimizers[0].step()
+        step()
+    assert_same_parameters(eager, compiled_model, grads=False)
+    for p_eager, p_compiled in zip(eager.parameters(), compiled_model.parameters(), strict=True):
+        torch.testing.assert_close(
+            optimizers[1].state[p_compiled]["momentum_buffer"],
+            optimizers[0].state[p_eager]["momentum_buffer"],
+        )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backward_and_step_inside_one_dynamo_compiled_function(backend):
+    eager, compiled_model = model(), model()
+
+    def train_step(m, optimizer, x):
+        optimizer.zero_grad()
+        loss = m(x).pow(2).sum()
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (eager, compiled_model)]
+    compiled_step = torch.compile(train_step, backend="aotspec", options={"backend": backend})
+    for _ in range(2):
+        expected = train_step(eager, optimizers[0], batch())
+        torch.testing.assert_close(compiled_step(compiled_model, optimizers[1], batch()), expected)
+    assert_same_parameters(eager, compiled_model)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backward_inside_aotspec_compile_is_refused_before_touching_anything(backend):
+    w = torch.tensor([1.0, 2.0], requires_grad=True)
+
+    def step(w):
+        loss = (w * 3).sum()
+        loss.backward()
+        return loss
+
+    with pytest.raises(UnsupportedError, match=r"rule capture\.backward-inside"):
+        aotspec.compile(step, backend=backend)(w)
+    assert w.grad is None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tensor_in_a_closed_over_list_names_the_rule_and_the_fix(backend):
+    weights = [torch.ones(2)]
+    with pytest.raises(UnsupportedError) as raised:
+        aotspec.compile(lambda x: x * weights[0], backend=backend)(torch.ones(2))
+    message = str(raised.value)
+    assert "rule capture.lift.unreachable" in message
+    assert "pass the tensor as an argument" in message
