@@ -123,9 +123,9 @@ class CompiledFunction:
             _constant_key(leaf) for leaf in leaves if not isinstance(leaf, torch.Tensor)
         )
         grad_enabled = torch.is_grad_enabled()
-        # r[hooks.compiled.respecialize]: the hooks in effect are part of the key (and the key
-        # keeps them alive, so their identities stay unique); under torch.no_grad() too, as they
-        # apply to what ops inside torch.enable_grad() save (r[autograd.grad-mode-inside]).
+        # r[hooks.compiled.respecialize]: what the hooks in effect compute is part of the key;
+        # under torch.no_grad() too, as they apply to what ops inside torch.enable_grad() save
+        # (r[autograd.grad-mode-inside]).
         hooks = SavedTensorHooks.active()
         static = (
             _static_inputs(tensors)
@@ -137,7 +137,7 @@ class CompiledFunction:
             constants,
             input_facts(tensors),
             grad_enabled,
-            hooks,
+            None if hooks is None else hooks.key,
             static,
             lifted.key,
         )

@@ -18,6 +18,8 @@ Each pass visits every node once; tracing is cached per saved-tensor layout.
 from __future__ import annotations
 
 import enum
+import functools
+import types
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -51,6 +53,59 @@ class SavedTensorHooks:
         """The innermost active pair (`r[hooks.eager.innermost]`), or None."""
         hooks = torch._C._autograd._top_saved_tensors_default_hooks(True)
         return None if hooks is None else cls(*hooks)
+
+    @property
+    def key(self) -> tuple:
+        """r[hooks.compiled.respecialize]: equal for pairs that compute the same thing, made
+        anew or not; it holds what it compares by identity, so those identities stay unique."""
+        return (_behaviour(self.pack, set()), _behaviour(self.unpack, set()))
+
+
+#: Values a hook's closure or defaults hold that compare by value.
+_BY_VALUE = (bool, int, float, complex, str, bytes, type(None), torch.dtype, torch.device)
+
+
+@frozen(eq=False)
+class _Same:
+    """An object compared by identity (a tensor's `==` compares elements)."""
+
+    value: object
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Same) and self.value is other.value
+
+    def __hash__(self) -> int:
+        return id(self.value)
+
+
+def _behaviour(value, seen: set[int]):
+    """What determines what `value` computes when called or read by a hook."""
+    if isinstance(value, _BY_VALUE):
+        return (type(value), value)
+    if isinstance(value, tuple):
+        return tuple(_behaviour(item, seen) for item in value)
+    if isinstance(value, functools.partial):
+        keywords = tuple(sorted((k, _behaviour(v, seen)) for k, v in value.keywords.items()))
+        return ("partial", _behaviour(value.func, seen), _behaviour(value.args, seen), keywords)
+    if isinstance(value, types.MethodType):
+        return ("method", _behaviour(value.__func__, seen), _Same(value.__self__))
+    if isinstance(value, types.FunctionType) and id(value) not in seen:
+        seen.add(id(value))  # a function its own closure reaches is compared by identity
+        cells = tuple(_cell_behaviour(cell, seen) for cell in value.__closure__ or ())
+        defaults = _behaviour(value.__defaults__ or (), seen)
+        keyword_defaults = tuple(
+            sorted((k, _behaviour(v, seen)) for k, v in (value.__kwdefaults__ or {}).items())
+        )
+        seen.discard(id(value))
+        return ("function", value.__code__, cells, defaults, keyword_defaults)
+    return _Same(value)
+
+
+def _cell_behaviour(cell, seen: set[int]):
+    try:
+        return _behaviour(cell.cell_contents, seen)
+    except ValueError:  # a cell not yet filled
+        return ("empty cell",)
 
 
 class Placement(enum.Enum):

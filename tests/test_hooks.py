@@ -113,6 +113,33 @@ def test_a_new_pair_compiles_again_and_the_old_plans_stay(backend):
     assert compiled.compilations == 3
 
 
+def _rounding_pair(dtype):
+    """A pair made anew at each call, as `save_on_cpu()` entered per step makes its hooks."""
+    return (lambda x: x.to(dtype), lambda x: x.to(torch.float32))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hooks_made_anew_with_the_same_code_and_values_reuse_the_plan(backend):
+    """r[hooks.compiled.respecialize]: the guard compares what the hooks compute."""
+    a, b = leaves((4, 5), (5, 3))
+    compiled = aotspec.compile(matmul_sin, backend=backend)
+    first = call_and_grads(compiled, [a, b], _rounding_pair(torch.bfloat16))
+    again = call_and_grads(compiled, [a, b], _rounding_pair(torch.bfloat16))
+    assert compiled.compilations == 1
+    assert torch.equal(again[0], first[0])
+    for _ in range(2):
+        with torch.autograd.graph.save_on_cpu():
+            out = compiled(a, b)
+        out.backward()
+        a.grad = b.grad = None
+    assert compiled.compilations == 2
+    half = call_and_grads(compiled, [a, b], _rounding_pair(torch.float16))
+    assert compiled.compilations == 3  # another captured dtype: another plan
+    fresh = aotspec.compile(matmul_sin, backend=backend)
+    assert torch.equal(half[0], call_and_grads(fresh, [a, b], _rounding_pair(torch.float16))[0])
+    assert not torch.equal(half[0], first[0])
+
+
 def _unpack_wrong_dtype(x):
     return x  # stays bfloat16
 
