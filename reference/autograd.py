@@ -24,7 +24,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from aotspec.errors import InternalError, UnsupportedError
 
-from .capture import grad_enabled
+from .capture import CheckpointRegions, checkpoint_region, grad_enabled
 from .functionalize import (
     CallerStorage,
     FunctionalProgram,
@@ -241,6 +241,21 @@ class _StandsFor:
     layout: Layout | None
 
 
+class _RegionMarker:
+    """Marks the joint graph's nodes with the checkpointed region of the functional node they
+    come from: a forward op's own region, and for the nodes its derivative rule adds, the same
+    region (`r[checkpoint.saved]`)."""
+
+    def __init__(self):
+        self.marks = CheckpointRegions()
+        self.current: int | None = None
+
+    def enter(self, node: torch.fx.Node) -> None:
+        if checkpoint_region(node) != self.current:
+            self.current = checkpoint_region(node)
+            self.marks.note(self.current)
+
+
 def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Differentiated:
     """The forward and backward graphs of `program` (`r[autograd.joint]`,
     `r[autograd.partition.saved]`), traced on `tensors`."""
@@ -256,6 +271,7 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
     stands_for = {node: _StandsFor(i, program.inputs[i].layout) for node, i in resized.items()}
     stands_for |= {node: _StandsFor(i, None) for node, i in rebound.items()}
     joint_found = _Joint()
+    regions = _RegionMarker()
 
     def joint(*values):
         primals, tangents = values[:n_inputs], values[n_inputs:]
@@ -269,11 +285,12 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
             elif node.op == "call_function":
                 args = torch.fx.node.map_arg(node.args, env.__getitem__)
                 kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+                regions.enter(node)  # r[checkpoint.region], carried over
                 env[node] = node.target(*args, **kwargs)
         outputs = [env[node] for node in outputs_node.args[0]]
         input_nodes = placeholders(graph)
         seeds = {outputs_node.args[0][k]: t for k, t in zip(differentiable, tangents, strict=True)}
-        grads = _backward_pass(program, env, flows, seeds, stands_for)
+        grads = _backward_pass(program, env, flows, seeds, stands_for, regions)
         joint_found.final_contents = _final_contents(program, env)
         joint_found.grad_inputs = tuple(i for i in wanted if input_nodes[i] in grads)
         return outputs, [grads[input_nodes[i]] for i in joint_found.grad_inputs]
@@ -284,6 +301,7 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
     joint_module = make_fx(joint, tracing_mode="fake", _allow_non_fake_inputs=True)(
         *tensors, *tangent_examples
     )
+    regions.marks.annotate(joint_module.graph)
     joint_module.graph.eliminate_dead_code()  # rules may compute gradients nobody needs
     split = partition(joint_module, n_inputs, joint_found.final_contents)
     return Differentiated(
@@ -315,7 +333,12 @@ def _meta_value(node: torch.fx.Node) -> torch.Tensor:
 
 
 def _backward_pass(
-    program: FunctionalProgram, env, flows, seeds, stands_for: dict[torch.fx.Node, _StandsFor]
+    program: FunctionalProgram,
+    env,
+    flows,
+    seeds,
+    stands_for: dict[torch.fx.Node, _StandsFor],
+    regions: _RegionMarker,
 ) -> dict[torch.fx.Node, torch.Tensor]:
     """Reverse mode over the functional graph with the table's derivative rules; a write under
     torch.no_grad() passes its gradient on unchanged, and the gradient of a value standing for an
@@ -356,6 +379,7 @@ def _backward_pass(
             )
         args = torch.fx.node.map_arg(node.args, env.__getitem__)
         kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+        regions.enter(node)  # r[checkpoint.saved]: what the region's derivatives read
         bound_values = bind(node.target._schema, args, kwargs)
         bound_nodes = bind(node.target._schema, node.args, node.kwargs)
         for arg_nodes, arg_grads in zip(
@@ -424,9 +448,11 @@ def partition(
         if any(user not in forward_nodes and user.op != "output" for user in node.users):
             saved.append(node)
     saved = _save_bases_of_views(saved)
+    saved = _recompute_checkpointed(saved, forward_nodes)
     saved, reread = _read_contents_from_inputs(saved, primals, final_contents)
     forward = _extract(joint, primals, forward_outputs + saved)
     backward = _extract(joint, saved + tangents, list(grads), reread)
+    _recompute_at_first_unpack(backward)
     read_after_call = {
         primals.index(primal): node.meta["val"].nbytes for node, primal in reread.items()
     }
@@ -437,6 +463,50 @@ def partition(
         read_after_call,
         _tangents_of_grads(joint, tangents, grads),
     )
+
+
+def _recompute_checkpointed(saved: list[torch.fx.Node], forward_nodes: set) -> list[torch.fx.Node]:
+    """r[checkpoint.saved]: a value a checkpointed region makes, read in the backward only by
+    that region's derivatives, is not saved: what the region read from outside it is saved
+    instead, and the backward recomputes the value from it (the nodes are marked "recompute")."""
+    kept: dict[torch.fx.Node, None] = {}
+    for node in saved:
+        region = checkpoint_region(node)
+        readers = [user for user in node.users if user not in forward_nodes]
+        if region is None or any(checkpoint_region(user) != region for user in readers):
+            kept[node] = None
+            continue
+        stack = [node]
+        while stack:
+            value = stack.pop()
+            if value.meta.get("recompute"):
+                continue
+            if value.op == "call_function" and checkpoint_region(value) == region:
+                value.meta["recompute"] = True  # r[checkpoint.saved]
+                stack.extend(value.all_input_nodes)
+            else:
+                kept[value] = None
+    return list(kept)
+
+
+def _recompute_at_first_unpack(backward: torch.fx.GraphModule) -> None:
+    """r[checkpoint.recompute]: a region's recomputation runs right before the first backward op
+    that reads one of its values, all of it at once, as eager's runs at the first unpack."""
+    graph = backward.graph
+    by_region: dict[int, list[torch.fx.Node]] = {}
+    for node in graph.nodes:
+        if node.meta.get("recompute"):
+            by_region.setdefault(checkpoint_region(node), []).append(node)
+    for nodes in by_region.values():
+        members = set(nodes)
+        first_reader = next(
+            node
+            for node in graph.nodes
+            if node not in members and any(i in members for i in node.all_input_nodes)
+        )
+        for node in nodes:
+            first_reader.prepend(node)  # r[checkpoint.recompute]
+    backward.recompile()
 
 
 def _tangents_of_grads(

@@ -12,6 +12,8 @@ in order, other leaves are baked into the program as constants.
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import math
 import re
 from collections.abc import Callable
@@ -19,8 +21,10 @@ from operator import getitem
 from typing import Any
 
 import torch
+import torch._higher_order_ops.wrap
 import torch.fx
 import torch.utils._pytree as pytree
+import torch.utils.checkpoint
 from attrs import define, frozen
 from torch._decomp import get_decompositions
 from torch._subclasses.fake_tensor import FakeTensor
@@ -74,27 +78,96 @@ DECOMPOSED = [
 DECOMPOSITIONS = get_decompositions(DECOMPOSED)
 
 
-class GradModes:
-    """The grad mode each node of a graph being traced by make_fx was recorded under
-    (`r[capture.grad-mode]`): `note` the mode whenever it changes; `annotate` the graph after."""
+class NodeMarks:
+    """A mark each node of a graph being traced by make_fx was recorded under: `note` the mark
+    whenever it changes while tracing; `annotate` the graph after (`node.meta[key]`)."""
 
-    def __init__(self):
-        self._initial = torch.is_grad_enabled()
-        #: (number of nodes in the traced graph at the change, grad mode from there on)
-        self._changes: list[tuple[int, bool]] = []
+    def __init__(self, key: str, initial):
+        self._key = key
+        self._initial = initial
+        #: (number of nodes in the traced graph at the change, mark from there on)
+        self._changes: list[tuple[int, Any]] = []
 
-    def note(self, enabled: bool) -> None:
-        self._changes.append((len(get_proxy_mode().tracer.graph.nodes), enabled))
+    def note(self, mark) -> None:
+        self._changes.append((len(get_proxy_mode().tracer.graph.nodes), mark))
 
     def annotate(self, graph: torch.fx.Graph) -> None:
         changes = iter(self._changes + [(math.inf, None)])
-        at, next_mode = next(changes)
-        mode = self._initial
+        at, next_mark = next(changes)
+        mark = self._initial
         for k, node in enumerate(graph.nodes):
             while k >= at:
-                mode = next_mode
-                at, next_mode = next(changes)
-            node.meta["grad_enabled"] = mode
+                mark = next_mark
+                at, next_mark = next(changes)
+            node.meta[self._key] = mark
+
+
+class GradModes(NodeMarks):
+    """The grad mode each node was recorded under (`r[capture.grad-mode]`)."""
+
+    def __init__(self):
+        super().__init__("grad_enabled", torch.is_grad_enabled())
+
+
+class CheckpointRegions(NodeMarks):
+    """The checkpointed region (a number) each node was recorded in, or None
+    (`r[checkpoint.region]`)."""
+
+    def __init__(self):
+        super().__init__("checkpoint_region", None)
+
+
+def checkpoint_region(node: torch.fx.Node) -> int | None:
+    """The checkpointed region `node` belongs to (`r[checkpoint.region]`), or None."""
+    return node.meta.get("checkpoint_region")
+
+
+def _checkpoints_everything(context_fn) -> bool:
+    """Whether `context_fn` recomputes every op: checkpoint's default, or the policy Dynamo's
+    checkpoint op wraps (`context_fn_with_graph_id`, around an always-recompute policy)."""
+    if context_fn is torch.utils.checkpoint.noop_context_fn:
+        return True
+    cells = zip(context_fn.__code__.co_freevars, context_fn.__closure__ or (), strict=True)
+    inner = {name: cell.cell_contents for name, cell in cells}.get("context_fn")
+    return isinstance(inner, functools.partial) and inner.args[:1] == (
+        torch._higher_order_ops.wrap._always_prefer_recompute,
+    )
+
+
+@contextlib.contextmanager
+def _checkpoint_regions_noted(regions: CheckpointRegions):
+    """r[checkpoint.region]: while the function runs, `torch.utils.checkpoint.checkpoint(...,
+    use_reentrant=False)` (and Dynamo's checkpoint higher-order op, which calls it) marks the
+    ops of its function instead of entering its saved-tensor hooks."""
+    count = itertools.count()
+    depth = 0
+
+    def region(function, preserve_rng_state=True, context_fn=None, *args, **kwargs):
+        nonlocal depth
+        if not _checkpoints_everything(context_fn):
+            raise UnsupportedError(
+                "checkpoint(..., context_fn=...) inside a compiled function (a selective "
+                "checkpointing policy)",
+                rule="checkpoint.region",
+                fix="checkpoint the whole region (no context_fn), or call the checkpoint "
+                "around the compiled function",
+            )
+        depth += 1
+        if depth == 1:  # r[checkpoint.region]: a region nested in another is part of it
+            regions.note(next(count))
+        try:
+            yield
+        finally:
+            depth -= 1
+            if depth == 0:
+                regions.note(None)
+
+    original = torch.utils.checkpoint._checkpoint_without_reentrant_generator
+    torch.utils.checkpoint._checkpoint_without_reentrant_generator = region
+    try:
+        yield
+    finally:
+        torch.utils.checkpoint._checkpoint_without_reentrant_generator = original
 
 
 @frozen
@@ -210,6 +283,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
     tensors = [leaf for leaf in leaves if _is_tensor(leaf)]
     returned = _Returned()
     grad_modes = GradModes()
+    regions = CheckpointRegions()
     requires_grad_calls: list[_RequiresGradCall] = []
     requires_grad_inputs: set[int] = set()
 
@@ -218,7 +292,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         rebuilt = [next(it) if leaf is TENSOR else leaf for leaf in in_leaves]
         call_args, call_kwargs = pytree.tree_unflatten(rebuilt, in_spec)
         histories_before = [_input_history(t) for t in flat_tensors]
-        with _WatchGradMode(grad_modes, requires_grad_calls):
+        with _WatchGradMode(grad_modes, requires_grad_calls), _checkpoint_regions_noted(regions):
             result = fn(*call_args, **call_kwargs)
         out, out_spec = pytree.tree_flatten(result)
         outputs = [leaf for leaf in out if _is_tensor(leaf)]
@@ -250,6 +324,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
             "a module attribute",
         ) from None
     grad_modes.annotate(graph_module.graph)
+    regions.annotate(graph_module.graph)
     _drop_view_replays(graph_module)
     entries = {
         node: lookup(node.target, where=_source_line(node))

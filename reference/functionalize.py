@@ -23,7 +23,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, m
 
 from aotspec.errors import InternalError, SpecViolation, UnsupportedError
 
-from .capture import GradModes, Program, grad_enabled
+from .capture import CheckpointRegions, GradModes, Program, checkpoint_region, grad_enabled
 from .optable import NONDIFFERENTIABLE, OpEntry, OpKind, bind, lookup
 from .storage import Layout, numpy_dtype
 
@@ -57,7 +57,15 @@ class InputMeta:
                 same,
             )
             for (
-                dtype, sizes, strides, offset, storage, nbytes, requires_grad, is_leaf, same
+                dtype,
+                sizes,
+                strides,
+                offset,
+                storage,
+                nbytes,
+                requires_grad,
+                is_leaf,
+                same,
             ) in input_facts(tensors)
         )
 
@@ -339,6 +347,12 @@ def _note_contents(storage: _Storage, contents: torch.Tensor | None = None) -> N
 def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
     """r[functionalize.writes]: a write through a layout is an as_strided_scatter into the
     contents."""
+    if replay.region is not None:  # r[checkpoint.functional]
+        raise UnsupportedError(
+            f"{name} writes a tensor in place inside a checkpointed region",
+            rule="checkpoint.functional",
+            fix="use the out-of-place op inside the checkpointed function, or write outside it",
+        )
     layout = cell.layout
     if layout.has_internal_overlap():  # r[aliasing.inplace.no-overlapping-write]
         raise RuntimeError(
@@ -449,6 +463,9 @@ class _Replay:
     inputs: tuple[InputMeta, ...]
     #: The functional graph's grad modes, noted as the replay crosses the captured graph's.
     grad_modes: GradModes
+    #: Its checkpointed regions, noted the same way (`r[checkpoint.region]`).
+    regions: CheckpointRegions
+    region: int | None = None
     env: dict = field(factory=dict)
     #: The cell of each flat input (the same cell for the same object passed twice).
     placeholder_cells: list = field(factory=list)
@@ -501,6 +518,9 @@ class _Replay:
                 if grad_enabled(node) != self.grad_enabled:  # r[capture.grad-mode], carried over
                     self.grad_enabled = grad_enabled(node)
                     self.grad_modes.note(self.grad_enabled)
+                if checkpoint_region(node) != self.region:  # r[checkpoint.region], carried over
+                    self.region = checkpoint_region(node)
+                    self.regions.note(self.region)
                 self.env[node] = self.call(node)
             elif node.op == "get_attr":  # r[capture.constants]: a fresh copy at every call
                 constant = getattr(self.program.graph_module, node.target)
@@ -685,9 +705,10 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
     inputs = InputMeta.of(tensors)
     replayed = _Replayed()
     grad_modes = GradModes()
+    regions = CheckpointRegions()
 
     def replay(*values):
-        state = _Replay(program, inputs, grad_modes)
+        state = _Replay(program, inputs, grad_modes, regions)
         output_cells = state.run(list(values))
         graph_outputs: list[torch.Tensor] = []
         index_of: dict[int, int] = {}
@@ -751,6 +772,7 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
     # reads them as constants too.
     graph_module = make_fx(replay, tracing_mode="fake", _allow_non_fake_inputs=True)(*tensors)
     grad_modes.annotate(graph_module.graph)
+    regions.annotate(graph_module.graph)
     graph_module.graph.eliminate_dead_code()  # the graph is functional: unused values go
     graph_module.recompile()
     entries = {

@@ -5,6 +5,7 @@ private copies; never taken from the reference.
 """
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from aotspec.errors import SpecViolation, UnsupportedError
 
@@ -14,6 +15,7 @@ from ..case import (
     BackwardRaises,
     Case,
     Identical,
+    LiveBytesAfter,
     Raises,
     RequiresGrad,
     SavedFreedDuringBackward,
@@ -465,6 +467,32 @@ def _view_taken_under_no_grad(x):
 
 def _write_into_out1(world):
     world["out1"].mul_(2)
+
+
+def _two_sines(x):
+    return x.sin().sin()
+
+
+def _checkpointed_sines(x):
+    return checkpoint(_two_sines, x, use_reentrant=False).sum()
+
+
+def _checkpointed_sines_squared(x):
+    y = checkpoint(_two_sines, x, use_reentrant=False)
+    return (y * y).sum()
+
+
+def _doubled_plus_one_in_place(x):
+    y = x * 2
+    y.add_(1)
+    return y
+
+
+def _checkpointed_write(x):
+    return checkpoint(_doubled_plus_one_in_place, x, use_reentrant=False).sum()
+
+
+_ANGLES = torch.tensor([0.0, 0.5, 1.0, 1.5])
 
 
 def _input_set_to_require_grad(x):
@@ -1221,5 +1249,43 @@ CASES = [
         program=_input_set_to_require_grad_after_a_read,
         expect=[Raises(UnsupportedError, rule="autograd.requires-grad-inside")],
         skip={"torch-eager": "eager records the ops after requires_grad_() only"},
+    ),
+    Case(
+        name="autograd.checkpointed-value-is-recomputed",
+        rules=["checkpoint.region", "checkpoint.saved", "checkpoint.recompute"],
+        setup=lambda: _leaves(x=_ANGLES),
+        args=["x"],
+        program=_checkpointed_sines,
+        backward=True,
+        expect=[
+            # d/dx sin(sin(x)) = cos(sin(x)) * cos(x)
+            Values("x.grad", _ANGLES.sin().cos() * _ANGLES.cos()),
+            # x 16 bytes; sin makes a (16); sin_1 makes b (16) and a dies there, as the
+            # backward recomputes it from x instead of keeping it: 32 (48 unchecked)
+            LiveBytesAfter("sin_1", 32),
+        ],
+        skip={"reference-eager": "the eager interpreter keeps every saved value"},
+    ),
+    Case(
+        name="autograd.checkpointed-output-saved-outside-is-kept",
+        rules=["checkpoint.saved"],
+        setup=lambda: _leaves(x=_ANGLES),
+        args=["x"],
+        program=_checkpointed_sines_squared,
+        backward=True,
+        # d/dx sin(sin(x))^2 = 2 sin(sin(x)) cos(sin(x)) cos(x)
+        expect=[
+            Values("x.grad", 2 * _ANGLES.sin().sin() * _ANGLES.sin().cos() * _ANGLES.cos())
+        ],
+    ),
+    Case(
+        name="autograd.checkpointed-write-is-refused",
+        rules=["checkpoint.functional", "boundary.failed-call"],
+        setup=lambda: _leaves(x=_ANGLES),
+        args=["x"],
+        program=_checkpointed_write,
+        # eager runs it: out0 = sum(2x + 1) = 10
+        expect=[Raises(UnsupportedError, rule="checkpoint.functional")],
+        skip=COMPILED_ONLY,
     ),
 ]
