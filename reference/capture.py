@@ -78,6 +78,15 @@ DECOMPOSED = [
 DECOMPOSITIONS = get_decompositions(DECOMPOSED)
 
 
+def _decompositions() -> dict:
+    """`DECOMPOSITIONS`, and `prims.fma` as its definition, `a * b + c`, once Dynamo has
+    registered it: Dynamo rewrites `addcmul_` (an optimizer's update) into it."""
+    fma = getattr(getattr(torch.ops.prims, "fma", None), "default", None)
+    if fma is None:
+        return DECOMPOSITIONS
+    return DECOMPOSITIONS | {fma: lambda a, b, c: a * b + c}
+
+
 class NodeMarks:
     """A mark each node of a graph being traced by make_fx was recorded under: `note` the mark
     whenever it changes while tracing; `annotate` the graph after (`node.meta[key]`)."""
@@ -308,7 +317,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
     try:
         graph_module = make_fx(
             flat_fn,
-            decomposition_table=DECOMPOSITIONS,  # r[capture.aten-graph]
+            decomposition_table=_decompositions(),  # r[capture.aten-graph]
             tracing_mode="fake",  # r[capture.no-side-effects]: the caller's tensors are not run on
             record_stack_traces=True,
         )(*tensors)

@@ -123,6 +123,27 @@ def test_sgd_step_through_dynamo_matches_eager(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("optimizer", [torch.optim.AdamW, torch.optim.Adam, torch.optim.RMSprop])
+def test_adaptive_optimizer_step_through_dynamo_matches_eager(backend, optimizer):
+    """Dynamo hands the parameters and optimizer state over as graph attributes, and rewrites
+    addcmul_ into prims.fma: both reach aotspec (`r[capture.lift]`)."""
+    eager, compiled_model = model(), model()
+    optimizers = [optimizer(m.parameters(), lr=0.01) for m in (eager, compiled_model)]
+    step = torch.compile(optimizers[1].step, backend="aotspec", options={"backend": backend})
+    for _ in range(3):
+        for m in (eager, compiled_model):
+            m.zero_grad()
+            m(batch()).pow(2).sum().backward()
+        optimizers[0].step()
+        step()
+    assert_same_parameters(eager, compiled_model, grads=False)
+    for p_eager, p_compiled in zip(eager.parameters(), compiled_model.parameters(), strict=True):
+        expected, actual = optimizers[0].state[p_eager], optimizers[1].state[p_compiled]
+        for name in expected:
+            torch.testing.assert_close(actual[name], expected[name], msg=f"state {name}")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_backward_and_step_inside_one_dynamo_compiled_function(backend):
     eager, compiled_model = model(), model()
 
