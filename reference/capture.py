@@ -15,7 +15,9 @@ import contextlib
 import functools
 import itertools
 import math
+import os
 import re
+import traceback
 from collections.abc import Callable
 from operator import getitem
 from typing import Any
@@ -31,6 +33,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.overrides import TorchFunctionMode
 
+import aotspec.errors
 from aotspec.errors import UnsupportedError
 
 from . import effects, ops  # noqa: F401  (importing them fills the op table)
@@ -325,7 +328,8 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         if _NOT_AN_INPUT not in str(error):
             raise
         raise UnsupportedError(
-            "the function reads a tensor that is not one of its inputs (" + _op_of(error) + "): "
+            f"the function reads a tensor that is not one of its inputs ({_op_of(error)}, "
+            f"{_user_line(error)}): "
             "one reached other than through an argument, a closure variable, a global name or "
             "a module attribute",
             rule="capture.lift.unreachable",
@@ -360,6 +364,25 @@ def _op_of(error: AssertionError) -> str:
     """The op FakeTensorMode names in `error`: `aten.mul.Tensor`."""
     found = re.search(r"Found in (\S+?)\(", str(error))
     return f"read by {found.group(1)}" if found else "read by an op"
+
+
+def _user_line(error: BaseException) -> str:
+    """`called from file.py:12 in f: y = x * w`: the innermost frame of `error`'s traceback that
+    is the user's, not PyTorch's or aotspec's."""
+    library = (
+        os.path.dirname(torch.__file__),
+        os.path.dirname(__file__),  # the reference
+        os.path.dirname(aotspec.errors.__file__),  # the public API
+    )
+    frames = [
+        frame
+        for frame in traceback.extract_tb(error.__traceback__)
+        if not frame.filename.startswith(library)
+    ]
+    if not frames:
+        return "called from code aotspec cannot name"
+    frame = frames[-1]
+    return f"called from {frame.filename}:{frame.lineno} in {frame.name}: {frame.line}"
 
 
 def _inputs_set_to_require_grad(calls: list[_RequiresGradCall], inputs: tuple) -> set[int]:

@@ -184,6 +184,7 @@ def test_tensor_in_a_closed_over_list_names_the_rule_and_the_fix(backend):
     message = str(raised.value)
     assert "rule capture.lift.unreachable" in message
     assert "pass the tensor as an argument" in message
+    assert "test_calling_patterns.py" in message and "x * weights[0]" in message
 
 
 class Blocks(torch.nn.Module):
