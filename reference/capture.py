@@ -338,6 +338,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         ) from None
     grad_modes.annotate(graph_module.graph)
     regions.annotate(graph_module.graph)
+    _refuse_random_ops_in_regions(graph_module.graph)
     _drop_view_replays(graph_module)
     entries = {
         node: lookup(node.target, where=_source_line(node))
@@ -364,6 +365,19 @@ def _op_of(error: AssertionError) -> str:
     """The op FakeTensorMode names in `error`: `aten.mul.Tensor`."""
     found = re.search(r"Found in (\S+?)\(", str(error))
     return f"read by {found.group(1)}" if found else "read by an op"
+
+
+def _refuse_random_ops_in_regions(graph: torch.fx.Graph) -> None:
+    """r[checkpoint.random]: a checkpointed region's recomputation would draw other values."""
+    for node in graph.nodes:
+        tags = getattr(node.target, "tags", ())
+        if checkpoint_region(node) is not None and torch.Tag.nondeterministic_seeded in tags:
+            raise UnsupportedError(
+                f"random op {node.target} inside a checkpointed region "
+                f"({_source_line(node)})",
+                rule="checkpoint.random",
+                fix="draw the random values outside the checkpointed function and pass them in",
+            )
 
 
 def _user_line(error: BaseException) -> str:

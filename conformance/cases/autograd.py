@@ -492,6 +492,14 @@ def _checkpointed_write(x):
     return checkpoint(_doubled_plus_one_in_place, x, use_reentrant=False).sum()
 
 
+def _half_dropped(x):
+    return torch.nn.functional.dropout(x, 0.5)
+
+
+def _checkpointed_dropout(x):
+    return checkpoint(_half_dropped, x, use_reentrant=False).sum()
+
+
 _ANGLES = torch.tensor([0.0, 0.5, 1.0, 1.5])
 
 
@@ -1286,6 +1294,16 @@ CASES = [
         program=_checkpointed_write,
         # eager runs it: out0 = sum(2x + 1) = 10
         expect=[Raises(UnsupportedError, rule="checkpoint.functional")],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="autograd.checkpointed-random-op-is-refused",
+        rules=["checkpoint.random", "boundary.failed-call"],
+        setup=lambda: _leaves(x=_ANGLES),
+        args=["x"],
+        program=_checkpointed_dropout,
+        # eager replays the generator's state when it recomputes the dropout
+        expect=[Raises(UnsupportedError, rule="checkpoint.random")],
         skip=COMPILED_ONLY,
     ),
 ]
