@@ -1,4 +1,12 @@
-"""The `aotspec` command line: `aotspec conformance --backend NAME`, `aotspec rule ID`."""
+"""The `aotspec` command line.
+
+- `aotspec conformance --backend NAME`: the conformance cases on backends, a table per rule;
+- `aotspec rule ID`: a rule of the spec, as an error names it.
+
+Backends: `fast`, `reference`, `reference-eager`, `torch-eager`, `torch.compile:NAME` (any
+registered Dynamo backend) and `MODULE:CALLABLE` (a Dynamo backend callable of one's own).
+Exit status: 0 when nothing failed or crashed, 1 when something did, 2 for bad arguments.
+"""
 
 from __future__ import annotations
 
@@ -6,34 +14,67 @@ import argparse
 import sys
 
 
+def _selected(cases, names: list[str] | None, rules: list[str] | None) -> list:
+    """Cases whose name contains one of `names`, and that name a rule of `rules` (a rule, or
+    a prefix of rules: `resize` selects every resize.* rule)."""
+
+    def wanted_rule(rule: str) -> bool:
+        return any(rule == r or rule.startswith(r.rstrip(".") + ".") for r in rules)
+
+    return [
+        case
+        for case in cases
+        if (not names or any(name in case.name for name in names))
+        and (not rules or any(wanted_rule(rule) for rule in case.rules))
+    ]
+
+
 def _conformance(options) -> int:
-    from aotspec.conformance.backends import BACKENDS
+    from aotspec.conformance.backends import BACKENDS, resolve
     from aotspec.conformance.cases import ALL_CASES
-    from aotspec.conformance.runner import failure_report, rule_table, run_cases
+    from aotspec.conformance.reports import Progress, read_xfail, summary, write_json, write_junit
+    from aotspec.conformance.runner import (
+        FAILING,
+        apply_xfail,
+        failure_report,
+        rule_table,
+        run_cases,
+    )
 
     backends = options.backend or list(BACKENDS)
-    for name in backends:
-        if name not in BACKENDS:
-            print(
-                f"unknown backend {name!r}; valid backends: {', '.join(BACKENDS)}", file=sys.stderr
-            )
-            return 2
-    cases = [case for case in ALL_CASES if not options.k or options.k in case.name]
-    results = run_cases(cases, backends)
+    try:
+        for name in backends:
+            resolve(name)
+        known, warnings = set(), []
+        if options.xfail:
+            known, warnings = read_xfail(options.xfail, {case.name for case in ALL_CASES})
+    except (ValueError, OSError) as error:
+        print(error, file=sys.stderr)
+        return 2
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    cases = _selected(ALL_CASES, options.k, options.rule)
+    if not cases:
+        print("no conformance case matches the selection (-k, --rule)", file=sys.stderr)
+        return 2
+    with Progress(len(cases) * len(backends)) as progress:
+        results = run_cases(
+            cases, backends, jobs=options.jobs, timeout=options.timeout, on_result=progress
+        )
+    results = apply_xfail(results, known)
     print(rule_table(results, backends))
     print("(* : some memory expectations are not observable on that backend: it keeps no ledger)")
     report = failure_report(results)
-    counts = {
-        status: sum(r.status == status for r in results) for status in ("pass", "fail", "skip")
-    }
-    print()
     if report:
+        print()
         print(report)
-    print(
-        f"{len(cases)} cases x {len(backends)} backends: {counts['pass']} passed, "
-        f"{counts['fail']} failed, {counts['skip']} skipped"
-    )
-    return 1 if counts["fail"] else 0
+    if options.json:
+        write_json(options.json, results, backends)
+    if options.junit:
+        write_junit(options.junit, results, backends)
+    print()
+    print(summary(results, len(cases), len(backends)))
+    return 1 if any(result.status in FAILING for result in results) else 0
 
 
 def _rule(options) -> int:
@@ -44,24 +85,65 @@ def _rule(options) -> int:
     except KeyError as error:
         print(error.args[0], file=sys.stderr)
         return 2
-    print(f"r[{found.id}]  (specs/{found.chapter})\n{found.text}")
+    print(f"r[{found.id}]  ({found.link}, line {found.line})\n{found.text}")
     return 0
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="aotspec", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+BACKEND_HELP = (
+    "backend to judge (repeatable): fast, reference, reference-eager, torch-eager, "
+    "torch.compile:NAME (a registered Dynamo backend: aot_eager, inductor, ...) or "
+    "MODULE:CALLABLE (your Dynamo backend callable)"
+)
+
+
+def _conformance_parser(commands) -> None:
     conformance = commands.add_parser(
-        "conformance", help="run the conformance cases and print a table per rule"
+        "conformance",
+        help="run the conformance cases and print a table per rule",
+        description="Run the conformance cases on backends; exit 0 only when none fails.",
     )
     conformance.add_argument(
-        "--backend", action="append", help="backend to run (repeatable; default: all)"
+        "--backend", action="append", help=BACKEND_HELP + " (default: aotspec's and eager)"
     )
-    conformance.add_argument("-k", help="only cases whose name contains this text")
+    conformance.add_argument(
+        "-k", action="append", help="only cases whose name contains this text (repeatable)"
+    )
+    conformance.add_argument(
+        "--rule",
+        action="append",
+        help="only cases naming this rule, or a rule under it: `resize` (repeatable)",
+    )
+    conformance.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="worker processes that run the cases (default 1; 0: in this process, no isolation)",
+    )
+    conformance.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds a case may run before its worker is killed (default 300)",
+    )
+    conformance.add_argument(
+        "--xfail",
+        metavar="FILE",
+        help="known failures, one `CASE` or `BACKEND CASE` a line: they do not fail the run",
+    )
+    conformance.add_argument("--json", metavar="FILE", help="write every result as JSON")
+    conformance.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="aotspec", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    _conformance_parser(commands)
     rule = commands.add_parser("rule", help="print a rule of the spec, as an error names it")
     rule.add_argument("id", help="the rule's ID, e.g. resize.compiled.zero-only")
     options = parser.parse_args(argv)
     if options.command == "conformance":
+        if options.jobs < 0:
+            parser.error("--jobs must be 0 or more")
         return _conformance(options)
     return _rule(options)
 
