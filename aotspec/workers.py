@@ -27,6 +27,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import sys
 import tempfile
 import time
 import traceback
@@ -75,11 +76,15 @@ class TaskError(RuntimeError):
 # ---------------------------------------------------------------- the worker's side
 
 
-def _serve(connection, log_path: str) -> None:
+def _serve(connection, log_path: str, path: list[str], cwd: str) -> None:
     """A worker's loop: run each task received, send back ("ok", value) or ("raised", text).
 
-    The worker's stdout and stderr go to `log_path`, emptied before each task, so that what a
-    crashed task printed (and the fault handler's traceback) can be read back."""
+    It works in the pool's directory with the pool's import path (the fork server keeps those
+    of its own start), so that a task finds what the pool's process finds: a user's backend.
+    Its stdout and stderr go to `log_path`, emptied before each task, so that what a crashed
+    task printed (and the fault handler's traceback) can be read back."""
+    sys.path[:] = path
+    os.chdir(cwd)
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     os.dup2(log, 1)
     os.dup2(log, 2)
@@ -172,7 +177,10 @@ class Pool:
         ours, theirs = self._context.Pipe()
         self._started += 1
         log_path = os.path.join(self._logs.name, f"worker-{self._started}.log")
-        process = self._context.Process(target=_serve, args=(theirs, log_path), daemon=True)
+        where = (list(sys.path), os.getcwd())
+        process = self._context.Process(
+            target=_serve, args=(theirs, log_path, *where), daemon=True
+        )
         process.start()
         theirs.close()
         return _Worker(process, ours, log_path)
