@@ -1,6 +1,7 @@
 """The `aotspec` command line.
 
 - `aotspec conformance --backend NAME`: the conformance cases on backends, a table per rule;
+- `aotspec fuzz --backend NAME`: differential fuzzing, repros of what fails;
 - `aotspec rule ID`: a rule of the spec, as an error names it.
 
 Backends: `fast`, `reference`, `reference-eager`, `torch-eager`, `torch.compile:NAME` (any
@@ -77,6 +78,90 @@ def _conformance(options) -> int:
     return 1 if any(result.status in FAILING for result in results) else 0
 
 
+def _seconds(text: str) -> float:
+    """`60s`, `2m`, `1h` or a number of seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if text[-1:] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (say 60s, 2m or 1h)") from None
+
+
+def _fuzz(options) -> int:
+    from pathlib import Path
+
+    from aotspec.conformance.backends import resolve
+    from aotspec.fuzz.campaign import Campaign, Shard
+
+    if options.budget is None and options.programs is None:
+        options.budget = 60.0
+    try:
+        if options.backend == "reference-eager":
+            raise ValueError("aotspec fuzz judges compiled backends; reference-eager is none")
+        resolve(options.backend)
+        shard = Shard.parse(options.shard)
+        campaign = Campaign(
+            options.backend,
+            Path(options.out),
+            seed=options.seed,
+            shard=shard,
+            jobs=options.jobs,
+            timeout=options.timeout,
+            on_result=_fuzz_line if options.verbose else None,
+        )
+        campaign.start(resume=options.resume)
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        return 2
+    campaign.run(programs=options.programs, budget=options.budget)
+    ran = sum(campaign.counts.values())
+    rate = ran / campaign.seconds if campaign.seconds else 0.0
+    print(
+        f"{options.backend}: {ran} programs judged in {campaign.directory} "
+        f"({campaign.seconds:.0f} s this run, {rate:.1f} programs/s); "
+        + ", ".join(f"{n} {status}" for status, n in sorted(campaign.counts.items()))
+    )
+    for failure in campaign.failures.values():
+        print(f"FAIL {failure.signature}: {campaign.repro_path(failure)}")
+        print(f"    {failure.found[0]}")
+    invalid = campaign.counts.get("invalid", 0)
+    if invalid:
+        print(f"warning: eager rejected {invalid} generated programs (a generator bug)")
+    return 1 if campaign.failures else 0
+
+
+def _fuzz_line(index: int, kind: str, verdict) -> None:
+    suffix = f": {verdict.signature}" if verdict.signature else ""
+    print(f"program {index} ({kind}): {verdict.status}{suffix}", flush=True)
+
+
+def _fuzz_parser(commands) -> None:
+    fuzz = commands.add_parser(
+        "fuzz",
+        help="differential fuzzing of a backend against eager PyTorch and the reference",
+        description="Judge random valid programs on a backend; write each distinct failure, "
+        "shrunk, as a standalone repro_*.py. Exit 0 only when none failed.",
+    )
+    fuzz.add_argument("--backend", default="fast", help=BACKEND_HELP + " (default: fast)")
+    fuzz.add_argument("--budget", type=_seconds, help="time to spend: 60s, 2m, 1h (default 60s)")
+    fuzz.add_argument("--programs", type=int, help="programs to judge (in this shard)")
+    fuzz.add_argument("--seed", type=int, default=0, help="the campaign's seed (default 0)")
+    fuzz.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    fuzz.add_argument(
+        "--shard", default="1/1", help="I/N: this machine's share of the campaign (default 1/1)"
+    )
+    fuzz.add_argument(
+        "--out", default="aotspec-fuzz", help="the campaign's directory (default aotspec-fuzz)"
+    )
+    fuzz.add_argument("--resume", action="store_true", help="go on with the campaign in --out")
+    fuzz.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds one program may run (default 120)"
+    )
+    fuzz.add_argument("-v", "--verbose", action="store_true", help="a line per program")
+
+
 def _rule(options) -> int:
     from aotspec.rules import rule
 
@@ -138,6 +223,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="aotspec", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     _conformance_parser(commands)
+    _fuzz_parser(commands)
     rule = commands.add_parser("rule", help="print a rule of the spec, as an error names it")
     rule.add_argument("id", help="the rule's ID, e.g. resize.compiled.zero-only")
     options = parser.parse_args(argv)
@@ -145,6 +231,10 @@ def main(argv=None) -> int:
         if options.jobs < 0:
             parser.error("--jobs must be 0 or more")
         return _conformance(options)
+    if options.command == "fuzz":
+        if options.jobs < 1:
+            parser.error("--jobs must be 1 or more")
+        return _fuzz(options)
     return _rule(options)
 
 

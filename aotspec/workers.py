@@ -39,7 +39,7 @@ from attrs import define, frozen
 #: Imported once by the fork server, so that every worker starts with them. Only modules that
 #: run no op on import: a worker forked after torch started its thread pool can hang (the
 #: conformance cases compute their expectations on import, so each worker imports them itself).
-PRELOAD = ["torch", "torch._dynamo", "aotspec"]
+PRELOAD = ["torch", "torch._dynamo", "aotspec", "hypothesis"]
 #: How much of a crashed worker's output a result keeps.
 LOG_TAIL = 3_000
 

@@ -164,7 +164,7 @@ def _torch_compiled(dynamo_backend) -> Callable:
     return run
 
 
-def _callable(spec: str) -> Callable:
+def user_callable(spec: str) -> Callable:
     """`MODULE:CALLABLE`, imported with the working directory on the path (as `python -m`)."""
     module_name, _, attribute = spec.partition(":")
     if os.getcwd() not in sys.path:
@@ -216,7 +216,7 @@ def resolve(name: str) -> Backend:
             )
         return Backend(name, _torch_compiled(dynamo_name), foreign=True)
     if ":" in name:
-        return Backend(name, _torch_compiled(_callable(name)), foreign=True)
+        return Backend(name, _torch_compiled(user_callable(name)), foreign=True)
     raise ValueError(
         f"unknown backend {name!r}; valid backends: {', '.join([*BACKENDS, *FOREIGN_KINDS])}"
     )

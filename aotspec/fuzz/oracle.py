@@ -280,10 +280,16 @@ def _error_text(error: BaseException) -> str:
 
 @frozen
 class Hooked:
-    """A program with backward, called inside bfloat16 saved-tensor hooks with `hooks_filter`."""
+    """A program with backward, called inside saved-tensor hooks with `hooks_filter`: the
+    bfloat16 pair, or with `lossless` the float64 one (then eager without hooks is its oracle)."""
 
     program: Program
     hooks_filter: str
+    lossless: bool = False
+
+    @property
+    def hooks(self) -> tuple:
+        return (pack_lossless, unpack_lossless) if self.lossless else (pack_bf16, unpack_bf16)
 
 
 class Case:
@@ -310,7 +316,7 @@ class Case:
         options = self.program.call_options
         if not isinstance(self.case, Hooked):
             return call_and_backward(fn, named, args, **options)
-        with torch.autograd.graph.saved_tensors_hooks(pack_bf16, unpack_bf16):
+        with torch.autograd.graph.saved_tensors_hooks(*self.case.hooks):
             return call_and_backward(fn, named, args, **options)
 
     def inputs(self) -> tuple[dict[str, torch.Tensor], list, list | None]:
@@ -325,7 +331,8 @@ class Case:
         if isinstance(self.case, Stealing):
             return stealing_source(self.case)
         if isinstance(self.case, Hooked):
-            hooks = "called inside saved_tensors_hooks(pack_bf16, unpack_bf16)"
+            pack, unpack = (hook.__name__ for hook in self.case.hooks)
+            hooks = f"called inside saved_tensors_hooks({pack}, {unpack})"
             return f"{source(self.program)}\n# {hooks}, hooks_filter={self.case.hooks_filter!r}"
         return source(self.program)
 
