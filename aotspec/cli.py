@@ -2,6 +2,7 @@
 
 - `aotspec conformance --backend NAME`: the conformance cases on backends, a table per rule;
 - `aotspec fuzz --backend NAME`: differential fuzzing, repros of what fails;
+- `aotspec report --backend NAME`: a compatibility report (docs/compat/);
 - `aotspec rule ID`: a rule of the spec, as an error names it.
 
 Backends: `fast`, `reference`, `reference-eager`, `torch-eager`, `torch.compile:NAME` (any
@@ -162,6 +163,41 @@ def _fuzz_parser(commands) -> None:
     fuzz.add_argument("-v", "--verbose", action="store_true", help="a line per program")
 
 
+def _report(options) -> int:
+    from pathlib import Path
+
+    import torch
+
+    from aotspec.compat import write_report
+    from aotspec.conformance.backends import resolve
+
+    version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    out = Path(options.out or f"docs/compat/torch-{version}.md")
+    try:
+        for name in options.backend:
+            resolve(name)
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        return 2
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_report(options.backend, out, jobs=options.jobs, programs=options.programs)
+    print(f"wrote {out}, {out.with_suffix('.xfail')} and the repros in {out.with_suffix('')}/")
+    return 0
+
+
+def _report_parser(commands) -> None:
+    report = commands.add_parser(
+        "report",
+        help="write a compatibility report: conformance and a fixed fuzz campaign per backend",
+    )
+    report.add_argument("--backend", action="append", required=True, help=BACKEND_HELP)
+    report.add_argument("--out", help="the report (default docs/compat/torch-MAJOR.MINOR.md)")
+    report.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    report.add_argument(
+        "--programs", type=int, default=100, help="fuzz programs per backend (default 100)"
+    )
+
+
 def _rule(options) -> int:
     from aotspec.rules import rule
 
@@ -224,6 +260,7 @@ def main(argv=None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     _conformance_parser(commands)
     _fuzz_parser(commands)
+    _report_parser(commands)
     rule = commands.add_parser("rule", help="print a rule of the spec, as an error names it")
     rule.add_argument("id", help="the rule's ID, e.g. resize.compiled.zero-only")
     options = parser.parse_args(argv)
@@ -235,6 +272,8 @@ def main(argv=None) -> int:
         if options.jobs < 1:
             parser.error("--jobs must be 1 or more")
         return _fuzz(options)
+    if options.command == "report":
+        return _report(options)
     return _rule(options)
 
 
