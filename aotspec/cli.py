@@ -194,7 +194,7 @@ def _report_parser(commands) -> None:
     report.add_argument("--out", help="the report (default docs/compat/torch-MAJOR.MINOR.md)")
     report.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
     report.add_argument(
-        "--programs", type=int, default=100, help="fuzz programs per backend (default 100)"
+        "--programs", type=int, default=30, help="fuzz programs per backend (default 30)"
     )
 
 

@@ -26,8 +26,8 @@ from aotspec.fuzz.campaign import Campaign
 from aotspec.rules import all_rules
 
 #: The fixed fuzz campaign of a report: programs per backend, and at most this many seconds.
-FUZZ_PROGRAMS = 100
-FUZZ_BUDGET = 900.0
+FUZZ_PROGRAMS = 30
+FUZZ_BUDGET = 150.0
 
 
 def _relative(path: Path, start: Path) -> str:
