@@ -1,4 +1,14 @@
-"""The `aotspec` command line: `aotspec conformance --backend NAME`, `aotspec rule ID`."""
+"""The `aotspec` command line.
+
+- `aotspec conformance --backend NAME`: the conformance cases on backends, a table per rule;
+- `aotspec fuzz --backend NAME`: differential fuzzing, repros of what fails;
+- `aotspec report --backend NAME`: a compatibility report (docs/compat/);
+- `aotspec rule ID`: a rule of the spec, as an error names it.
+
+Backends: `fast`, `reference`, `reference-eager`, `torch-eager`, `torch.compile:NAME` (any
+registered Dynamo backend) and `MODULE:CALLABLE` (a Dynamo backend callable of one's own).
+Exit status: 0 when nothing failed or crashed, 1 when something did, 2 for bad arguments.
+"""
 
 from __future__ import annotations
 
@@ -6,34 +16,186 @@ import argparse
 import sys
 
 
+def _selected(cases, names: list[str] | None, rules: list[str] | None) -> list:
+    """Cases whose name contains one of `names`, and that name a rule of `rules` (a rule, or
+    a prefix of rules: `resize` selects every resize.* rule)."""
+
+    def wanted_rule(rule: str) -> bool:
+        return any(rule == r or rule.startswith(r.rstrip(".") + ".") for r in rules)
+
+    return [
+        case
+        for case in cases
+        if (not names or any(name in case.name for name in names))
+        and (not rules or any(wanted_rule(rule) for rule in case.rules))
+    ]
+
+
 def _conformance(options) -> int:
-    from aotspec.conformance.backends import BACKENDS
+    from aotspec.conformance.backends import BACKENDS, resolve
     from aotspec.conformance.cases import ALL_CASES
-    from aotspec.conformance.runner import failure_report, rule_table, run_cases
+    from aotspec.conformance.reports import Progress, read_xfail, summary, write_json, write_junit
+    from aotspec.conformance.runner import (
+        FAILING,
+        apply_xfail,
+        failure_report,
+        rule_table,
+        run_cases,
+    )
 
     backends = options.backend or list(BACKENDS)
-    for name in backends:
-        if name not in BACKENDS:
-            print(
-                f"unknown backend {name!r}; valid backends: {', '.join(BACKENDS)}", file=sys.stderr
-            )
-            return 2
-    cases = [case for case in ALL_CASES if not options.k or options.k in case.name]
-    results = run_cases(cases, backends)
+    try:
+        for name in backends:
+            resolve(name)
+        known, warnings = set(), []
+        if options.xfail:
+            known, warnings = read_xfail(options.xfail, {case.name for case in ALL_CASES})
+    except (ValueError, OSError) as error:
+        print(error, file=sys.stderr)
+        return 2
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    cases = _selected(ALL_CASES, options.k, options.rule)
+    if not cases:
+        print("no conformance case matches the selection (-k, --rule)", file=sys.stderr)
+        return 2
+    with Progress(len(cases) * len(backends)) as progress:
+        results = run_cases(
+            cases, backends, jobs=options.jobs, timeout=options.timeout, on_result=progress
+        )
+    results = apply_xfail(results, known)
     print(rule_table(results, backends))
     print("(* : some memory expectations are not observable on that backend: it keeps no ledger)")
     report = failure_report(results)
-    counts = {
-        status: sum(r.status == status for r in results) for status in ("pass", "fail", "skip")
-    }
-    print()
     if report:
+        print()
         print(report)
+    if options.json:
+        write_json(options.json, results, backends)
+    if options.junit:
+        write_junit(options.junit, results, backends)
+    print()
+    print(summary(results, len(cases), len(backends)))
+    return 1 if any(result.status in FAILING for result in results) else 0
+
+
+def _seconds(text: str) -> float:
+    """`60s`, `2m`, `1h` or a number of seconds."""
+    units = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if text[-1:] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (say 60s, 2m or 1h)") from None
+
+
+def _fuzz(options) -> int:
+    from pathlib import Path
+
+    from aotspec.conformance.backends import resolve
+    from aotspec.fuzz.campaign import Campaign, Shard
+
+    if options.budget is None and options.programs is None:
+        options.budget = 60.0
+    try:
+        if options.backend == "reference-eager":
+            raise ValueError("aotspec fuzz judges compiled backends; reference-eager is none")
+        resolve(options.backend)
+        shard = Shard.parse(options.shard)
+        campaign = Campaign(
+            options.backend,
+            Path(options.out),
+            seed=options.seed,
+            shard=shard,
+            jobs=options.jobs,
+            timeout=options.timeout,
+            on_result=_fuzz_line if options.verbose else None,
+        )
+        campaign.start(resume=options.resume)
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        return 2
+    campaign.run(programs=options.programs, budget=options.budget)
+    ran = sum(campaign.counts.values())
+    rate = ran / campaign.seconds if campaign.seconds else 0.0
     print(
-        f"{len(cases)} cases x {len(backends)} backends: {counts['pass']} passed, "
-        f"{counts['fail']} failed, {counts['skip']} skipped"
+        f"{options.backend}: {ran} programs judged in {campaign.directory} "
+        f"({campaign.seconds:.0f} s this run, {rate:.1f} programs/s); "
+        + ", ".join(f"{n} {status}" for status, n in sorted(campaign.counts.items()))
     )
-    return 1 if counts["fail"] else 0
+    for failure in campaign.failures.values():
+        print(f"FAIL {failure.signature}: {campaign.repro_path(failure)}")
+        print(f"    {failure.found[0]}")
+    invalid = campaign.counts.get("invalid", 0)
+    if invalid:
+        print(f"warning: eager rejected {invalid} generated programs (a generator bug)")
+    return 1 if campaign.failures else 0
+
+
+def _fuzz_line(index: int, kind: str, verdict) -> None:
+    suffix = f": {verdict.signature}" if verdict.signature else ""
+    print(f"program {index} ({kind}): {verdict.status}{suffix}", flush=True)
+
+
+def _fuzz_parser(commands) -> None:
+    fuzz = commands.add_parser(
+        "fuzz",
+        help="differential fuzzing of a backend against eager PyTorch and the reference",
+        description="Judge random valid programs on a backend; write each distinct failure, "
+        "shrunk, as a standalone repro_*.py. Exit 0 only when none failed.",
+    )
+    fuzz.add_argument("--backend", default="fast", help=BACKEND_HELP + " (default: fast)")
+    fuzz.add_argument("--budget", type=_seconds, help="time to spend: 60s, 2m, 1h (default 60s)")
+    fuzz.add_argument("--programs", type=int, help="programs to judge (in this shard)")
+    fuzz.add_argument("--seed", type=int, default=0, help="the campaign's seed (default 0)")
+    fuzz.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    fuzz.add_argument(
+        "--shard", default="1/1", help="I/N: this machine's share of the campaign (default 1/1)"
+    )
+    fuzz.add_argument(
+        "--out", default="aotspec-fuzz", help="the campaign's directory (default aotspec-fuzz)"
+    )
+    fuzz.add_argument("--resume", action="store_true", help="go on with the campaign in --out")
+    fuzz.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds one program may run (default 120)"
+    )
+    fuzz.add_argument("-v", "--verbose", action="store_true", help="a line per program")
+
+
+def _report(options) -> int:
+    from pathlib import Path
+
+    import torch
+
+    from aotspec.compat import write_report
+    from aotspec.conformance.backends import resolve
+
+    version = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    out = Path(options.out or f"docs/compat/torch-{version}.md")
+    try:
+        for name in options.backend:
+            resolve(name)
+    except ValueError as error:
+        print(error, file=sys.stderr)
+        return 2
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_report(options.backend, out, jobs=options.jobs, programs=options.programs)
+    print(f"wrote {out}, {out.with_suffix('.xfail')} and the repros in {out.with_suffix('')}/")
+    return 0
+
+
+def _report_parser(commands) -> None:
+    report = commands.add_parser(
+        "report",
+        help="write a compatibility report: conformance and a fixed fuzz campaign per backend",
+    )
+    report.add_argument("--backend", action="append", required=True, help=BACKEND_HELP)
+    report.add_argument("--out", help="the report (default docs/compat/torch-MAJOR.MINOR.md)")
+    report.add_argument("--jobs", type=int, default=2, help="worker processes (default 2)")
+    report.add_argument(
+        "--programs", type=int, default=30, help="fuzz programs per backend (default 30)"
+    )
 
 
 def _rule(options) -> int:
@@ -44,25 +206,74 @@ def _rule(options) -> int:
     except KeyError as error:
         print(error.args[0], file=sys.stderr)
         return 2
-    print(f"r[{found.id}]  (specs/{found.chapter})\n{found.text}")
+    print(f"r[{found.id}]  ({found.link}, line {found.line})\n{found.text}")
     return 0
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="aotspec", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+BACKEND_HELP = (
+    "backend to judge (repeatable): fast, reference, reference-eager, torch-eager, "
+    "torch.compile:NAME (a registered Dynamo backend: aot_eager, inductor, ...) or "
+    "MODULE:CALLABLE (your Dynamo backend callable)"
+)
+
+
+def _conformance_parser(commands) -> None:
     conformance = commands.add_parser(
-        "conformance", help="run the conformance cases and print a table per rule"
+        "conformance",
+        help="run the conformance cases and print a table per rule",
+        description="Run the conformance cases on backends; exit 0 only when none fails.",
     )
     conformance.add_argument(
-        "--backend", action="append", help="backend to run (repeatable; default: all)"
+        "--backend", action="append", help=BACKEND_HELP + " (default: aotspec's and eager)"
     )
-    conformance.add_argument("-k", help="only cases whose name contains this text")
+    conformance.add_argument(
+        "-k", action="append", help="only cases whose name contains this text (repeatable)"
+    )
+    conformance.add_argument(
+        "--rule",
+        action="append",
+        help="only cases naming this rule, or a rule under it: `resize` (repeatable)",
+    )
+    conformance.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="worker processes that run the cases (default 1; 0: in this process, no isolation)",
+    )
+    conformance.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds a case may run before its worker is killed (default 300)",
+    )
+    conformance.add_argument(
+        "--xfail",
+        metavar="FILE",
+        help="known failures, one `CASE` or `BACKEND CASE` a line: they do not fail the run",
+    )
+    conformance.add_argument("--json", metavar="FILE", help="write every result as JSON")
+    conformance.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="aotspec", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    _conformance_parser(commands)
+    _fuzz_parser(commands)
+    _report_parser(commands)
     rule = commands.add_parser("rule", help="print a rule of the spec, as an error names it")
     rule.add_argument("id", help="the rule's ID, e.g. resize.compiled.zero-only")
     options = parser.parse_args(argv)
     if options.command == "conformance":
+        if options.jobs < 0:
+            parser.error("--jobs must be 0 or more")
         return _conformance(options)
+    if options.command == "fuzz":
+        if options.jobs < 1:
+            parser.error("--jobs must be 1 or more")
+        return _fuzz(options)
+    if options.command == "report":
+        return _report(options)
     return _rule(options)
 
 

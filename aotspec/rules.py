@@ -21,6 +21,21 @@ class Rule:
     id: str
     chapter: str
     text: str
+    #: The heading of the section holding the rule, and the line of its label (1-based).
+    section: str = ""
+    line: int = 0
+
+    @property
+    def anchor(self) -> str:
+        """The section's anchor as markdown renderers make it: lowercase, punctuation dropped
+        but `-` and `_`, spaces as `-`."""
+        kept = "".join(c for c in self.section.lower() if c.isalnum() or c in " -_")
+        return kept.replace(" ", "-")
+
+    @property
+    def link(self) -> str:
+        """Where the rule is, relative to the repository root: `specs/CHAPTER.md#SECTION`."""
+        return f"specs/{self.chapter}" + (f"#{self.anchor}" if self.section else "")
 
 
 def all_rules() -> dict[str, Rule]:
@@ -29,15 +44,17 @@ def all_rules() -> dict[str, Rule]:
     for chapter in sorted(importlib.resources.files("aotspec.specs").iterdir(), key=str):
         if not chapter.name.endswith(".md") or chapter.name == "README.md":
             continue
-        rule_id, lines = None, []
-        for line in chapter.read_text().splitlines() + [""]:
+        rule_id, lines, section, start = None, [], "", 0
+        for number, line in enumerate(chapter.read_text().splitlines() + [""], start=1):
             label = _LABEL.match(line)
+            if line.startswith("#"):
+                section = line.lstrip("#").strip()
             if label:
-                rule_id, lines = label.group(1), []
+                rule_id, lines, start = label.group(1), [], number
             elif rule_id is not None and line.strip():
                 lines.append(line)
             elif rule_id is not None:
-                rules[rule_id] = Rule(rule_id, chapter.name, "\n".join(lines))
+                rules[rule_id] = Rule(rule_id, chapter.name, "\n".join(lines), section, start)
                 rule_id = None
     return rules
 

@@ -1,31 +1,59 @@
-"""The conformance runner: every case against a named backend, and a pass/fail table per rule."""
+"""The conformance runner: every case against named backends, and a pass/fail table per rule.
+
+`run_case` runs one case in this process. `run_cases` runs many, each in a worker process of
+`aotspec.workers` when `jobs` > 0, so that a backend's segfault, abort or hang becomes that
+case's `crash` result, with its signal, and the run goes on.
+"""
 
 from __future__ import annotations
 
 import re
+import time
 import warnings
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 
 import torch
-from attrs import frozen
+from attrs import evolve, frozen
 
-from .backends import get_backend
+from aotspec.rules import all_rules
+
+from .backends import Backend, resolve
 from .case import BackwardRaises, Case, Outcome, Raises
+from .cases import ALL_CASES
 from .observe import observe, world_of
+
+#: What a case's result may be. `xfail` and `xpass` come from a list of known failures: a
+#: listed case that failed or crashed, and one that passed.
+STATUSES = ("pass", "fail", "crash", "skip", "xfail", "xpass")
+#: The statuses that fail a run.
+FAILING = ("fail", "crash")
 
 
 @frozen
 class CaseResult:
     case: Case
     backend: str
-    status: str  # "pass", "fail" or "skip"
+    status: str  # one of STATUSES
     messages: tuple[str, ...]
+    seconds: float = 0.0
 
 
-def run_case(case: Case, backend: str) -> CaseResult:
-    run = get_backend(backend)
-    if backend in case.skip:
-        return CaseResult(case, backend, "skip", (case.skip[backend],))
+def run_case(case: Case, backend: str | Backend) -> CaseResult:
+    """`case` on `backend`, in this process."""
+    if isinstance(backend, str):
+        backend = resolve(backend)
+    start = time.monotonic()
+    result = _run(case, backend)
+    return evolve(result, seconds=time.monotonic() - start)
+
+
+def _run(case: Case, backend: Backend) -> CaseResult:
+    run = backend.run
+    reason = backend.skip_reason(case)
+    if reason is not None:
+        return CaseResult(case, backend.name, "skip", (reason,))
+    backend = backend.name
     world = case.setup()
     before = observe(world)
     outputs, ledger, error, backward_error = None, None, None, None
@@ -47,10 +75,10 @@ def run_case(case: Case, backend: str) -> CaseResult:
                 backward_error = raised
     outcome = Outcome(world, observe(world), before, error, ledger, tuple(caught), backward_error)
     if error is not None and not any(isinstance(e, Raises) for e in case.expect):
-        message = f"the call raised {type(error).__name__}: {error}"
+        message = f"the call raised {describe(error)}"
         return CaseResult(case, backend, "fail", (message,))
     if backward_error is not None and not any(isinstance(e, BackwardRaises) for e in case.expect):
-        message = f"the backward raised {type(backward_error).__name__}: {backward_error}"
+        message = f"the backward raised {describe(backward_error)}"
         return CaseResult(case, backend, "fail", (message,))
     failures, unobservable = [], 0
     for expectation in case.expect:
@@ -72,6 +100,18 @@ def run_case(case: Case, backend: str) -> CaseResult:
     return CaseResult(case, backend, "pass", note)
 
 
+#: How much of an error's message a result keeps (a compiler's errors can run to pages).
+MESSAGE_LIMIT = 600
+
+
+def describe(error: BaseException) -> str:
+    """`Type: message`, the message cut to MESSAGE_LIMIT characters."""
+    text = str(error)
+    if len(text) > MESSAGE_LIMIT:
+        text = text[:MESSAGE_LIMIT] + " [...]"
+    return f"{type(error).__name__}: {text}"
+
+
 def _backpropagate(world: dict, retain_graph: tuple[bool, ...]) -> None:
     outputs = [
         t
@@ -88,45 +128,147 @@ def _backpropagate(world: dict, retain_graph: tuple[bool, ...]) -> None:
             world[f"{name}.grad"] = t.grad
 
 
-def run_cases(cases: list[Case], backends: list[str]) -> list[CaseResult]:
-    return [run_case(case, backend) for case in cases for backend in backends]
+CASES_BY_NAME = {case.name: case for case in ALL_CASES}
+
+
+def run_named(case_name: str, backend_name: str) -> tuple[str, tuple[str, ...], float]:
+    """A worker's task: the case named `case_name` on `backend_name`, as picklable data."""
+    result = run_case(CASES_BY_NAME[case_name], _backend(backend_name))
+    return result.status, result.messages, result.seconds
+
+
+_RESOLVED: dict[str, Backend] = {}
+
+
+def _backend(name: str) -> Backend:
+    """A worker resolves each backend once (a user's callable is imported once)."""
+    if name not in _RESOLVED:
+        _RESOLVED[name] = resolve(name)
+    return _RESOLVED[name]
+
+
+def run_cases(
+    cases: list[Case],
+    backends: list[str],
+    *,
+    jobs: int = 0,
+    timeout: float = 300.0,
+    on_result: Callable[[CaseResult], None] | None = None,
+) -> list[CaseResult]:
+    """Every case on every backend, in the order given. `jobs` = 0: in this process; else in
+    that many reusable worker processes, a crash or a run past `timeout` seconds being the
+    case's `crash` result. `on_result` sees each result as it comes."""
+    results = {}
+    for result in _results(cases, backends, jobs, timeout):
+        results[result.case.name, result.backend] = result
+        if on_result is not None:
+            on_result(result)
+    return [results[case.name, backend] for case in cases for backend in backends]
+
+
+def _results(cases, backends, jobs: int, timeout: float) -> Iterator[CaseResult]:
+    if jobs == 0:
+        for case in cases:
+            for backend in backends:
+                yield run_case(case, _backend(backend))
+        return
+    from aotspec.workers import Crashed, Done, Pool, Task
+
+    # Refuse a bad backend name here, before any worker starts.
+    for backend in backends:
+        _backend(backend)
+    tasks = [Task(run_named, (case.name, backend)) for case in cases for backend in backends]
+    with Pool(jobs, timeout) as pool:
+        for task, outcome in pool.map(tasks):
+            case, backend = CASES_BY_NAME[task.args[0]], task.args[1]
+            if isinstance(outcome, Done):
+                status, messages, seconds = outcome.value
+                yield CaseResult(case, backend, status, messages, seconds)
+                continue
+            if isinstance(outcome, Crashed):
+                message = f"the worker died of {outcome.signal} running the case"
+            else:
+                message = f"timed out after {outcome.seconds:g} s; the worker was killed"
+            messages = (message, *_log_lines(outcome.log))
+            yield CaseResult(case, backend, "crash", messages, outcome.seconds)
+
+
+def _log_lines(log: str) -> tuple[str, ...]:
+    """The lines of a crashed worker's log worth showing: the fault handler's report."""
+    lines = [line for line in log.splitlines() if line.strip()]
+    return tuple(lines[:12])
+
+
+def apply_xfail(results: list[CaseResult], known: set[tuple[str, str]]) -> list[CaseResult]:
+    """Mark the results of known failures: `known` holds (case, backend) pairs, `*` for every
+    backend. A known one that failed or crashed is `xfail`; one that passed is `xpass`."""
+
+    def listed(result: CaseResult) -> bool:
+        return (result.case.name, result.backend) in known or (result.case.name, "*") in known
+
+    marked = []
+    for result in results:
+        if listed(result) and result.status in FAILING:
+            result = evolve(result, status="xfail")
+        elif listed(result) and result.status == "pass":
+            note = "listed as a known failure, but passed: remove it from the list"
+            result = evolve(result, status="xpass", messages=(note, *result.messages))
+        marked.append(result)
+    return marked
 
 
 def rule_table(results: list[CaseResult], backends: list[str]) -> str:
-    """One row per rule: for each backend, passed/ran, FAIL when any case failed, and `*` when some
-    memory expectation could not be observed there (no ledger)."""
-    tally: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    """One row per rule: for each backend, passed/ran, CRASH or FAIL when any case crashed or
+    failed (a known failure counts as ran and not passed, marked xfail), and `*` when some memory
+    expectation could not be observed there (no ledger); then where the rule is in the spec."""
     results_by: dict[str, dict[str, list[CaseResult]]] = defaultdict(lambda: defaultdict(list))
     for result in results:
         for rule in result.case.rules:
-            tally[rule][result.backend].append(result.status)
             results_by[rule][result.backend].append(result)
-    width = max([len("rule")] + [len(rule) for rule in tally])
-    header = f"{'rule':<{width}}  " + "  ".join(f"{b:<16}" for b in backends)
+    width = max([len("rule")] + [len(rule) for rule in results_by])
+    columns = [max(len(backend), 16) for backend in backends]
+    header = f"{'rule':<{width}}  " + "  ".join(
+        f"{b:<{w}}" for b, w in zip(backends, columns, strict=True)
+    )
+    header += "  spec"
     lines = [header, "-" * len(header)]
-    for rule in sorted(tally):
-        cells = []
-        for backend in backends:
-            statuses = tally[rule][backend]
-            ran = [s for s in statuses if s != "skip"]
-            passed = ran.count("pass")
-            cell = f"{passed}/{len(ran)}" if ran else "skip"
-            if "fail" in ran:
-                cell += " FAIL"
-            elif any(r.messages for r in results_by[rule][backend] if r.status == "pass"):
-                cell += " *"
-            cells.append(f"{cell:<16}")
-        lines.append(f"{rule:<{width}}  " + "  ".join(cells))
+    rules = all_rules()
+    for rule in sorted(results_by):
+        cells = [
+            f"{cell(results_by[rule][backend]):<{w}}"
+            for backend, w in zip(backends, columns, strict=True)
+        ]
+        where = rules[rule].link if rule in rules else "(not in the spec)"
+        lines.append(f"{rule:<{width}}  " + "  ".join(cells) + f"  {where}")
     return "\n".join(lines)
 
 
+def cell(results: list[CaseResult]) -> str:
+    """A rule's cell for one backend: `passed/ran`, then the worst of CRASH, FAIL, XFAIL, or
+    `*` when a memory expectation was not observable there; `skip` when nothing ran."""
+    ran = [r.status for r in results if r.status != "skip"]
+    if not ran:
+        return "skip"
+    text = f"{ran.count('pass') + ran.count('xpass')}/{len(ran)}"
+    for status in ("crash", "fail", "xfail"):
+        if status in ran:
+            return f"{text} {status.upper()}"
+    if any(r.messages for r in results if r.status == "pass"):
+        return f"{text} *"
+    return text
+
+
 def failure_report(results: list[CaseResult]) -> str:
+    """Each failure, crash and unexpected pass: the case, its rules and where they are in the
+    spec, and what went wrong."""
+    rules = all_rules()
     lines = []
     for result in results:
-        if result.status == "fail":
-            lines.append(
-                f"FAIL {result.case.name} on {result.backend} "
-                f"(rules: {', '.join(result.case.rules)})"
-            )
-            lines.extend(f"    {message}" for message in result.messages)
+        if result.status not in (*FAILING, "xpass"):
+            continue
+        lines.append(f"{result.status.upper()} {result.case.name} on {result.backend}")
+        for rule in result.case.rules:
+            where = rules[rule].link if rule in rules else "(not in the spec)"
+            lines.append(f"  rule {rule}: {where}")
+        lines.extend(f"    {message}" for message in result.messages)
     return "\n".join(lines)

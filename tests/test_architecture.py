@@ -14,6 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Package name -> folder, as pyproject.toml's package-dir maps them.
 PACKAGES = {
     "aotspec": ROOT / "aotspec",
+    "aotspec.fuzz": ROOT / "aotspec" / "fuzz",
+    "aotspec.fuzz.strategies": ROOT / "aotspec" / "fuzz" / "strategies",
     "aotspec.reference": ROOT / "reference",
     "aotspec.fast": ROOT / "fast",
     "aotspec.conformance": ROOT / "conformance",

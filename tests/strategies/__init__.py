@@ -1,17 +1,14 @@
-"""Hypothesis strategies for differential testing: random valid programs over aliased inputs.
+"""The differential tests' generators, `strategies.X`: they live in the package, as
+`aotspec.fuzz.strategies.X`, so that an installed aotspec fuzzes with them (`aotspec fuzz`).
 
-A program is data (`program.py`): a `Setup` of the caller's tensors, then a body of `Instr`
-records over named values. Each generator builds one valid by construction (docs/design.md
-section 7), drawing only what its symbolic `Model` of the tensors and storages (`model.py`) says
-eager PyTorch accepts:
-
-- `setups.py`: `setups()` and `grad_setups()`, the tensors a caller makes before the call;
-- `mutations.py`: `programs()`, views, in-place ops, copy_, set_ and resizes over aliased inputs
-  (`compiled=True`: only what `aotspec.compile` accepts);
-- `grad.py`: `grad_programs()`, programs with backward (leaves that require grad, buffers, a
-  chain of differentiable ops, writes to intermediates and buffers);
-- `stealing.py`: `stealing_programs()`, either kind after reading a stolen list of activations.
-
-Conventions: `lay` is a `Strided` layout, `v` a variable name, `obj` an index into the model's
-objects, `st` an index into its storages, `xs` a list of x.
+Each module of the package is this package's module of the same name, so `from
+strategies.grad import grad_programs` finds the package's; a module added here is found too.
 """
+
+import importlib
+import sys
+
+for _name in ("program", "model", "setups", "mutations", "grad", "stealing"):
+    _module = importlib.import_module(f"aotspec.fuzz.strategies.{_name}")
+    sys.modules[f"{__name__}.{_name}"] = _module
+    globals()[_name] = _module

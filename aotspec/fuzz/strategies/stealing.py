@@ -1,6 +1,6 @@
 """Programs that take a stolen list.
 
-Generates `stealing_programs()`: a `Stealing` program is a `Program` (tests/strategies/program.py)
+Generates `stealing_programs()`: a `Stealing` program is a `Program` (program.py)
 run after reading a list of activations the caller hands over with
 `aotspec.compile(..., steal=("acts",))`: the call empties the caller's list and frees each
 activation after its last use inside the call (`r[boxed.steal]`). The activations are only read
@@ -17,10 +17,10 @@ import torch
 from attrs import frozen
 from hypothesis import strategies as st
 
-from strategies.grad import grad_programs
-from strategies.mutations import programs
-from strategies.program import Program, as_function, source
-from strategies.setups import GRAD_VALUES
+from .grad import grad_programs
+from .mutations import programs
+from .program import Program, as_function, source
+from .setups import GRAD_VALUES
 
 ACTIVATION_SIZE = 4
 #: How an activation is read, as a method name; the reads are added up.

@@ -1,6 +1,6 @@
 """Mutation programs: views, in-place ops, copy_, set_ and resizes over aliased inputs.
 
-Generates `programs()`: a setup (tests/strategies/setups.py), then 1-10 steps, each drawn among
+Generates `programs()`: a setup (setups.py), then 1-10 steps, each drawn among
 those the generator's `Model` allows; validity is by construction (docs/design.md section 7), the
 model letting the generator emit only:
 
@@ -8,7 +8,7 @@ model letting the generator emit only:
 - writes to tensors without internal overlap (never through an `expand`ed view), from sources
   that are either disjoint from the destination's memory or exactly the destination's layout
   (eager raises on partial overlap and leaves other overlaps to its kernels' iteration order);
-- views that eager accepts (tests/strategies/model.py);
+- views that eager accepts (model.py);
 - a resize to zero anywhere, and a resize up from zero to the storage's full size immediately
   followed by a `copy_` (or `fill_`) that overwrites every byte, so no uninitialized byte is
   ever read, by the program or by the observer afterwards;
@@ -28,7 +28,7 @@ from collections.abc import Callable
 
 from hypothesis import strategies as st
 
-from strategies.model import (
+from .model import (
     ITEMSIZE,
     SCALARS,
     Model,
@@ -38,8 +38,8 @@ from strategies.model import (
     draw_view,
     viewable,
 )
-from strategies.program import OPS, Instr, Program, Var
-from strategies.setups import initial_model, setups
+from .program import OPS, Instr, Program, Var
+from .setups import initial_model, setups
 
 CLAMP_BOUNDS = [None, -1.0, 0.0, 1.0, 10.0]
 

@@ -22,7 +22,7 @@ import torch
 from attrs import define, field, frozen
 from hypothesis import strategies as st
 
-from strategies.program import OPS
+from .program import OPS
 
 ITEMSIZE = 4  # every tensor here is float32
 #: The constants both generators draw as a scalar operand.

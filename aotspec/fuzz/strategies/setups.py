@@ -1,11 +1,11 @@
 """Caller setups: the tensors a caller makes before calling a program, and the generators'
 model of them when the program starts.
 
-Generates `setups()`, the callers of mutation programs (tests/strategies/mutations.py): 1-3
+Generates `setups()`, the callers of mutation programs (mutations.py): 1-3
 float32 bases of distinct values, some resized to zero bytes, passed whole or as views (two
 arguments on one base alias; one object may be passed twice), and aliases the caller keeps
 without passing them; and `grad_setups()`, the callers of programs with backward
-(tests/strategies/grad.py): leaves that require grad and buffers that do not.
+(grad.py): leaves that require grad and buffers that do not.
 `initial_model` and `initial_grad_model` are the generators' `Model` of a setup's arguments.
 """
 
@@ -15,8 +15,8 @@ import math
 
 from hypothesis import strategies as st
 
-from strategies.model import ITEMSIZE, Model, Strided, draw_view
-from strategies.program import Base, CallerView, Setup
+from .model import ITEMSIZE, Model, Strided, draw_view
+from .program import Base, CallerView, Setup
 
 BASE_SHAPES = [(4,), (2, 3), (2, 2, 2), (3, 2)]
 GRAD_SHAPES = [(3,), (4,), (2, 3), (3, 2), (2, 2), (1, 3), (2, 1, 3), ()]

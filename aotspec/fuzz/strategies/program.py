@@ -315,6 +315,6 @@ def run_on_eager(run: Callable[[Program], Any], program: Program) -> Any:
     except Exception:
         trace = traceback.format_exc(limit=-4)
     raise AssertionError(
-        "the generator made a program that eager rejects; fix tests/strategies/:\n"
+        "the generator made a program that eager rejects; fix aotspec/fuzz/strategies/:\n"
         f"{source(program)}\n{trace}"
     )

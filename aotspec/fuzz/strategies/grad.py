@@ -1,11 +1,11 @@
 """Programs with backward.
 
 Generates `grad_programs()`: float32 leaves that require grad, non-leaves made from them, and
-buffers that do not (`grad_setups()`, tests/strategies/setups.py), a chain of differentiable
+buffers that do not (`grad_setups()`, setups.py), a chain of differentiable
 ops, in-place ops and copy_ into intermediates (through views too), and writes with grad mode on
 into buffers and non-leaf arguments, from values with or without grad (r[autograd.input-writes]);
 at least one output requires grad. Validity for eager autograd, on top of the mutation programs'
-rules (tests/strategies/mutations.py), is kept per storage (one view family here, so one version
+rules (mutations.py), is kept per storage (one view family here, so one version
 counter):
 
 - nothing writes a leaf that requires grad or a view of one with grad mode on (eager raises);
@@ -37,7 +37,7 @@ from collections.abc import Callable
 import torch
 from hypothesis import strategies as st
 
-from strategies.model import (
+from .model import (
     ITEMSIZE,
     SCALARS,
     Model,
@@ -49,8 +49,8 @@ from strategies.model import (
     view_ops,
     viewable,
 )
-from strategies.program import OPS, Instr, Program, Var
-from strategies.setups import grad_setups, initial_grad_model
+from .program import OPS, Instr, Program, Var
+from .setups import grad_setups, initial_grad_model
 
 GRAD_VIEWS = ["view", "reshape", "t", "transpose", "permute", "expand", "slice", "select"]
 GRAD_VIEWS += ["unsqueeze", "squeeze"]

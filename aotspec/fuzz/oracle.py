@@ -1,0 +1,537 @@
+"""The oracles of differential fuzzing: how a program's run is observed and two runs compared.
+
+- One side's run: `call_and_backward` calls a program, observes the caller's tensors and the
+  outputs, backpropagates the sum of the outputs that require grad and observes again, into an
+  `Outcome`; `outcome` does it for a generated program, on eager or compiled.
+- Comparing two sides: `compare` lists every observable of docs/design.md section 5 that
+  differs but memory facts; `numerically_explained` forgives value differences that an eager
+  float64 run shows to be rounding.
+- Saved-tensor hooks: a lossless pair and a bfloat16 pair, by name, so that repros import them.
+- The fast backend against the reference: `fast_divergence` runs a `Case` on both and lists
+  what differs, memory facts included (tests/test_differential_fast.py says which).
+
+The differential tests (through tests/harness.py) and `aotspec fuzz` use them; the standalone
+repros both write import from here too.
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+import traceback
+
+import torch
+from attrs import define, field, frozen
+from hypothesis import currently_in_test_context, event
+from torch.multiprocessing.reductions import StorageWeakRef
+
+import aotspec
+from aotspec.conformance.observe import Observation, differences, observe, world_of
+from aotspec.fast.runtime import FastPlan
+from aotspec.tracker import MemoryTracker
+
+from .strategies.program import Program, as_function, build_inputs, source
+from .strategies.stealing import Stealing, as_stealing_function, make_activations, stealing_source
+
+# ---------------------------------------------------------------- one side's run
+
+
+@frozen
+class Outcome:
+    """What one side did with a program."""
+
+    #: The caller's tensors and the outputs (`out0`, ...) right after the call.
+    world: Observation
+    #: The same names after the backward (the same as `world` when there was none).
+    after_backward: Observation
+    requires_grad: dict[str, bool]
+    #: `.grad` of every leaf the caller made that requires grad, by name (None: no gradient).
+    grads: dict[str, torch.Tensor | None]
+    backward: bool
+    #: With two backwards: `grads` after the first, which retained the graph.
+    retained_grads: dict[str, torch.Tensor | None] | None = None
+
+
+def outcome(program: Program, *, compiled: bool, dtype: torch.dtype = torch.float32) -> Outcome:
+    """`program` on fresh caller tensors, on eager or through the reference compiled; `dtype`:
+    float64 only for the numeric oracle."""
+    named, args = build_inputs(program.setup, dtype)
+    fn = as_function(program)
+    if compiled:
+        fn = aotspec.compile(fn, backend="reference")
+    return call_and_backward(fn, named, args, **program.call_options)
+
+
+def call_and_backward(
+    fn,
+    named: dict[str, torch.Tensor],
+    args: list,
+    *,
+    grad_enabled: bool = True,
+    retain_graph: bool = False,
+) -> Outcome:
+    """Call `fn` under `grad_enabled`, observe, backpropagate the sum of the outputs that
+    require grad (twice, retaining the graph the first time, with `retain_graph`), observe."""
+    with torch.set_grad_enabled(grad_enabled):
+        outputs = fn(*args)
+    world = world_of(named, outputs)
+    before = observe(world)
+    requires_grad = {name: t.requires_grad for name, t in world.items()}
+    losses = [out.sum() for out in outputs if out.requires_grad]
+    leaves = {name: t for name, t in named.items() if t.is_leaf and t.requires_grad}
+    retained = None
+    if losses:
+        loss = sum(losses)
+        if retain_graph:
+            loss.backward(retain_graph=True)
+            retained = {name: _copy(t.grad) for name, t in leaves.items()}
+        loss.backward()
+    grads = {name: _copy(t.grad) for name, t in leaves.items()}
+    return Outcome(before, observe(world), requires_grad, grads, bool(losses), retained)
+
+
+def _copy(grad: torch.Tensor | None) -> torch.Tensor | None:
+    return None if grad is None else grad.detach().clone()
+
+
+def _grad_differences(expected: dict, actual: dict) -> list[str]:
+    found = []
+    for name in sorted(expected):
+        want, got = expected[name], actual.get(name)
+        if want is None or got is None:
+            if (want is None) != (got is None):
+                found.append(f"{name}.grad: expected {_short(want)}, got {_short(got)}")
+        elif (want.dtype, want.shape) != (got.dtype, got.shape):
+            found.append(f"{name}.grad: expected {_short(want)}, got {_short(got)}")
+        else:
+            try:
+                torch.testing.assert_close(got, want, equal_nan=True, check_stride=False)
+            except AssertionError as error:
+                found.append(
+                    f"{name}.grad values: {_summary(error)}; "
+                    f"expected {want.tolist()}, got {got.tolist()}"
+                )
+    return found
+
+
+def _short(grad: torch.Tensor | None) -> str:
+    return "None" if grad is None else f"{grad.dtype} {tuple(grad.shape)}"
+
+
+def _summary(error: AssertionError) -> str:
+    """assert_close's message on one line: mismatched elements and the greatest differences."""
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
+def compare(expected: Outcome, actual: Outcome) -> list[str]:
+    """Every observable of docs/design.md section 5 but memory facts; empty when they agree."""
+    found = differences(expected.world, actual.world)
+    found += [
+        f"{name}.requires_grad: expected {want}, got {actual.requires_grad.get(name)}"
+        for name, want in expected.requires_grad.items()
+        if actual.requires_grad.get(name) != want
+    ]
+    if expected.backward != actual.backward:
+        found.append(f"backward ran: expected {expected.backward}, got {actual.backward}")
+    found += _grad_differences(expected.grads, actual.grads)
+    if expected.retained_grads is not None:
+        retained = _grad_differences(expected.retained_grads, actual.retained_grads or {})
+        found += [f"after the first backward: {line}" for line in retained]
+    # Eager's backward leaves the caller's tensors alone; so must the compiled one.
+    changed = differences(actual.world, actual.after_backward)
+    found += [f"changed by the compiled backward: {line}" for line in changed]
+    return found
+
+
+# ---------------------------------------------------------------- numeric disagreements
+
+_VALUES = re.compile(r"^(\S+) values: ")
+ATOL, RTOL = 1e-5, 1.3e-6  # assert_close's float32 defaults
+
+
+def _values_of(run: Outcome, name: str) -> torch.Tensor:
+    if name.endswith(".grad"):
+        return run.grads[name.removesuffix(".grad")]
+    return run.world.tensors[name].values
+
+
+def _error(x: torch.Tensor, exact: torch.Tensor) -> torch.Tensor:
+    x = x.double()
+    same = (x == exact) | (x.isnan() & exact.isnan())
+    error = (x - exact).abs().nan_to_num(nan=torch.inf)
+    return torch.where(same, torch.zeros_like(error), error)
+
+
+def numerically_explained(
+    program: Program, expected: Outcome, actual: Outcome, found: list[str]
+) -> bool:
+    """True when every difference is one of values, and for each the compiled float32 result is
+    no farther from eager's float64 result than eager's float32 result is (with the slack of
+    assert_close's float32 tolerances): rounding, not a wrong rule."""
+    names = [_VALUES.match(line) for line in found]
+    if not all(names):
+        return False
+    try:
+        oracle = outcome(program, compiled=False, dtype=torch.float64)
+    except Exception:  # noqa: BLE001 (no float64 oracle for this program: blame stands)
+        return False
+    for match in names:
+        name = match.group(1)
+        exact = _values_of(oracle, name)
+        want, got = _values_of(expected, name), _values_of(actual, name)
+        slack = ATOL + RTOL * exact.abs().nan_to_num(posinf=0.0, neginf=0.0)
+        if not bool((_error(got, exact) <= 2 * _error(want, exact) + slack).all()):
+            return False
+    return True
+
+
+# ---------------------------------------------------------------- saved-tensor hooks
+#
+# Lossless: pack widens to float64 and remembers the dtype, unpack narrows back. bf16: pack
+# rounds float32 to bfloat16, unpack widens back.
+
+
+def pack_lossless(x):
+    return (x.dtype, x.to(torch.float64))
+
+
+def unpack_lossless(packed):
+    dtype, x = packed
+    return x.to(dtype)
+
+
+def pack_bf16(x):
+    # Only float32 is rounded: eager's backward of `where` needs its saved condition to stay bool.
+    return x.to(torch.bfloat16) if x.dtype == torch.float32 else x
+
+
+def unpack_bf16(x):
+    return x.to(torch.float32) if x.dtype == torch.bfloat16 else x
+
+
+# ---------------------------------------------------------------- fast against the reference
+#
+# tests/test_differential_fast.py's docstring says what is compared, and how storages are
+# labelled and accounted on each side.
+
+Label = tuple[str, int]
+
+
+@define
+class Bracket:
+    """Stands in for a plan's boxed GraphModule: marks its run's start and end in the tracker."""
+
+    graph_module: torch.fx.GraphModule
+    tracker: MemoryTracker
+    start: int | None = None
+    end: int | None = None
+    argument_ids: list[int | None] = field(factory=list)
+
+    def __call__(self, arguments: list):
+        self.start = self.tracker.mark("<graph>")
+        self.argument_ids = [self.tracker.storage_id(t) for t in arguments]
+        results = self.graph_module(arguments)  # clears `arguments`, as the plan's own call does
+        self.end = self.tracker.mark("</graph>")
+        return results
+
+
+@frozen
+class Account:
+    """One graph's run on one side, in labels: the alive labels after the nodes where both
+    sides probe, and each size change in order (label, bytes after; a free is 0 bytes)."""
+
+    after: dict[str, frozenset[Label]]
+    changes: tuple[tuple[Label | None, int], ...]
+    #: Changes before this index happened before the graph began (allocations of saved values).
+    start: int = 0
+
+    def peak(self, owned: frozenset[Label]) -> int:
+        """The greatest sum of the `owned` labels' bytes from the graph's start on."""
+        sizes: dict[Label, int] = {}
+        live, peak = 0, None
+        for index, (label, nbytes) in enumerate(self.changes):
+            if index == self.start:
+                peak = live
+            if label in owned:
+                live += nbytes - sizes.get(label, 0)
+                sizes[label] = nbytes
+            if peak is not None:
+                peak = max(peak, live)
+        return live if peak is None else peak
+
+
+@frozen
+class Run:
+    """What one backend did: the outcome (or the error), and the memory facts."""
+
+    outcome: Outcome | None
+    error: str | None
+    #: By graph ("forward", "backward"): the run's account.
+    accounts: dict[str, Account]
+    #: By graph, the labels of the runtime's storages (fast side only: it can see the caller).
+    owned: dict[str, frozenset[Label]]
+    stolen_freed: bool | None
+
+
+def _error_text(error: BaseException) -> str:
+    rule = getattr(error, "rule", None)
+    return f"{type(error).__name__}" + (f" [rule {rule}]" if rule else "")
+
+
+@frozen
+class Hooked:
+    """A program with backward, called inside saved-tensor hooks with `hooks_filter`: the
+    bfloat16 pair, or with `lossless` the float64 one (then eager without hooks is its oracle)."""
+
+    program: Program
+    hooks_filter: str
+    lossless: bool = False
+
+    @property
+    def hooks(self) -> tuple:
+        return (pack_lossless, unpack_lossless) if self.lossless else (pack_bf16, unpack_bf16)
+
+
+class Case:
+    """A program, a stealing program or a hooked one, as something to build inputs for, compile
+    and call."""
+
+    def __init__(self, case: Program | Stealing | Hooked):
+        self.case = case
+        self.program = case.program if isinstance(case, (Stealing, Hooked)) else case
+
+    def compile(self, backend: str):
+        if isinstance(self.case, Stealing):
+            return aotspec.compile(
+                as_stealing_function(self.case), backend=backend, steal=("acts",)
+            )
+        if isinstance(self.case, Hooked):
+            return aotspec.compile(
+                as_function(self.program), backend=backend, hooks_filter=self.case.hooks_filter
+            )
+        return aotspec.compile(as_function(self.program), backend=backend)
+
+    def call(self, fn, named, args):
+        """`call_and_backward`, inside the hooks of a hooked case."""
+        options = self.program.call_options
+        if not isinstance(self.case, Hooked):
+            return call_and_backward(fn, named, args, **options)
+        with torch.autograd.graph.saved_tensors_hooks(*self.case.hooks):
+            return call_and_backward(fn, named, args, **options)
+
+    def inputs(self) -> tuple[dict[str, torch.Tensor], list, list | None]:
+        named, args = build_inputs(self.program.setup)
+        if isinstance(self.case, Stealing):
+            acts = make_activations(self.case)
+            return named, [acts, *args], acts
+        return named, args, None
+
+    @property
+    def source(self) -> str:
+        if isinstance(self.case, Stealing):
+            return stealing_source(self.case)
+        if isinstance(self.case, Hooked):
+            pack, unpack = (hook.__name__ for hook in self.case.hooks)
+            hooks = f"called inside saved_tensors_hooks({pack}, {unpack})"
+            return f"{source(self.program)}\n# {hooks}, hooks_filter={self.case.hooks_filter!r}"
+        return source(self.program)
+
+
+def _stolen_refs(acts: list | None) -> list[StorageWeakRef]:
+    return [StorageWeakRef(t.untyped_storage()) for t in acts or []]
+
+
+def _stolen_freed(acts: list | None, refs: list[StorageWeakRef]) -> bool | None:
+    if acts is None:
+        return None
+    return not acts and all(ref.expired() for ref in refs)
+
+
+def run_reference(case: Case):
+    """The reference's run, and the compiled callable (its plan serves the fast run too)."""
+    compiled = case.compile("reference")
+    named, args, acts = case.inputs()
+    refs = _stolen_refs(acts)
+    del acts
+    try:
+        outcome = case.call(compiled, named, args)
+    except Exception as error:  # noqa: BLE001 (an error is an observable)
+        return Run(None, _error_text(error), {}, {}, None), compiled
+    stolen_freed = _stolen_freed(args[0] if isinstance(case.case, Stealing) else None, refs)
+    run = compiled.last_run
+    ledgers = {"forward": run.ledger, "backward": run.backward_ledger}
+    accounts = {
+        name: _reference_account(ledger) for name, ledger in ledgers.items() if ledger is not None
+    }
+    return Run(outcome, None, accounts, {}, stolen_freed), compiled
+
+
+def _reference_account(ledger) -> Account:
+    labels: dict[int, Label] = {}
+    made: collections.Counter[str] = collections.Counter()
+    for e in ledger.events:
+        if e.kind == "alloc" and e.storage not in labels:
+            labels[e.storage] = (e.node, made[e.node])
+            made[e.node] += 1
+    after = {p.node: frozenset(labels[s] for s in p.alive) for p in ledger.probes}
+    return Account(after, tuple((labels[e.storage], e.nbytes) for e in ledger.events))
+
+
+class _Observed:
+    """Calls `fn`, then notes which storages the caller can reach (before and after the call)."""
+
+    def __init__(self, fn, tracker: MemoryTracker, named: dict[str, torch.Tensor]):
+        self.fn, self.tracker, self.named = fn, tracker, named
+        self.visible: set[int | None] = set(tracker.track(list(named.values())))
+
+    def __call__(self, *args):
+        outputs = self.fn(*args)
+        world = world_of(self.named, outputs)
+        tensors = [t for t in world.values() if isinstance(t, torch.Tensor)]
+        self.visible |= {self.tracker.storage_id(t) for t in tensors}
+        return outputs
+
+
+def run_fast(case: Case, reference) -> Run:
+    """The fast run, on the plan `reference` (the reference's compiled callable) built; with
+    none (the reference raised), the fast callable builds its own, to raise its own error."""
+    compiled = case.compile("fast")
+    compiled._plans.update({key: FastPlan.of(plan) for key, plan in reference._plans.items()})
+    if not compiled._plans:
+        try:
+            named, args, _ = case.inputs()
+            case.call(compiled, named, args)
+        except Exception as error:  # noqa: BLE001 (an error is an observable)
+            return Run(None, _error_text(error), {}, {}, None)
+        raise AssertionError(f"the reference raised and fast did not, on:\n{case.source}")
+    (plan,) = compiled._plans.values()
+    tracker = MemoryTracker()
+    brackets = {"forward": Bracket(plan.forward, tracker)}
+    plan.forward = brackets["forward"]
+    if plan.backward is not None:
+        brackets["backward"] = plan.backward = Bracket(plan.backward, tracker)
+    named, args, acts = case.inputs()
+    refs = _stolen_refs(acts)
+    tracker.track(acts or [])
+    del acts
+    observed = _Observed(compiled, tracker, named)
+    with tracker:
+        outcome = case.call(observed, named, args)
+    stolen_freed = _stolen_freed(args[0] if isinstance(case.case, Stealing) else None, refs)
+    accounts, owned = {}, {}
+    for name, bracket in brackets.items():
+        if bracket.start is None:
+            continue  # the backward did not run
+        held_outside = set(observed.visible)
+        if name == "backward":
+            held_outside |= set(bracket.argument_ids[plan.plan.num_saved :])  # tangents
+        accounts[name], owned[name] = _fast_account(tracker, bracket, held_outside)
+    return Run(outcome, None, accounts, owned, stolen_freed)
+
+
+def _is_op(node: torch.fx.Node) -> bool:
+    return node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload)
+
+
+def _fast_account(
+    tracker: MemoryTracker, bracket: Bracket, held_outside: set
+) -> tuple[Account, frozenset[Label]]:
+    nodes = list(bracket.graph_module.graph.nodes)
+    labels: dict[int, Label] = {}
+    placeholders = [node for node in nodes if node.op == "placeholder"]
+    for node, storage in zip(placeholders, bracket.argument_ids, strict=True):
+        if storage is None:
+            raise AssertionError(
+                f"the tracker does not know the storage of placeholder {node.name}"
+            )
+        labels.setdefault(storage, (node.name, 0))
+    ops = [node for node in nodes if _is_op(node)]
+    probes = [p for p in tracker.probes if bracket.start < p.step < bracket.end]
+    ran, named = [p.node for p in probes], [str(node.target) for node in ops]
+    if ran != named:
+        raise AssertionError(f"the fast graph ran the ops {ran}, but its op nodes are {named}")
+    node_at = {p.step: node.name for p, node in zip(probes, ops, strict=True)}
+    made: collections.Counter[str] = collections.Counter()
+    for e in tracker.events:
+        if e.kind == "alloc" and e.step in node_at:
+            labels[e.storage] = (node_at[e.step], made[node_at[e.step]])
+            made[node_at[e.step]] += 1
+    # An op's probe is the heap when the next op begins: compare it with the reference's probe
+    # of the last node before that op (getitems in between), or of the output node.
+    ends = {}
+    for k, node in enumerate(nodes):
+        if _is_op(node):
+            following = nodes[k + 1 :]
+            nxt = next((n for n in following if _is_op(n) or n.op == "output"), None)
+            ends[node.name] = nxt.prev.name if _is_op(nxt) else nxt.name
+    end_probe = next(p for p in tracker.probes if p.step == bracket.end)
+    after = {ends[node_at[p.step]]: _labelled(p.alive, labels) for p in probes}
+    after["output"] = _labelled(end_probe.alive, labels)
+    events = tracker.events
+    start = next((i for i, e in enumerate(events) if e.step >= bracket.start), len(events))
+    changes = tuple((labels.get(e.storage), e.nbytes) for e in tracker.events)
+    owned = frozenset(label for storage, label in labels.items() if storage not in held_outside)
+    return Account(after, changes, start), owned
+
+
+def _labelled(alive: frozenset[int], labels: dict[int, Label]) -> frozenset[Label]:
+    return frozenset(labels[s] for s in alive if s in labels)
+
+
+def memory_differences(reference: Run, fast: Run) -> list[str]:
+    found = []
+    if reference.stolen_freed != fast.stolen_freed:
+        found.append(
+            f"stolen list emptied and freed: reference {reference.stolen_freed}, "
+            f"fast {fast.stolen_freed}"
+        )
+    if set(reference.accounts) != set(fast.accounts):
+        graphs = f"reference {sorted(reference.accounts)}, fast {sorted(fast.accounts)}"
+        return found + [f"graphs run: {graphs}"]
+    for name, fast_account in fast.accounts.items():
+        owned, ref_account = fast.owned[name], reference.accounts[name]
+        for node, fast_alive in fast_account.after.items():
+            want, got = ref_account.after[node] & owned, fast_alive & owned
+            if want != got:
+                found.append(
+                    f"{name}, after {node}: alive {sorted(want)} on the reference, "
+                    f"{sorted(got)} on fast"
+                )
+        want, got = ref_account.peak(owned), fast_account.peak(owned)
+        if want != got:
+            found.append(
+                f"{name} peak of the runtime's storages: {want} bytes on the reference, "
+                f"{got} on fast"
+            )
+    return found
+
+
+def fast_divergence(case: Program | Stealing | Hooked) -> list[str]:
+    """How the fast backend differs from the reference on `case`; empty when they agree."""
+    case = Case(case)
+    try:
+        reference, compiled = run_reference(case)
+    except Exception:
+        trace = traceback.format_exc(limit=-4)
+        raise AssertionError(f"the reference could not run:\n{case.source}\n{trace}") from None
+    try:
+        fast = run_fast(case, compiled)
+    except Exception as error:  # noqa: BLE001 (an error of the fast side is a divergence)
+        return [f"the fast run raised {type(error).__name__}: {error}"]
+    if reference.error or fast.error:
+        if reference.error != fast.error:
+            return [f"error: reference {reference.error}, fast {fast.error}"]
+        _note("both raised")
+        return []
+    found = compare(reference.outcome, fast.outcome)
+    if found and numerically_explained(case.program, reference.outcome, fast.outcome, found):
+        _note("numeric disagreement explained by float64")
+        found = []
+    return found + memory_differences(reference, fast)
+
+
+def _note(text: str) -> None:
+    """hypothesis's `event`, inside a test; a standalone repro runs outside any, where `event`
+    raises."""
+    if currently_in_test_context():
+        event(text)
