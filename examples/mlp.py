@@ -6,7 +6,7 @@ aotspec memory examples/mlp.py:mlp --hooks pack_bf16,unpack_f32 --plot docs/mlp_
 
 import torch
 
-BATCH, WIDTH, LAYERS = 64, 256, 4
+BATCH, WIDTH, LAYERS = 512, 256, 4
 
 
 def mlp(x, *weights):
