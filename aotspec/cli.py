@@ -1,9 +1,12 @@
-"""The `aotspec` command line: `aotspec conformance --backend NAME`, `aotspec rule ID`."""
+"""The `aotspec` command line: `aotspec conformance --backend NAME`, `aotspec rule ID`,
+`aotspec explain FILE.py:FUNCTION`, `aotspec memory FILE.py:FUNCTION` (`aotspec/show.py`)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+from aotspec import show
 
 
 def _conformance(options) -> int:
@@ -60,7 +63,10 @@ def main(argv=None) -> int:
     conformance.add_argument("-k", help="only cases whose name contains this text")
     rule = commands.add_parser("rule", help="print a rule of the spec, as an error names it")
     rule.add_argument("id", help="the rule's ID, e.g. resize.compiled.zero-only")
+    show.register(commands)
     options = parser.parse_args(argv)
+    if hasattr(options, "run"):
+        return options.run(options)
     if options.command == "conformance":
         return _conformance(options)
     return _rule(options)

@@ -18,7 +18,6 @@ Conventions: `node` is an fx Node, `k` a position among saved values, `i` a flat
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import re
 from collections.abc import Callable
@@ -152,21 +151,17 @@ class Explanation:
     def to_json(self) -> str:
         return json.dumps(attrs.asdict(self), indent=2)
 
-    def to_text(self, color: bool = False, width: int = 120) -> str:
-        from rich.console import Console
-
-        buffer = io.StringIO()
-        console = Console(file=buffer, force_terminal=color, width=width, color_system="truecolor")
-        self.print(console)
-        return buffer.getvalue()
-
-    def print(self, console=None) -> None:
-        """The plan as annotated Python, with rich's syntax colouring on a terminal."""
+    def print(self) -> None:
+        """The plan as annotated Python: with rich's syntax colouring on a terminal, plain
+        (unwrapped) otherwise."""
         from rich.console import Console
         from rich.syntax import Syntax
 
-        console = console or Console()
-        console.print(Syntax(listing(self), "python", theme="ansi_dark", word_wrap=True))
+        console = Console()
+        if console.is_terminal:
+            console.print(Syntax(listing(self), "python", theme="ansi_dark", word_wrap=True))
+        else:
+            print(listing(self))
 
 
 # ---------------------------------------------------------------- building one

@@ -76,12 +76,12 @@ def load(spec: str, args: str | None = None, hooks: str | None = None) -> Progra
     if not path.is_file():
         raise UsageError(f"no file {file_name}", "Check the path (relative to this directory)")
     module = _import(path)
-    fn = _function(module, path, function, f"the function {function}")
+    fn = _function(module, path, function, f"function {function}")
     builder = _function(
         module,
         path,
         args or f"{function}_args",
-        f"an argument builder {args or function + '_args'}() for {function}",
+        f"argument builder {args or function + '_args'}() for {function}",
         fix=f"Define `def {function}_args(): return (...)` in {path.name}, returning "
         f"{function}'s positional arguments, or name another builder with --args NAME",
     )
@@ -132,8 +132,8 @@ def _hooks(module, path: Path, names: str | None) -> tuple[Callable, Callable] |
         )
     pack, unpack = (part.strip() for part in parts)
     return (
-        _function(module, path, pack, f"a pack hook {pack}"),
-        _function(module, path, unpack, f"an unpack hook {unpack}"),
+        _function(module, path, pack, f"pack hook {pack}"),
+        _function(module, path, unpack, f"unpack hook {unpack}"),
     )
 
 
