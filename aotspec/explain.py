@@ -30,7 +30,6 @@ import torch.fx
 import torch.utils._pytree as pytree
 from attrs import frozen
 
-import aotspec as aotspec_package
 import aotspec.reference as reference_package
 from aotspec.api import compile
 from aotspec.program_file import training_roots
@@ -592,7 +591,7 @@ _FRAME = re.compile(
 
 
 #: aotspec's own folders: frames there are the tracing machinery, not the user's program.
-_OWN = tuple(str(Path(module.__file__).parent) for module in (reference_package, aotspec_package))
+_OWN = (str(Path(__file__).parent), str(Path(reference_package.__file__).parent))
 
 
 def user_frame(node: torch.fx.Node) -> tuple[str, int, str, str] | None:
