@@ -174,12 +174,14 @@ def explain(
     placement: str = "last-use",
     before_backward: Callable | None = None,
     show: bool = True,
+    name: str | None = None,
 ) -> Explanation:
     """Run `fn(*args)` once as a training step on the reference backend and explain its plan:
     the forward and backward graphs with each storage's free point, the saved set, the epilogue,
     the outputs and the hooks, each step with the rule that put it there. Prints it (`show`) and
     returns it. `hooks` are (pack, unpack), active around the call; `before_backward(*args)`
-    runs between the call and the backward. The arguments are spent as in a training step."""
+    runs between the call and the backward; `name` heads the listing (default: `fn`'s). The
+    arguments are spent as in a training step."""
     compiled = compile(fn, backend="reference", hooks_filter=hooks_filter)
     compiled.hook_placement = Placement(placement).value
     context = (
@@ -196,7 +198,7 @@ def explain(
         torch.autograd.backward(roots)
     names = input_names(fn, args)
     explanation = _Explainer(plan, names, Placement(placement)).explain(
-        getattr(fn, "__qualname__", repr(fn)), run.ledger, run.backward_ledger
+        name or getattr(fn, "__qualname__", repr(fn)), run.ledger, run.backward_ledger
     )
     if show:
         explanation.print()
@@ -577,8 +579,8 @@ def _why_replayed(node: torch.fx.Node) -> tuple[str, str]:
     if origin.target == str(node.target):
         return "capture.aten-graph", "your op"
     if _op(origin).split(".")[1].endswith("_"):
-        return "functionalize.writes", f"the in-place {_op(origin)} ({origin.name}), functional"
-    return "functionalize.writes", f"reads back written bytes for {origin.name} ({_op(origin)})"
+        return "functionalize.writes", f"{_op(origin)} made functional"
+    return "functionalize.writes", f"reads written bytes back, for {_op(origin)}"
 
 
 def _op(source) -> str:

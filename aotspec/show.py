@@ -113,6 +113,7 @@ def _explain(options, program: ProgramFile) -> int:
         placement=options.placement,
         before_backward=program.before_backward,
         show=False,
+        name=program.spec,
     )
     if options.format == "json":
         print(explanation.to_json())

@@ -1,4 +1,5 @@
-"""A 4-layer MLP training step, the program of benchmarks/mlp_memory.py, with a bfloat16 pack hook.
+"""A 4-layer MLP training step with a bfloat16 pack hook; without the hook, the program that
+`benchmarks/mlp_memory.py --batch 512` measures.
 
 aotspec explain examples/mlp.py:mlp --hooks pack_bf16,unpack_f32
 aotspec memory examples/mlp.py:mlp --hooks pack_bf16,unpack_f32 --plot docs/mlp_memory.png
