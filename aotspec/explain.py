@@ -18,6 +18,7 @@ Conventions: `node` is an fx Node, `k` a position among saved values, `i` a flat
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import re
 from collections.abc import Callable
@@ -228,8 +229,6 @@ def input_names(fn: Callable, args: tuple) -> list[str]:
 
 def inspect_parameters(fn: Callable):
     """(name, is *args) for the positional parameters of `fn`, in order."""
-    import inspect
-
     for parameter in inspect.signature(fn).parameters.values():
         if parameter.kind is parameter.VAR_POSITIONAL:
             yield parameter.name, True

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.utils._pytree as pytree
 from attrs import frozen
 
 
@@ -151,5 +152,5 @@ def describe(error: BaseException, path: Path) -> str:
 
 def training_roots(outputs) -> list[torch.Tensor]:
     """What one training step backpropagates from: the sum of each output that requires grad."""
-    leaves = torch.utils._pytree.tree_leaves(outputs)
+    leaves = pytree.tree_leaves(outputs)
     return [t.sum() for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]
