@@ -3,7 +3,9 @@
 - `aotspec conformance --backend NAME`: the conformance cases on backends, a table per rule;
 - `aotspec fuzz --backend NAME`: differential fuzzing, repros of what fails;
 - `aotspec report --backend NAME`: a compatibility report (docs/compat/);
-- `aotspec rule ID`: a rule of the spec, as an error names it.
+- `aotspec rule ID`: a rule of the spec, as an error names it;
+- `aotspec explain FILE.py:FUNCTION`, `aotspec memory FILE.py:FUNCTION`: a plan and its memory
+  timelines (`aotspec/show.py`).
 
 Backends: `fast`, `reference`, `reference-eager`, `torch-eager`, `torch.compile:NAME` (any
 registered Dynamo backend) and `MODULE:CALLABLE` (a Dynamo backend callable of one's own).
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+
+from aotspec import show
 
 
 def _selected(cases, names: list[str] | None, rules: list[str] | None) -> list:
@@ -263,7 +267,10 @@ def main(argv=None) -> int:
     _report_parser(commands)
     rule = commands.add_parser("rule", help="print a rule of the spec, as an error names it")
     rule.add_argument("id", help="the rule's ID, e.g. resize.compiled.zero-only")
+    show.register(commands)
     options = parser.parse_args(argv)
+    if hasattr(options, "run"):
+        return options.run(options)
     if options.command == "conformance":
         if options.jobs < 0:
             parser.error("--jobs must be 0 or more")

@@ -1,6 +1,7 @@
 """Memory and call time of the compiled reference on a 4-layer MLP training step.
 
-Run on demand: `.venv/bin/python benchmarks/mlp_memory.py`. Prints, side by side from one run:
+Run on demand: `.venv/bin/python benchmarks/mlp_memory.py [--batch N]`. Prints, side by side from
+one run:
 - forward and backward peak live bytes of the compiled reference, boxed versus unboxed
   (`r[boxed.args-cleared]`: boxed frees inputs and saved values at their last use);
 - the eager peak: the same step's joint graph run by the reference eager interpreter, which
@@ -10,6 +11,7 @@ Run on demand: `.venv/bin/python benchmarks/mlp_memory.py`. Prints, side by side
 
 from __future__ import annotations
 
+import argparse
 import os
 import time
 
@@ -34,9 +36,9 @@ def mlp(x, *weights):
     return x @ weights[-1].t()
 
 
-def _inputs():
+def _inputs(batch: int = BATCH):
     torch.manual_seed(0)
-    x = torch.randn(BATCH, WIDTH)
+    x = torch.randn(batch, WIDTH)
     weights = [torch.randn(WIDTH, WIDTH, requires_grad=True) * WIDTH**-0.5 for _ in range(LAYERS)]
     return [x, *[w.detach().requires_grad_() for w in weights]]
 
@@ -67,31 +69,42 @@ def _joint_eager_peak(plan, inputs) -> int:
     return ledger.peak_bytes
 
 
-def main() -> None:
-    inputs = _inputs()
+def measure(batch: int = BATCH) -> dict[str, int]:
+    """Peak bytes of one training step (`aotspec memory examples/mlp.py:mlp` shows the same)."""
+    inputs = _inputs(batch)
     compiled = aotspec.compile(mlp, backend="reference")
     compiled(*inputs).sum().backward()  # compile once
     plan = next(iter(compiled._plans.values()))
     boxed = _step(compiled, inputs, boxed=True)
     unboxed = _step(compiled, inputs, boxed=False)
-    eager_peak = _joint_eager_peak(plan, inputs)
+    return {
+        "boxed forward peak": boxed.ledger.peak_bytes,
+        "boxed backward peak": boxed.backward_ledger.peak_bytes,
+        "unboxed forward peak": unboxed.ledger.peak_bytes,
+        "unboxed backward peak": unboxed.backward_ledger.peak_bytes,
+        "eager peak (joint)": _joint_eager_peak(plan, inputs),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=BATCH)
+    batch = parser.parse_args().batch
+    peaks = measure(batch)
+    inputs = _inputs(batch)
+    compiled = aotspec.compile(mlp, backend="reference")
+    compiled(*inputs).sum().backward()  # compile once
     calls = 5
     start = time.perf_counter()
     for _ in range(calls):
         compiled(*inputs).sum().backward()
     per_call = (time.perf_counter() - start) / calls
-    print(f"MLP: {LAYERS} layers, batch {BATCH}, width {WIDTH}, float32")
+    print(f"MLP: {LAYERS} layers, batch {batch}, width {WIDTH}, float32")
     print(f"{'':28}{'boxed':>14}{'unboxed':>14}{'unboxed/boxed':>15}")
-    for name, b, u in [
-        ("forward peak bytes", boxed.ledger.peak_bytes, unboxed.ledger.peak_bytes),
-        (
-            "backward peak bytes",
-            boxed.backward_ledger.peak_bytes,
-            unboxed.backward_ledger.peak_bytes,
-        ),
-    ]:
-        print(f"{name:28}{b:>14,}{u:>14,}{u / b:>15.3f}")
-    print(f"{'eager peak bytes (joint)':28}{eager_peak:>14,}")
+    for name in ("forward", "backward"):
+        b, u = peaks[f"boxed {name} peak"], peaks[f"unboxed {name} peak"]
+        print(f"{name + ' peak bytes':28}{b:>14,}{u:>14,}{u / b:>15.3f}")
+    print(f"{'eager peak bytes (joint)':28}{peaks['eager peak (joint)']:>14,}")
     print(f"reference compiled call (forward + backward): {per_call * 1e3:.1f} ms")
 
 

@@ -19,6 +19,7 @@ from operator import getitem
 
 import torch
 import torch.fx
+import torch.fx.traceback as fx_traceback
 from attrs import define, field, frozen
 from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -34,7 +35,7 @@ from .functionalize import (
     WriteBack,
     node_of,
 )
-from .graph import GraphProgram, output_node, placeholders
+from .graph import GraphProgram, output_node, placeholders, traced_from
 from .optable import DERIVATIVES, NONDIFFERENTIABLE, OpKind, bind, lookup, qualified_name
 from .storage import Layout
 
@@ -277,7 +278,7 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
         primals, tangents = values[:n_inputs], values[n_inputs:]
         env: dict[torch.fx.Node, object] = {}
         inputs = iter(primals)
-        for node in graph.nodes:
+        for node in traced_from(graph.nodes, "autograd.joint"):
             if node.op == "placeholder":
                 env[node] = next(inputs)
             elif node.op == "get_attr":  # r[capture.constants]
@@ -298,9 +299,10 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
     tangent_examples = [
         torch.zeros_like(_meta_value(outputs_node.args[0][k])) for k in differentiable
     ]
-    joint_module = make_fx(joint, tracing_mode="fake", _allow_non_fake_inputs=True)(
-        *tensors, *tangent_examples
-    )
+    with fx_traceback.preserve_node_meta():  # the user's source lines, for `aotspec explain`
+        joint_module = make_fx(joint, tracing_mode="fake", _allow_non_fake_inputs=True)(
+            *tensors, *tangent_examples
+        )
     regions.marks.annotate(joint_module.graph)
     joint_module.graph.eliminate_dead_code()  # rules may compute gradients nobody needs
     split = partition(joint_module, n_inputs, joint_found.final_contents)
@@ -346,7 +348,7 @@ def _backward_pass(
     grads: dict[torch.fx.Node, object] = dict(seeds)
     no_grad_writes = program.stand_ins.no_grad_writes
     input_nodes = placeholders(program.graph)
-    for node in reversed(list(program.graph.nodes)):
+    for node in traced_from(reversed(program.graph.nodes), "autograd.derivative-rules"):
         if node.op != "call_function" or node not in grads or node not in flows:
             continue
         grad = grads.pop(node)

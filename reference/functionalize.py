@@ -17,6 +17,7 @@ from operator import getitem
 
 import torch
 import torch.fx
+import torch.fx.traceback as fx_traceback
 import torch.utils._pytree as pytree
 from attrs import define, field, frozen
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
@@ -24,6 +25,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, m
 from aotspec.errors import InternalError, SpecViolation, UnsupportedError
 
 from .capture import CheckpointRegions, GradModes, Program, checkpoint_region, grad_enabled
+from .graph import traced_from
 from .optable import NONDIFFERENTIABLE, OpEntry, OpKind, bind, lookup
 from .storage import Layout, numpy_dtype
 
@@ -513,7 +515,7 @@ class _Replay:
             self.env[node] = cells[meta.same_object]
         self.placeholder_cells = [cells[meta.same_object] for meta in self.inputs]
         self.caller_storages = list(storages.values())
-        for node in self.program.graph.nodes:
+        for node in traced_from(self.program.graph.nodes, "functionalize"):
             if node.op == "call_function":
                 if grad_enabled(node) != self.grad_enabled:  # r[capture.grad-mode], carried over
                     self.grad_enabled = grad_enabled(node)
@@ -770,7 +772,8 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
 
     # r[capture.constants]: the program's constants are real tensors; the functional graph
     # reads them as constants too.
-    graph_module = make_fx(replay, tracing_mode="fake", _allow_non_fake_inputs=True)(*tensors)
+    with fx_traceback.preserve_node_meta():  # the user's source lines, for `aotspec explain`
+        graph_module = make_fx(replay, tracing_mode="fake", _allow_non_fake_inputs=True)(*tensors)
     grad_modes.annotate(graph_module.graph)
     regions.annotate(graph_module.graph)
     graph_module.graph.eliminate_dead_code()  # the graph is functional: unused values go

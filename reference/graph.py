@@ -6,9 +6,11 @@ hook pass produce them, and the fast backend generates code from their graph mod
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from operator import getitem
 
 import torch.fx
+import torch.fx.traceback as fx_traceback
 from attrs import frozen
 
 from .optable import OpEntry, lookup
@@ -43,3 +45,14 @@ def output_node(graph: torch.fx.Graph) -> torch.fx.Node:
 
 def placeholders(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     return [node for node in graph.nodes if node.op == "placeholder"]
+
+
+def traced_from(nodes: Iterable[torch.fx.Node], pass_name: str) -> Iterator[torch.fx.Node]:
+    """The nodes of a graph a pass replays, each yielded inside `fx_traceback.set_current_meta`:
+    while the loop's body handles it, under `fx_traceback.preserve_node_meta()`, every node traced
+    carries its stack trace (the user's source line) and a `from_node` entry naming it and the
+    pass, as AOTAutograd keeps them, so `aotspec explain` can say which line of the user's program
+    and which pass put each node of a plan there. Nothing runs differently."""
+    for node in nodes:
+        with fx_traceback.set_current_meta(node, pass_name):
+            yield node

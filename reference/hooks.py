@@ -119,6 +119,16 @@ FILTERS = ("donated", "no_static", "all")
 
 
 @frozen
+class InlinedHook:
+    """`node.meta["saved_tensor_hook"]` of a node this pass inlined: it belongs to the `hook`
+    ("pack" or "unpack") of the saved value named `value` in the forward graph (read by
+    `aotspec explain`)."""
+
+    hook: str
+    value: str
+
+
+@frozen
 class _TracedHooks:
     """pack and unpack for one saved-value layout, as graphs."""
 
@@ -315,11 +325,11 @@ def _pack_in_forward(forward, saved, selected, traced, placement):
         env[node] = new.node_copy(node, env.__getitem__)
         for value in pack_after.get(node, ()):
             packed_nodes[value] = _inline(
-                new, traced[value].pack, [env[value]], f"{value.name}_packed"
+                new, traced[value].pack, [env[value]], InlinedHook("pack", value.name)
             )
     for value in pack_after.get(None, ()):  # PyTorch's placement, kept for comparisons
         packed_nodes[value] = _inline(
-            new, traced[value].pack, [env[value]], f"{value.name}_packed"
+            new, traced[value].pack, [env[value]], InlinedHook("pack", value.name)
         )
     outputs = output_node(forward).args[0]
     user_outputs = [env[node] for node in outputs[: len(outputs) - len(saved)]]
@@ -359,9 +369,10 @@ def _pack_points(forward, chosen, placement) -> dict[torch.fx.Node | None, list[
 
 
 def _inline(
-    graph: torch.fx.Graph, hook: Program, arguments: list[torch.fx.Node], name: str
+    graph: torch.fx.Graph, hook: Program, arguments: list[torch.fx.Node], mark: InlinedHook
 ) -> list[torch.fx.Node]:
-    """Copy `hook`'s graph into `graph` on `arguments`; returns the nodes of its tensor outputs."""
+    """Copy `hook`'s graph into `graph` on `arguments`, each copy marked with `mark`; returns the
+    nodes of its tensor outputs."""
     env: dict[torch.fx.Node, Any] = {}
     inputs = iter(arguments)
     for node in hook.graph.nodes:
@@ -371,6 +382,8 @@ def _inline(
             results = [env[result] for result in node.args[0]]
         else:
             env[node] = graph.node_copy(node, env.__getitem__)
+            env[node].meta["saved_tensor_hook"] = mark
+    name = f"{mark.value}_{mark.hook}ed"
     fresh = [result for result in results if result not in arguments]
     for k, result in enumerate(fresh):
         result._rename(f"{name}_{k}" if len(fresh) > 1 else name)
@@ -401,7 +414,8 @@ def _unpack_in_backward(backward, packed, traced, placement):
         unpack_of[node] = traced[j].unpack
 
     def unpack(node):
-        (result,) = _inline(new, unpack_of[node], pending.pop(node), f"{node.name}_unpacked")
+        mark = InlinedHook("unpack", node.name)
+        (result,) = _inline(new, unpack_of[node], pending.pop(node), mark)
         env[node] = result
 
     if placement is Placement.FORWARD_END:

@@ -1,0 +1,156 @@
+"""A program named on the command line as `FILE.py:FUNCTION`, with what the tools need to run it.
+
+The conventions of `aotspec explain` and `aotspec memory` (README, "Seeing a plan"):
+- `FILE.py:FUNCTION` names a function defined at the top level of FILE.py;
+- its arguments come from a builder in the same file: `FUNCTION_args()` unless `--args NAME`
+  names another; it returns the positional arguments as a tuple, a fresh set on each call (a
+  training step mutates them and accumulates `.grad`);
+- `--hooks PACK,UNPACK` names saved-tensor hooks in the same file, active around the call;
+- `FUNCTION_before_backward(*args)`, when the file defines it, runs between the forward and the
+  backward, as the caller would there (FSDP gathers its parameters again).
+Every mistake in these is a `UsageError`: one line saying what was wrong and what to do.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.utils._pytree as pytree
+from attrs import frozen
+
+
+class UsageError(Exception):
+    """A mistake in what the command line names; the message is one line with the fix."""
+
+    def __init__(self, problem: str, fix: str):
+        super().__init__(f"{problem}. {fix}")
+
+
+@frozen
+class ProgramFile:
+    """A function to run, how to build its arguments, and what the caller does around it."""
+
+    #: `FILE.py:FUNCTION`, as given.
+    spec: str
+    path: Path
+    fn: Callable
+    build_args: Callable[[], tuple]
+    hooks: tuple[Callable, Callable] | None = None
+    before_backward: Callable | None = None
+
+    @property
+    def name(self) -> str:
+        return self.fn.__name__
+
+    def arguments(self) -> tuple:
+        """A fresh set of arguments from the builder."""
+        builder = self.build_args.__name__
+        try:
+            args = self.build_args()
+        except Exception as error:  # noqa: BLE001  (the user's code: reported in one line)
+            raise UsageError(
+                f"{builder}() in {self.path.name} raised {describe(error, self.path)}",
+                f"Fix {builder} so that it returns {self.name}'s arguments",
+            ) from None
+        if not isinstance(args, (tuple, list)):
+            raise UsageError(
+                f"{builder}() returned a {type(args).__name__}, not a tuple of arguments",
+                f"Return {self.name}'s positional arguments as a tuple, e.g. `return (x, w)`",
+            )
+        return tuple(args)
+
+
+def load(spec: str, args: str | None = None, hooks: str | None = None) -> ProgramFile:
+    """The program `spec` names (`FILE.py:FUNCTION`), with its builder and hooks."""
+    file_name, colon, function = spec.rpartition(":")
+    if not colon or not file_name.endswith(".py") or not function.isidentifier():
+        raise UsageError(
+            f"expected FILE.py:FUNCTION, got {spec!r}",
+            "Name a Python file and a function defined in it, e.g. examples/mlp.py:mlp",
+        )
+    path = Path(file_name)
+    if not path.is_file():
+        raise UsageError(f"no file {file_name}", "Check the path (relative to this directory)")
+    module = _import(path)
+    fn = _function(module, path, function, f"function {function}")
+    builder = _function(
+        module,
+        path,
+        args or f"{function}_args",
+        f"argument builder {args or function + '_args'}() for {function}",
+        fix=f"Define `def {function}_args(): return (...)` in {path.name}, returning "
+        f"{function}'s positional arguments, or name another builder with --args NAME",
+    )
+    before_backward = getattr(module, f"{function}_before_backward", None)
+    return ProgramFile(spec, path, fn, builder, _hooks(module, path, hooks), before_backward)
+
+
+def _import(path: Path):
+    name = f"aotspec_program_{path.stem}"
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module
+    # As `python FILE.py` would: the file's own folder first, so its sibling modules import.
+    sys.path.insert(0, str(path.resolve().parent))
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as error:  # noqa: BLE001  (the user's file: reported in one line)
+        raise UsageError(
+            f"importing {path} raised {describe(error, path)}",
+            f"Fix {path.name} so that `python {path}` runs",
+        ) from None
+    return module
+
+
+def _function(module, path: Path, name: str, what: str, fix: str | None = None) -> Callable:
+    found = getattr(module, name, None)
+    if callable(found):
+        return found
+    defined = sorted(
+        key
+        for key, value in vars(module).items()
+        if callable(value) and getattr(value, "__module__", None) == module.__name__
+    )
+    raise UsageError(
+        f"{path.name} defines no {what}",
+        fix or f"Name one of the functions {path.name} defines: {', '.join(defined) or 'none'}",
+    )
+
+
+def _hooks(module, path: Path, names: str | None) -> tuple[Callable, Callable] | None:
+    if names is None:
+        return None
+    parts = names.split(",")
+    if len(parts) != 2:
+        raise UsageError(
+            f"--hooks expects PACK,UNPACK, got {names!r}",
+            "Name the pack and the unpack function, comma-separated, e.g. --hooks pack,unpack",
+        )
+    pack, unpack = (part.strip() for part in parts)
+    return (
+        _function(module, path, pack, f"pack hook {pack}"),
+        _function(module, path, unpack, f"unpack hook {unpack}"),
+    )
+
+
+def describe(error: BaseException, path: Path) -> str:
+    """`Type: message (at FILE:LINE)`, on one line, at the innermost frame in `path`."""
+    message = " ".join(str(error).split())
+    where = [
+        frame
+        for frame in traceback.extract_tb(error.__traceback__)
+        if Path(frame.filename).resolve() == path.resolve()
+    ]
+    at = f" (at {path.name}:{where[-1].lineno})" if where else ""
+    return f"{type(error).__name__}: {message}{at}"
+
+
+def training_roots(outputs) -> list[torch.Tensor]:
+    """What one training step backpropagates from: the sum of each output that requires grad."""
+    leaves = pytree.tree_leaves(outputs)
+    return [t.sum() for t in leaves if isinstance(t, torch.Tensor) and t.requires_grad]

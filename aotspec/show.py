@@ -1,0 +1,168 @@
+"""The commands that show a program's plan and memory: `aotspec explain` and `aotspec memory`.
+
+Both take `FILE.py:FUNCTION` with the conventions of `aotspec/program_file.py`. A mistake in what
+they are given, a program that fails, or one outside the specification ends the command with one
+line on stderr saying what was wrong and what to do, and a non-zero exit code: 2 for the command
+line, 1 for the program.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+
+from aotspec.errors import InternalError, SpecViolation, UnsupportedError
+from aotspec.program_file import ProgramFile, UsageError, describe, load
+
+
+def register(commands) -> None:
+    """Add `explain` and `memory` to the `aotspec` command's subparsers."""
+    explain = commands.add_parser(
+        "explain",
+        help="print a program's plan: graphs, free points, saved set, epilogue, hooks, rules",
+    )
+    _program_arguments(explain)
+    explain.add_argument(
+        "--hooks-filter",
+        default="donated",
+        choices=("donated", "no_static", "all"),
+        help="which saved values the hooks apply to (default: donated)",
+    )
+    explain.add_argument(
+        "--placement",
+        default="last-use",
+        choices=("last-use", "forward-end"),
+        help="where packs go: the spec's last use, or PyTorch 2.13's forward end",
+    )
+    explain.set_defaults(run=_guarded(_explain))
+    memory = commands.add_parser(
+        "memory",
+        help="live bytes at every step of one training step: eager, unboxed, boxed, hooks",
+    )
+    _program_arguments(memory)
+    memory.add_argument("--plot", metavar="OUT.png|svg", help="plot the timelines to this file")
+    memory.add_argument(
+        "--memory-viz",
+        metavar="OUT.pickle",
+        help="write the boxed reference's ledgers as a torch.cuda.memory._dump_snapshot pickle",
+    )
+    memory.set_defaults(run=_guarded(_memory))
+
+
+def _program_arguments(parser) -> None:
+    parser.add_argument("program", metavar="FILE.py:FUNCTION", help="the function to run")
+    parser.add_argument(
+        "--args",
+        metavar="NAME",
+        help="the function in FILE.py building the arguments (default: FUNCTION_args)",
+    )
+    parser.add_argument(
+        "--hooks",
+        metavar="PACK,UNPACK",
+        help="saved-tensor hooks in FILE.py, active around the call",
+    )
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+
+
+def _guarded(command):
+    """`command(options)`, with the errors a user can fix reported in one line."""
+
+    @functools.wraps(command)
+    def run(options) -> int:
+        # Tracing a failing program makes the fake tensor logger print the error's traceback;
+        # the error itself is reported below, in one line.
+        logging.getLogger("torch._subclasses.fake_tensor").disabled = True
+        program = None
+        try:
+            program = load(options.program, options.args, options.hooks)
+            return command(options, program)
+        except UsageError as error:
+            return _fail(str(error), 2)
+        except (UnsupportedError, SpecViolation) as error:
+            return _fail(" ".join(str(error).split()), 1)
+        except Exception as error:
+            if (
+                program is None
+                or isinstance(error, InternalError)
+                or "(at " not in describe(error, program.path)
+            ):
+                raise  # not the program's: a bug of aotspec, with its traceback
+            return _fail(
+                f"{program.spec} raised {describe(error, program.path)}. Fix the program or "
+                f"its arguments so that it runs in eager PyTorch",
+                1,
+            )
+
+    return run
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"aotspec: error: {message}", file=sys.stderr)
+    return code
+
+
+def _explain(options, program: ProgramFile) -> int:
+    from aotspec.explain import explain
+
+    explanation = explain(
+        program.fn,
+        *program.arguments(),
+        hooks=program.hooks,
+        hooks_filter=options.hooks_filter,
+        placement=options.placement,
+        before_backward=program.before_backward,
+        show=False,
+        name=program.spec,
+    )
+    if options.format == "json":
+        print(explanation.to_json())
+    else:
+        explanation.print()
+    return 0
+
+
+def _memory(options, program: ProgramFile) -> int:
+    import json
+
+    import attrs
+    from rich.console import Console
+
+    from aotspec.memory_timeline import TrainingStep, plot, table, timelines
+
+    step = TrainingStep(program.fn, program.arguments, program.hooks, program.before_backward)
+    rows = timelines(step)
+    title = f"{program.spec}: one training step"
+    if options.format == "json":
+        print(json.dumps([attrs.asdict(row) for row in rows], indent=2))
+    else:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=140)  # a table to keep whole in a file or a pipe
+        console.print(table(rows, title + ", live bytes"))
+    if options.plot:
+        plot(rows, options.plot, title)
+    if options.memory_viz:
+        _dump_snapshot(step, options.memory_viz)
+    return 0
+
+
+def _dump_snapshot(step, path: str) -> None:
+    """The boxed reference's ledgers of one more training step, as a memory_viz snapshot."""
+    import torch
+
+    from aotspec.api import compile
+    from aotspec.memory_viz import dump
+
+    compiled = compile(step.fn, backend="reference")
+    args = step.build_args()
+    outputs = compiled(*args)
+    roots = step.backward(args, outputs)
+    if roots:
+        torch.autograd.backward(roots)
+    (plan,) = compiled._plans.values()
+    run = compiled.last_run
+    graphs = [("forward", plan.forward.graph, run.ledger)]
+    if run.backward_ledger is not None:
+        graphs.append(("backward", plan.backward.graph, run.backward_ledger))
+    dump(graphs, path)
