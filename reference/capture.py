@@ -12,6 +12,7 @@ in order, other leaves are baked into the program as constants.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import re
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from torch.overrides import TorchFunctionMode
 from aotspec.errors import UnsupportedError
 
 from . import effects, ops  # noqa: F401  (importing them fills the op table)
+from .aten import mutation_decompositions
 from .optable import OpEntry, lookup
 
 aten = torch.ops.aten
@@ -71,7 +73,14 @@ DECOMPOSED = [
     aten.addcdiv_,
     aten.lerp_,
 ]
-DECOMPOSITIONS = get_decompositions(DECOMPOSED)
+
+
+@functools.cache
+def decompositions() -> dict:
+    """What capture decomposes: the composites above by PyTorch's tables, and every aten op that
+    writes its arguments and is outside the table by its functional variant and copy_
+    (`r[ops.aten-mutations]`)."""
+    return {**mutation_decompositions(), **get_decompositions(DECOMPOSED)}
 
 
 class GradModes:
@@ -220,7 +229,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
     torch.fx.proxy._register_stack_trace_anchor(fn)
     graph_module = make_fx(
         flat_fn,
-        decomposition_table=DECOMPOSITIONS,  # r[capture.aten-graph]
+        decomposition_table=decompositions(),  # r[capture.aten-graph]
         tracing_mode="fake",  # r[capture.no-side-effects]: the caller's tensors are not run on
         record_stack_traces=True,
     )(*tensors)

@@ -504,7 +504,9 @@ class _Replay:
                 self.env[node] = self.call(node)
             elif node.op == "get_attr":
                 constant = getattr(self.program.graph_module, node.target)
-                self.env[node] = self.fresh(constant.clone())
+                # a tensor constant is a fresh value; another object (a generator) is itself
+                is_tensor = isinstance(constant, torch.Tensor)
+                self.env[node] = self.fresh(constant.clone()) if is_tensor else constant
             elif node.op == "output":
                 return [self.env[value] for value in node.args[0]]
         raise InternalError("a captured graph ends with an output node")
@@ -540,8 +542,9 @@ class _Replay:
                 lambda v: _read(v, name, self) if isinstance(v, _Cell) else v, tree
             )
 
-        if entry.kind is OpKind.COMPUTE:
-            return pytree.tree_map(self.fresh, node.target(*read_all(args), **read_all(kwargs)))
+        if entry.kind in (OpKind.COMPUTE, OpKind.ATEN):
+            values = node.target(*read_all(args), **read_all(kwargs))
+            return pytree.tree_map_only(torch.Tensor, self.fresh, values)
         if entry.kind is OpKind.VIEW:
             return self.view(node, entry, args, kwargs, read_all)
         if entry.kind is OpKind.INPLACE:

@@ -20,6 +20,7 @@ from attrs import define, frozen
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .graph import GraphProgram
+from .optable import call_rule
 from .storage import Layout
 
 aten = torch.ops.aten
@@ -97,7 +98,7 @@ def rule_program(
             filled[position] = tensor
         out, bound = pytree.tree_unflatten(filled, spec)
         grad = grad_tuple if isinstance(out, (tuple, list)) else grad_tuple[0]
-        arg_grads = _per_tensor_leaf(bound, rule(grad, out, *bound))
+        arg_grads = _per_tensor_leaf(bound, call_rule(rule, grad, out, bound, needed))
         gives = tuple(k for k, g in enumerate(arg_grads) if needed[k] and g is not None)
         returned.gives = gives
         return [arg_grads[k] for k in gives]

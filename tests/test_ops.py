@@ -1162,17 +1162,34 @@ def test_every_decomposition_has_a_use():
 def test_op_outside_table_is_rejected_at_capture():
     """r[ops.table]: the error names the op and the user's line, and no input is touched."""
 
-    def uses_cumsum(x):
+    def uses_prims_sin(x):
         x.add_(1)
-        return torch.cumsum(x, 0)
+        return torch.ops.prims.sin(x)
 
     x = torch.zeros(3)
-    line = inspect.getsourcelines(uses_cumsum)[1] + 2
-    with pytest.raises(UnsupportedError, match=r"aten\.cumsum") as raised:
-        run(uses_cumsum, x)
+    line = inspect.getsourcelines(uses_prims_sin)[1] + 2
+    with pytest.raises(UnsupportedError, match=r"prims\.sin") as raised:
+        run(uses_prims_sin, x)
     assert f"test_ops.py:{line}" in str(raised.value)
     assert "ops.table" == raised.value.rule
     torch.testing.assert_close(x, torch.zeros(3))
+
+
+def test_aten_op_without_cpu_kernel_is_rejected_at_capture():
+    """r[ops.aten-values]: an aten op with CUDA kernels only is refused before anything runs,
+    naming the op and the user's line."""
+
+    def uses_mm_dtype(x):
+        x.add_(1)
+        return torch.ops.aten.mm.dtype(x, x, torch.float32)
+
+    x = torch.zeros(3, 3)
+    line = inspect.getsourcelines(uses_mm_dtype)[1] + 2
+    with pytest.raises(UnsupportedError, match=r"aten\.mm\.dtype .* has no CPU kernel") as raised:
+        run(uses_mm_dtype, x)
+    assert f"test_ops.py:{line}" in str(raised.value)
+    assert "ops.aten-values" == raised.value.rule
+    torch.testing.assert_close(x, torch.zeros(3, 3))
 
 
 @pytest.mark.parametrize(
