@@ -104,6 +104,14 @@ def _fresh(result, meta):
         return type(result)(_fresh(r, m) for r, m in zip(result, meta, strict=True))
     if not isinstance(result, torch.Tensor) or meta is None:
         return result if meta is not None else None
+    if result.layout != torch.strided or result.shape != meta.shape:
+        # r[ops.aten-values]: the storage model holds strided tensors of the sizes capture saw
+        raise UnsupportedError(
+            f"an ATen-valued op gave a {result.layout} output of sizes {list(result.shape)} "
+            f"where its meta kernel gave a strided one of sizes {list(meta.shape)}",
+            rule="ops.aten-values",
+            fix="compute this part outside the compiled function",
+        )
     layout = Layout.of(meta)
     s = Storage.zeros(layout.extent_bytes())
     st = new_torch_storage(s)
@@ -144,8 +152,8 @@ def functional_variant(overload: torch._ops.OpOverload) -> torch._ops.OpOverload
     written = [a for a in schema.arguments if _writes(a)]
     kept = [a for a in schema.arguments if not (_writes(a) and a.kwarg_only)]
     fresh_returns = [r for r in schema.returns if r.alias_info is None]
-    name = schema.name.removeprefix("aten::")
-    for candidate in dict.fromkeys([name.removesuffix("_"), f"{name}_functional"]):
+    base = schema.name.removeprefix("aten::").removesuffix("_")
+    for candidate in (base, f"{base}_functional"):
         packet = getattr(aten, candidate, None)
         if packet is None:
             continue
@@ -252,6 +260,21 @@ def batch_norm_backward(
     return [input_grad, weight_grad, bias_grad, None, None, None, None, None]
 
 
+def _resizes_arguments(overload):
+    """r[ops.aten-mutations]: an op whose kernel resizes the arguments it writes, which its
+    schema and meta kernel do not say."""
+
+    def refuse(*args, **kwargs):
+        raise UnsupportedError(
+            f"op {qualified_name(overload)} resizes the tensors it writes",
+            rule="ops.aten-mutations",
+            fix="pass state tensors of their final sizes, or call the op outside the compiled "
+            "function",
+        )
+
+    return refuse
+
+
 def _overload_of(schema) -> torch._ops.OpOverload:
     packet = getattr(aten, schema.name.removeprefix("aten::"))
     return getattr(packet, schema.overload_name or "default")
@@ -261,14 +284,16 @@ def _overload_of(schema) -> torch._ops.OpOverload:
 def mutation_decompositions() -> dict[torch._ops.OpOverload, Callable]:
     """For capture: each aten op that writes its arguments, outside the table, as its functional
     variant and copy_ (`r[ops.aten-mutations]`)."""
+    observer = aten._fused_moving_avg_obs_fq_helper.default  # resizes empty per-channel state
     table: dict[torch._ops.OpOverload, Callable] = {
-        aten.native_batch_norm.default: _native_batch_norm
+        aten.native_batch_norm.default: _native_batch_norm,
+        observer: _resizes_arguments(observer),
     }
     for schema in torch._C._jit_get_all_schemas():
         if not (schema.name.startswith("aten::") and schema.is_mutable):
             continue
         overload = _overload_of(schema)
-        if overload in OP_TABLE or torch.Tag.inplace_view in overload.tags:
+        if overload in table or overload in OP_TABLE or torch.Tag.inplace_view in overload.tags:
             continue
         if "resize" in schema.name or schema.name == "aten::set_":
             continue  # they change sizes and storages, which a copy_ does not
