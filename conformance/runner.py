@@ -12,6 +12,7 @@ from attrs import frozen
 from .backends import get_backend
 from .case import BackwardRaises, Case, Outcome, Raises
 from .observe import observe, world_of
+from .ranks import RanksFailed, run_on_ranks
 
 
 @frozen
@@ -23,6 +24,14 @@ class CaseResult:
 
 
 def run_case(case: Case, backend: str) -> CaseResult:
+    """The case on `backend`: here, or on every rank of a group spawned for it."""
+    if case.ranks > 1:
+        return run_in_group([case], [backend])[0]
+    return run_here(case, backend)
+
+
+def run_here(case: Case, backend: str) -> CaseResult:
+    """The case on `backend`, in this process (one rank of a group, for a case of `ranks` > 1)."""
     run = get_backend(backend)
     if backend in case.skip:
         return CaseResult(case, backend, "skip", (case.skip[backend],))
@@ -46,14 +55,15 @@ def run_case(case: Case, backend: str) -> CaseResult:
             except Exception as raised:  # noqa: BLE001
                 backward_error = raised
     outcome = Outcome(world, observe(world), before, error, ledger, tuple(caught), backward_error)
-    if error is not None and not any(isinstance(e, Raises) for e in case.expect):
+    expect = case.expectations()
+    if error is not None and not any(isinstance(e, Raises) for e in expect):
         message = f"the call raised {type(error).__name__}: {error}"
         return CaseResult(case, backend, "fail", (message,))
-    if backward_error is not None and not any(isinstance(e, BackwardRaises) for e in case.expect):
+    if backward_error is not None and not any(isinstance(e, BackwardRaises) for e in expect):
         message = f"the backward raised {type(backward_error).__name__}: {backward_error}"
         return CaseResult(case, backend, "fail", (message,))
     failures, unobservable = [], 0
-    for expectation in case.expect:
+    for expectation in expect:
         if expectation.needs_ledger and ledger is None and error is None:
             unobservable += (
                 1  # this backend keeps no ledger: memory facts are not observable on it
@@ -89,7 +99,60 @@ def _backpropagate(world: dict, retain_graph: tuple[bool, ...]) -> None:
 
 
 def run_cases(cases: list[Case], backends: list[str]) -> list[CaseResult]:
-    return [run_case(case, backend) for case in cases for backend in backends]
+    """Every case on every backend; the cases of `ranks` > 1 together, in one spawned group."""
+    spread = [case for case in cases if case.ranks > 1]
+    in_group = {(r.case.name, r.backend): r for r in run_in_group(spread, backends)}
+    return [
+        in_group[case.name, backend] if case.ranks > 1 else run_here(case, backend)
+        for case in cases
+        for backend in backends
+    ]
+
+
+def run_in_group(cases: list[Case], backends: list[str]) -> list[CaseResult]:
+    """Each case on each backend, on every rank of a gloo group spawned for them (one group per
+    number of ranks); a case passes when it passes on every rank, and fails when a rank fails,
+    hangs or dies."""
+    results = {}
+    for ranks in sorted({case.ranks for case in cases}):
+        pairs = [(case, backend) for case in cases if case.ranks == ranks for backend in backends]
+        names = [(case.name, backend) for case, backend in pairs]
+        try:
+            per_rank = run_on_ranks(_run_named, names, ranks=ranks, timeout=60 + 10 * len(names))
+        except RanksFailed as failed:
+            lost = (f"the group of {ranks} ranks failed: {failed}",)
+            results.update({(c.name, b): CaseResult(c, b, "fail", lost) for c, b in pairs})
+            continue
+        for k, (case, backend) in enumerate(pairs):
+            on_each_rank = [answers[k] for answers in per_rank]
+            results[case.name, backend] = _merged(case, backend, on_each_rank)
+    return [results[case.name, backend] for case in cases for backend in backends]
+
+
+def _run_named(names: list[tuple[str, str]]) -> list[tuple[str, tuple[str, ...]]]:
+    """On one rank: (status, messages) of each named case on its backend."""
+    from .cases import ALL_CASES
+
+    by_name = {case.name: case for case in ALL_CASES}
+    results = []
+    for name, backend in names:
+        result = run_here(by_name[name], backend)
+        results.append((result.status, result.messages))
+    return results
+
+
+def _merged(case: Case, backend: str, per_rank: list) -> CaseResult:
+    statuses = [status for status, _ in per_rank]
+    if "fail" in statuses:
+        messages = tuple(
+            f"rank {rank}: {message}"
+            for rank, (status, messages) in enumerate(per_rank)
+            if status == "fail"
+            for message in messages
+        )
+        return CaseResult(case, backend, "fail", messages)
+    status, messages = per_rank[0]
+    return CaseResult(case, backend, status, messages)
 
 
 def rule_table(results: list[CaseResult], backends: list[str]) -> str:

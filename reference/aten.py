@@ -81,10 +81,11 @@ def aten_entry(overload: torch._ops.OpOverload) -> OpEntry | Refusal:
 # ---------------------------------------------------------------- values
 
 
-def run_aten(overload: torch._ops.OpOverload, meta, *bound):
+def run_aten(overload: torch._ops.OpOverload, meta, *bound, call: Callable = call_with):
     """r[ops.aten-values]: ATen's CPU kernel on copies of the arguments' storages; each output is
     copied into a fresh storage laid out as `meta`, the meta kernel's output
-    (`r[ops.fresh-output]`)."""
+    (`r[ops.fresh-output]`). `call(overload, arguments)` runs the kernel (a collective waits for
+    the group too: `collectives.py`)."""
     copies: dict[int, torch.UntypedStorage] = {}
 
     def to_torch(value):
@@ -96,7 +97,7 @@ def run_aten(overload: torch._ops.OpOverload, meta, *bound):
             copies[id(s)] = new_torch_storage(s)
         return tensor_on(copies[id(s)], value.layout)
 
-    return _fresh(call_with(overload, pytree.tree_map(to_torch, list(bound))), meta)
+    return _fresh(call(overload, pytree.tree_map(to_torch, list(bound))), meta)
 
 
 def _fresh(result, meta):

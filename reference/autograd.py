@@ -27,6 +27,7 @@ from aotspec.errors import InternalError, UnsupportedError
 
 from .aten_autograd import output_gradients
 from .capture import grad_enabled
+from .collectives import communicates
 from .functionalize import (
     CallerStorage,
     FunctionalProgram,
@@ -442,8 +443,7 @@ def partition(
     # r[autograd.partition.saved]: the forward holds the replayed functional graph; every op a
     # derivative rule added runs in the backward, as in eager autograd, so the saved values are
     # exactly what the rules read (and what saved-tensor hooks see: r[hooks.eager.saved-set]).
-    # r[ops.random]: a draw whose value nothing uses stays in the forward, drawing as in eager.
-    draws = [node for node in joint.nodes if _draws(node)]
+    draws = _forward_effects(joint, tangents)
     forward_nodes = _ancestors(forward_outputs + draws)
     forward_nodes.update(primals)
     # Every result of a forward op is a forward value, even those only a rule reads (layer_norm's
@@ -540,6 +540,20 @@ def _save_bases_of_views(saved: list[torch.fx.Node]) -> list[torch.fx.Node]:
 def _is_view(node: torch.fx.Node) -> bool:
     entry = lookup(node.target, where=node.name)
     return entry.kind is OpKind.VIEW
+
+
+def _forward_effects(joint: torch.fx.Graph, tangents: list[torch.fx.Node]) -> list:
+    """The forward's ops that run even when nothing uses their value (the nodes computed from no
+    tangent): r[ops.random], a draw, drawing as in eager; r[collectives.program-order], a
+    collective, which the other ranks wait for."""
+    from_tangents = set(tangents)
+    found = []
+    for node in joint.nodes:
+        if any(used in from_tangents for used in node.all_input_nodes):
+            from_tangents.add(node)
+        elif _draws(node) or communicates(node):
+            found.append(node)
+    return found
 
 
 def _draws(node: torch.fx.Node) -> bool:

@@ -32,7 +32,8 @@ from aotspec.errors import UnsupportedError
 
 from . import effects, ops  # noqa: F401  (importing them fills the op table)
 from .aten import mutation_decompositions
-from .optable import OpEntry, lookup
+from .collectives import check_collective
+from .optable import DERIVATIVES, OpEntry, lookup
 
 aten = torch.ops.aten
 
@@ -240,6 +241,8 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         for node in graph_module.graph.nodes
         if node.op == "call_function" and node.target is not getitem
     }
+    for node in entries:
+        check_collective(node, _source_line(node))
     return Program(
         graph_module=graph_module,
         in_spec=in_spec,
@@ -332,7 +335,9 @@ def _refuse_custom_functions(after: list, before: list) -> None:
         if node in seen:
             continue
         seen.add(node)
-        if isinstance(node, torch.autograd.function.BackwardCFunction):
+        if isinstance(node, torch.autograd.function.BackwardCFunction) and not (
+            _differentiated_by_the_table(node)
+        ):
             name = getattr(node._forward_cls, "__qualname__", type(node).__name__)
             raise UnsupportedError(
                 f"the function applies the custom autograd.Function {name}, and a gradient can "
@@ -342,6 +347,24 @@ def _refuse_custom_functions(after: list, before: list) -> None:
                 "write it with ops whose derivatives the op table knows",
             )
         stack.extend(next_node for next_node, _ in node.next_functions if next_node is not None)
+
+
+def _differentiated_by_the_table(node) -> bool:
+    """The autograd node torch.library makes for an op registered with `register_autograd` that
+    has a derivative rule in the table (the functional collectives, `r[collectives.derivatives]`):
+    capture records the op itself, which its rule differentiates."""
+    return node._forward_cls.__name__ in _table_ops_with_library_autograd()
+
+
+@functools.cache
+def _table_ops_with_library_autograd() -> frozenset[str]:
+    """The names torch.library gives the autograd.Function of each non-aten op with a derivative
+    rule (`torch/_library/autograd.py`)."""
+    return frozenset(
+        f"GeneratedBackwardFor_{op.namespace}_{op._opname}_{op._overloadname}"
+        for op in DERIVATIVES
+        if op.namespace != "aten"
+    )
 
 
 def _drop_view_replays(graph_module: torch.fx.GraphModule) -> None:

@@ -24,6 +24,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, m
 from aotspec.errors import InternalError, SpecViolation, UnsupportedError
 
 from .capture import GradModes, Program, grad_enabled
+from .collectives import is_impure
 from .optable import NONDIFFERENTIABLE, OpEntry, OpKind, bind, lookup
 from .storage import Layout, numpy_dtype
 
@@ -542,7 +543,7 @@ class _Replay:
                 lambda v: _read(v, name, self) if isinstance(v, _Cell) else v, tree
             )
 
-        if entry.kind in (OpKind.COMPUTE, OpKind.ATEN):
+        if entry.kind in (OpKind.COMPUTE, OpKind.ATEN, OpKind.COLLECTIVE):
             values = node.target(*read_all(args), **read_all(kwargs))
             return pytree.tree_map_only(torch.Tensor, self.fresh, values)
         if entry.kind is OpKind.VIEW:
@@ -752,7 +753,8 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
 
     graph_module = make_fx(replay, tracing_mode="fake")(*tensors)
     grad_modes.annotate(graph_module.graph)
-    graph_module.graph.eliminate_dead_code()  # the graph is functional: unused values go
+    # the graph is functional: unused values go, but collectives run (r[collectives.program-order])
+    graph_module.graph.eliminate_dead_code(is_impure_node=is_impure)
     graph_module.recompile()
     entries = {
         node: lookup(node.target, where=f"functional graph node {node.name}")

@@ -101,7 +101,7 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
         if entry.kind is OpKind.COMPUTE:
             values = entry.rule(*pytree.tree_map(_read_for_compute, bound))
             return _fresh(values, meta, node.name)
-        if entry.kind is OpKind.ATEN:
+        if entry.kind in (OpKind.ATEN, OpKind.COLLECTIVE):
             return _named(entry.rule(node.target, meta, *bound), node.name)
         if entry.kind is OpKind.VIEW:
             return _view(entry.rule(bound[0].layout, *bound[1:]), bound[0], meta, node.name)

@@ -12,6 +12,8 @@ Four kinds of entry (`specs/ops.md` lists every op with its kind):
   (`r[aliasing.inplace.writes-through]`).
 - effect: an op that changes storage identity or size (`copy_`, `set_`, `resize_storage_bytes_`);
   its rule gets the interpreter's tensors and ledger and acts on them.
+- collective: a functional collective (`collectives.py`): values from the process group, fresh
+  outputs, like compute.
 
 Aten ops outside the table run ATen's own kernels (`aten.py`, `r[ops.aten-values]`): `lookup`
 gives them an entry of kind ATen-valued, or view for those whose schema says they return views.
@@ -33,8 +35,11 @@ from aotspec.errors import UnsupportedError
 from .opaque import run_opaque
 
 #: Namespaces whose ops must be in the table; ops of any other namespace (torch.library custom
-#: ops) run opaquely through their own kernel (`r[ops.opaque.schema]`).
-BUILTIN_NAMESPACES = frozenset({"aten", "prims", "inductor", "fsdp"})
+#: ops) run opaquely through their own kernel (`r[ops.opaque.schema]`). The functional collectives
+#: are in the table, and the rest of their namespaces is refused (r[collectives.ops]).
+BUILTIN_NAMESPACES = frozenset(
+    {"aten", "prims", "inductor", "fsdp", "_c10d_functional", "_c10d_functional_autograd"}
+)
 
 
 class OpKind(enum.Enum):
@@ -45,6 +50,8 @@ class OpKind(enum.Enum):
     OPAQUE = "opaque"
     #: Values from ATen's CPU kernel (`r[ops.aten-values]`); fresh outputs, like compute.
     ATEN = "aten-valued"
+    #: Values from the process group (`r[collectives.values]`); fresh outputs, like compute.
+    COLLECTIVE = "collective"
 
 
 @frozen
@@ -146,6 +153,18 @@ def effect(overload, description: str):
 
     def register(rule):
         _register(overload, OpKind.EFFECT, rule, description)
+        return rule
+
+    return register
+
+
+def collective(*overloads):
+    """Register `rule` (overload, meta, *args) as a functional collective: it returns fresh
+    outputs holding the process group's values (`r[collectives.fresh-output]`)."""
+
+    def register(rule):
+        for overload in overloads:
+            _register(overload, OpKind.COLLECTIVE, rule, "fresh output (the group's values)")
         return rule
 
     return register

@@ -29,6 +29,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 import aotspec
 from aotspec import UnsupportedError
 from aotspec.reference import run
+from aotspec.reference.collectives import COLLECTIVES, WAIT
 from aotspec.reference.optable import (
     DERIVATIVES,
     NONDIFFERENTIABLE,
@@ -441,6 +442,7 @@ SAMPLES: dict[torch._ops.OpOverload, list[Sample]] = {
     ],
     aten._unsafe_view.default: [sample(make((3, 4)), [2, 6]), sample(make(()), [1, 1])],
     aten.alias.default: [sample(make((3, 4), "sliced"))],
+    WAIT: [sample(make((3, 4), "sliced"))],
     aten.t.default: [sample(make((3, 5))), sample(make((4,))), sample(make((4, 3), "sliced"))],
     aten.transpose.int: [sample(make((2, 3, 4)), 0, 2), sample(make((3, 4), "sliced"), -1, 0)],
     aten.permute.default: [
@@ -674,7 +676,8 @@ def test_every_compute_and_view_op_has_a_derivative():
 
 def test_every_rule_has_samples():
     untested = {op for op in DERIVATIVES if op not in SAMPLES}
-    assert {*FLOOR_DIVIDE, aten.native_layer_norm_backward.default} == untested
+    # the collectives' rules are checked against eager on two ranks (test_collectives.py)
+    assert {*FLOOR_DIVIDE, aten.native_layer_norm_backward.default, *COLLECTIVES} == untested
 
 
 def test_layer_norm_double_backward_is_refused():
