@@ -58,10 +58,8 @@ def run_on_ranks(
                     process.kill()
                 process.join()
     failures = [
-        f"rank {rank} did not finish within {timeout:g} s"
-        if answer is None
-        else f"rank {rank} raised:\n{answer[1]}"
-        for rank, answer in enumerate(answers)
+        _failure(rank, answer, process.exitcode, timeout)
+        for rank, (answer, process) in enumerate(zip(answers, processes, strict=True))
         if answer is None or answer[0] != "ok"
     ]
     if failures:
@@ -69,8 +67,16 @@ def run_on_ranks(
     return [answer[1] for answer in answers]
 
 
+def _failure(rank: int, answer, exitcode: int | None, timeout: float) -> str:
+    if answer is None:
+        return f"rank {rank} did not finish within {timeout:g} s"
+    if answer[0] == "died":
+        return f"rank {rank} died with exit status {exitcode} (a negative status is a signal)"
+    return f"rank {rank} raised:\n{answer[1]}"
+
+
 def _answers(pipes: list, deadline: float) -> list:
-    """What each rank sent, or None for a rank that sent nothing before `deadline` (or died)."""
+    """What each rank sent, or None for a rank that sent nothing before `deadline`."""
     answers: list = [None] * len(pipes)
     waiting = dict(enumerate(pipes))
     while waiting and time.monotonic() < deadline:
@@ -81,8 +87,8 @@ def _answers(pipes: list, deadline: float) -> list:
             if pipe in ready:
                 try:
                     answers[rank] = pickle.loads(pipe.recv_bytes())
-                except EOFError:  # the process died without a word (a segfault, a kill)
-                    answers[rank] = ("error", "the process ended without sending a result")
+                except EOFError:  # the process died without a word (a segfault, an abort)
+                    answers[rank] = ("died", None)
                 del waiting[rank]
     return answers
 

@@ -39,6 +39,8 @@ So at any time at most one layer's weight is gathered, in the forward and in the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -79,8 +81,14 @@ class ShardedLinear(nn.Module):
         self.register_buffer("weight", unsharded, persistent=False)
         self.shard.register_post_accumulate_grad_hook(self._reshard)
 
-    def forward(self, x: torch.Tensor, layer: aotspec.CompiledFunction, last: bool):
+    def forward(self, x: torch.Tensor, layer: Callable, last: bool):
+        """`layer` is `layer_forward`, compiled (or as it is, to run the model eagerly)."""
         y = layer(x, self.weight, self.shard, self.group.size(), self.group.group_name, last)
+        # Run eagerly, the copy_ gives the weight the layer's history, and the next step's copy_
+        # would extend it: the backward would go through every earlier step's gather again. A
+        # compiled call leaves the weight without history (its storage starts and ends empty,
+        # r[resize.compiled.epilogue]); either way the weight starts the next step afresh.
+        self.weight.detach_()
         if y.requires_grad:
             y.register_hook(self._regather)  # runs before the layer's backward
         return y
