@@ -9,7 +9,8 @@ one warm step and then measured for one step on each rank, three ways:
   FSDP2's hooks gather and free the parameters outside the compiled regions.
 - "SimpleFSDP": `examples/simple_fsdp.py`, 8 layers of 512x512 whose weights each layer
   all-gathers inside its own call; `layer_forward` run eagerly, as `aotspec.compile`d (fast
-  backend), and under `torch.compile(backend="aot_eager")`.
+  backend), and under `torch.compile(backend="aot_eager")`; and, for comparison, the same model
+  as `nn.Linear` layers each sharded by FSDP2 and run eagerly ("eager FSDP2").
 
 Per rank, with `aotspec.tracker.MemoryTracker` on real tensors (the input, every parameter or
 shard and every weight storage tracked; what the step makes is seen as it is made):
@@ -38,7 +39,12 @@ from aotspec.tracker import MemoryTracker
 
 DIM, HEADS, SEQ, BLOCK_BATCH = 256, 4, 24, 2
 LAYERS, WIDTH, BATCH = 8, 512, 64
-MODES = ("eager", "aotspec fast", "aot_eager")
+#: Per workload, how it runs: FSDP2 eagerly, SimpleFSDP's layer eagerly, compiled by aotspec's
+#: fast backend, compiled by aot_eager.
+MODES = {
+    "FSDP2 block": ("eager FSDP2", "aotspec fast", "aot_eager"),
+    "SimpleFSDP": ("eager FSDP2", "eager", "aotspec fast", "aot_eager"),
+}
 
 
 # ---------------------------------------------------------------- FSDP2 block
@@ -93,7 +99,7 @@ def _fsdp2_block(mode: str):
     sizes |= {sum(p.numel() * p.element_size() for p in unit.parameters()) for unit in units}
     for unit in [*units, block]:
         fully_shard(unit)
-    if mode == "eager":
+    if mode == "eager FSDP2":
         run = block
     elif mode == "aot_eager":
         run = torch.compile(block, backend="aot_eager")
@@ -114,14 +120,34 @@ def _simple_fsdp(mode: str):
 
     generator = torch.Generator().manual_seed(0)
     weights = [torch.randn(WIDTH, WIDTH, generator=generator) * WIDTH**-0.5 for _ in range(LAYERS)]
+    x = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(1 + dist.get_rank()))
+    if mode == "eager FSDP2":
+        return _fsdp2_chain(weights, x)
     model = SimpleFSDP(weights, backend="fast")
     if mode == "eager":
         model.compiled = layer_forward
     elif mode == "aot_eager":
         model.compiled = torch.compile(layer_forward, backend="aot_eager")
-    x = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(1 + dist.get_rank()))
     tracked = [x, *model.parameters(), *[layer.weight for layer in model.layers]]
     return lambda: model(x).square().mean(), tracked, {WIDTH * WIDTH * 4}
+
+
+def _fsdp2_chain(weights: list[torch.Tensor], x: torch.Tensor):
+    """The same model as nn.Linear layers with tanh between them, each sharded by FSDP2."""
+    from torch.distributed.fsdp import fully_shard
+
+    layers = []
+    for weight in weights:
+        linear = nn.Linear(WIDTH, WIDTH, bias=False)
+        with torch.no_grad():
+            linear.weight.copy_(weight)
+        layers += [linear, nn.Tanh()]
+    model = nn.Sequential(*layers[:-1])
+    for linear in model[::2]:
+        fully_shard(linear)
+    fully_shard(model)
+    shards = [p.to_local() for p in model.parameters()]
+    return lambda: model(x).square().mean(), [x, *shards], {WIDTH * WIDTH * 4}
 
 
 # ---------------------------------------------------------------- one measured step
@@ -168,17 +194,17 @@ def main() -> None:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     keys = ("alive after forward", "backward peak", "largest gathered set")
     print("bytes per rank on 2 gloo ranks (CPU), one measured step after a warm one")
-    print(f"{'':28}" + "".join(f"{k:>22}" for k in keys))
+    print(f"{'':34}" + "".join(f"{k:>22}" for k in keys))
     for workload in WORKLOADS:
-        for mode in MODES:
+        for mode in MODES[workload]:
             try:
                 ranks = run_on_ranks(_measure, workload, mode, timeout=600)
             except RanksFailed as failed:
-                print(f"{workload + ', ' + mode:28}  failed: {_first_line(failed)}")
+                print(f"{workload + ', ' + mode:34}  failed: {_first_line(failed)}")
                 continue
             for rank, row in enumerate(ranks):
                 cells = "".join(f"{row[k]:>22,}" for k in keys)
-                print(f"{f'{workload}, {mode}, rank {rank}':28}{cells}")
+                print(f"{f'{workload}, {mode}, rank {rank}':34}{cells}")
 
 
 def _first_line(failed: RanksFailed) -> str:
