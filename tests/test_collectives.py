@@ -59,6 +59,18 @@ def chain(x, w):
     return c10d.wait_tensor(c10d.reduce_scatter_tensor(summed.t(), "sum", 2, _group()))
 
 
+def functional_api(x):
+    """The user-facing functional collectives, which call the ops and wait (`_c10d_functional`
+    underneath), with the group object."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as fc
+
+    group = dist.group.WORLD
+    full = fc.all_gather_single(x, 0, group)
+    summed = fc.all_reduce(full.cos(), "sum", group)
+    return fc.reduce_scatter_tensor(summed, "sum", 0, group) + 0
+
+
 def _tensor(shape, layout, dtype, grad, generator):
     if layout == "transposed":
         t = torch.randn(shape[::-1], generator=generator).t()
@@ -78,6 +90,7 @@ PROGRAMS = {
     "scatter-max": (scatter_max, [((4, 3), "transposed", torch.float32, False)]),
     "reduce-sum": (reduce_sum, [((3, 2), "transposed", torch.float32, True)]),
     "reduce-product-int64": (reduce_product, [((5,), "contiguous", torch.int64, False)]),
+    "functional-api": (functional_api, [((2, 3), "contiguous", torch.float32, True)]),
     "chain": (
         chain,
         [((2, 4), "contiguous", torch.float32, True), ((4, 4), "contiguous", torch.float32, True)],
