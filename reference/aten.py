@@ -260,6 +260,17 @@ def batch_norm_backward(
     return [input_grad, weight_grad, bias_grad, None, None, None, None, None]
 
 
+def _bernoulli_(self, p=0.5, *, generator=None):
+    """r[ops.random]: `x.bernoulli_(p)` draws in the order of x's memory, its functional variant
+    `bernoulli.p` in the order of its own contiguous result: so the draw runs on x's dims
+    permuted into memory order, and is permuted back. It reads only x's sizes (`detach`)."""
+    order = sorted(range(self.dim()), key=lambda d: (-self.stride(d), -self.shape[d]))
+    inverse = [order.index(d) for d in range(self.dim())]
+    drawn = aten.bernoulli.p(aten.permute(aten.detach(self), order), p, generator=generator)
+    self.copy_(aten.permute(drawn, inverse))
+    return self
+
+
 def _resizes_arguments(overload):
     """r[ops.aten-mutations]: an op whose kernel resizes the arguments it writes, which its
     schema and meta kernel do not say."""
@@ -287,6 +298,7 @@ def mutation_decompositions() -> dict[torch._ops.OpOverload, Callable]:
     observer = aten._fused_moving_avg_obs_fq_helper.default  # resizes empty per-channel state
     table: dict[torch._ops.OpOverload, Callable] = {
         aten.native_batch_norm.default: _native_batch_norm,
+        aten.bernoulli_.float: _bernoulli_,
         observer: _resizes_arguments(observer),
     }
     for schema in torch._C._jit_get_all_schemas():
