@@ -56,6 +56,11 @@ def _kernel_name(schema) -> str:
     return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
 
 
+#: r[ops.aten-views]: ops whose outputs share their input's storage in eager although their
+#: schemas do not say so; autograd does not track them as views.
+HIDDEN_VIEWS = frozenset({aten.unsafe_split.Tensor, aten.unsafe_split_with_sizes.default})
+
+
 @functools.cache
 def aten_entry(overload: torch._ops.OpOverload) -> OpEntry | Refusal:
     """The entry of an aten op outside the table, by what its schema says it does."""
@@ -69,13 +74,16 @@ def aten_entry(overload: torch._ops.OpOverload) -> OpEntry | Refusal:
         )
     if not torch._C._dispatch_has_computed_kernel_for_dispatch_key(_kernel_name(schema), "CPU"):
         return Refusal("has no CPU kernel", "ops.aten-values")
+    view = OpEntry(overload, OpKind.VIEW, functools.partial(meta_view, overload), "views input 0")
+    if overload in HIDDEN_VIEWS:
+        return view
     aliased = [r.alias_info for r in schema.returns if r.alias_info is not None]
     if not aliased:
         return OpEntry(overload, OpKind.ATEN, run_aten, "fresh output (ATen's values)")
     first = schema.arguments[0].alias_info
     if first is None or any(info.before_set != first.before_set for info in aliased):
         return Refusal("returns views of an argument other than its first", "ops.aten-views")
-    return OpEntry(overload, OpKind.VIEW, functools.partial(meta_view, overload), "views input 0")
+    return view
 
 
 # ---------------------------------------------------------------- values

@@ -292,6 +292,21 @@ CASES = [
         ],
     ),
     Case(
+        name="ops.aten-unsafe-split-returns-views",
+        rules=["ops.aten-views"],
+        setup=lambda: {"x": _M.clone()},
+        args=["x"],
+        program=lambda x: torch.ops.aten.unsafe_split(x, 2),
+        # eager's outputs share x's storage although the schema does not say so
+        expect=[
+            Values("out0", _M[:2]),
+            Values("out1", _M[2:]),
+            Layout("out1", shape=(1, 3), strides=(3, 1), offset=6),
+            Shares("x", "out0"),
+            Shares("x", "out1"),
+        ],
+    ),
+    Case(
         name="ops.aten-out-argument-is-written-and-returned",
         rules=["ops.aten-mutations"],
         setup=lambda: {"x": _M[0].clone(), "y": torch.zeros(3)},
