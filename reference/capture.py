@@ -235,11 +235,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
     )(*tensors)
     grad_modes.annotate(graph_module.graph)
     _drop_view_replays(graph_module)
-    entries = {
-        node: lookup(node.target, where=_source_line(node))
-        for node in graph_module.graph.nodes
-        if node.op == "call_function" and node.target is not getitem
-    }
+    entries = _entries(graph_module.graph)
     return Program(
         graph_module=graph_module,
         in_spec=in_spec,
@@ -250,6 +246,32 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         name=getattr(fn, "__qualname__", repr(fn)),
         requires_grad_inputs=frozenset(requires_grad_inputs),
     )
+
+
+def _entries(graph: torch.fx.Graph) -> dict[torch.fx.Node, OpEntry]:
+    """The op table entry of every op of the graph; r[ops.unsupported-all]: every op that has
+    none is refused in one UnsupportedError, each once per line of the user's source."""
+    entries: dict[torch.fx.Node, OpEntry] = {}
+    refusals: dict[str, UnsupportedError] = {}
+    for node in graph.nodes:
+        if node.op != "call_function" or node.target is getitem:
+            continue
+        try:
+            entries[node] = lookup(node.target, where=_source_line(node))
+        except UnsupportedError as error:
+            refusals.setdefault(error.problem, error)
+    if len(refusals) == 1:
+        raise next(iter(refusals.values()))
+    if refusals:
+        first = next(iter(refusals.values()))
+        listed = "\n".join(f"- {e.problem} [rule {e.rule}]" for e in refusals.values())
+        raise UnsupportedError(
+            f"{len(refusals)} ops of the program are not supported:\n{listed}\n",
+            rule=first.rule,
+            fix=first.fix,
+            refusals=tuple(refusals.values()),
+        )
+    return entries
 
 
 def _inputs_set_to_require_grad(calls: list[_RequiresGradCall], inputs: tuple) -> set[int]:

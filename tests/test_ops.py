@@ -1421,3 +1421,31 @@ def test_half_to_float_is_refused(op):
     with pytest.raises(UnsupportedError, match="half_to_float=True") as raised:
         run(lambda x: op(x, -1, True), Make(torch.float16)((3, 4)))
     assert "ops.table" == raised.value.rule
+
+
+def test_every_unsupported_op_is_in_one_error():
+    """r[ops.unsupported-all]: one error lists every op refused, with its line and rule, before
+    anything runs; `aotspec.check` returns the same list without raising or running."""
+
+    def two_unsupported(x):
+        x.add_(1)
+        y = torch.ops.prims.sin(x)
+        return torch.ops.aten.mm.dtype(y, y, torch.float32)
+
+    x = torch.zeros(2, 2)
+    first = inspect.getsourcelines(two_unsupported)[1] + 2
+    with pytest.raises(UnsupportedError, match="2 ops of the program are not supported") as raised:
+        aotspec.compile(two_unsupported, backend="reference")(x)
+    refusals = aotspec.check(two_unsupported, x)
+    assert [e.rule for e in raised.value.refusals] == ["ops.table", "ops.aten-values"]
+    assert [str(e) for e in raised.value.refusals] == [str(e) for e in refusals]
+    assert f"test_ops.py:{first}" in str(refusals[0])
+    assert f"test_ops.py:{first + 1}" in str(refusals[1])
+    torch.testing.assert_close(x, torch.zeros(2, 2))
+
+
+def test_check_is_empty_for_a_program_that_compiles():
+    def conv_step(x, w):
+        return F.conv2d(x, w).relu().sum()
+
+    assert [] == aotspec.check(conv_step, torch.randn(1, 2, 4, 4), torch.randn(3, 2, 3, 3))

@@ -19,6 +19,11 @@ def _mutate_then_unsupported(x):
     return torch.ops.prims.sin(x)  # prims ops are outside the table, and not ATen-valued
 
 
+def _two_unsupported_ops(x):
+    y = torch.ops.prims.sin(x)
+    return torch.ops.aten.mm.dtype(y, y, torch.float32)  # CUDA kernels only
+
+
 def _flat_inputs(xs, scale, options):
     return xs[0] * scale + xs[1] * options["weight"]
 
@@ -78,6 +83,19 @@ CASES = [
         program=_mutate_then_unsupported,
         expect=[Raises(UnsupportedError, rule="ops.table", match="prims.sin.default")],
         skip={"torch-eager": "prims.sin is outside the reference op table; eager PyTorch runs it"},
+    ),
+    Case(
+        name="capture.every-unsupported-op-in-one-error",
+        rules=["ops.unsupported-all", "boundary.failed-call"],
+        setup=lambda: {"x": torch.ones(2, 2)},
+        args=["x"],
+        program=_two_unsupported_ops,
+        expect=[
+            Raises(UnsupportedError, rule="ops.table", match="2 ops of the program"),
+            Raises(UnsupportedError, match="prims.sin.default"),
+            Raises(UnsupportedError, match="aten.mm.dtype"),
+        ],
+        skip={"torch-eager": "eager PyTorch runs prims.sin, and has no CPU kernel for mm.dtype"},
     ),
     Case(
         name="capture.pytree-and-constant-arguments",
