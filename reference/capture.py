@@ -1,8 +1,9 @@
 """Capture: a user's function and example inputs become an aten-level torch.fx graph.
 
-`r[capture.aten-graph]`: the graph is what `make_fx` records on fake tensors, with composite ops
-decomposed by PyTorch's own decomposition tables (the list below) and every mutation kept
-(`add_`, `copy_`, `set_.source_Tensor`, `inductor.resize_storage_bytes_`).
+`r[capture.aten-graph]`: the graph is what `make_fx` records on fake tensors: the aten ops eager
+runs, each kernel one op, composite ops decomposed as PyTorch's dispatcher decomposes them, and
+every mutation kept (`add_`, `copy_`, `set_.source_Tensor`, `inductor.resize_storage_bytes_`;
+an ATen-valued op that writes its arguments as its functional variant and copy_).
 `r[capture.no-side-effects]`: tracing runs on fake tensors, so the caller's tensors are never
 written, resized or rebound by capture.
 `r[capture.flat-inputs]`: arguments are flattened with pytree; tensor leaves become placeholders
@@ -23,7 +24,6 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from attrs import define, frozen
-from torch._decomp import get_decompositions
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.overrides import TorchFunctionMode
@@ -36,51 +36,12 @@ from .optable import OpEntry, lookup
 
 aten = torch.ops.aten
 
-# Composite ops that reach make_fx's dispatch and decompose into ops of the table.
-DECOMPOSED = [
-    aten.gelu,
-    aten.silu,
-    aten.stack,
-    aten.addcmul,
-    aten.addcdiv,
-    aten.lerp,
-    aten.hardtanh,
-    aten.leaky_relu,
-    aten.softplus,
-    aten.mv,
-    aten.dot,
-    aten.square,
-    aten.rsub,
-    aten.masked_fill,
-    aten.log_sigmoid_forward,
-    aten.elu,
-    aten.hardsigmoid,
-    aten.hardswish,
-    aten.mish,
-    aten.logsumexp,
-    aten.mse_loss,
-    # In-place forms (F.silu(x, inplace=True), x.masked_fill_(...), optimizer updates):
-    # the functional decomposition followed by copy_.
-    aten.silu_,
-    aten.masked_fill_,
-    aten.leaky_relu_,
-    aten.hardtanh_,
-    aten.elu_,
-    aten.hardsigmoid_,
-    aten.hardswish_,
-    aten.mish_,
-    aten.addcmul_,
-    aten.addcdiv_,
-    aten.lerp_,
-]
-
-
 @functools.cache
 def decompositions() -> dict:
-    """What capture decomposes: the composites above by PyTorch's tables, and every aten op that
-    writes its arguments and is outside the table by its functional variant and copy_
-    (`r[ops.aten-mutations]`)."""
-    return {**mutation_decompositions(), **get_decompositions(DECOMPOSED)}
+    """What capture decomposes: every aten op that writes its arguments and is outside the table,
+    by its functional variant and copy_ (`r[ops.aten-mutations]`). Every other op is recorded as
+    eager calls it: one kernel stays one op (`r[capture.aten-graph]`)."""
+    return mutation_decompositions()  # r[ops.aten-mutations]
 
 
 class GradModes:

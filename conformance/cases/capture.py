@@ -11,7 +11,7 @@ _X = torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 0.0, 2.0]])
 
 
 def _gelu_then_silu(x):
-    return F.silu(F.gelu(x))  # composites: captured as erf, sigmoid, mul, ...
+    return F.silu(F.gelu(x))  # one kernel each in eager: captured as gelu, silu
 
 
 def _mutate_then_unsupported(x):
@@ -67,7 +67,7 @@ def _return_argument(x):
 
 CASES = [
     Case(
-        name="capture.composites-decompose-and-run",
+        name="capture.kernels-are-captured-whole-and-run",
         rules=["capture.aten-graph"],
         setup=lambda: {"x": _X.clone()},
         args=["x"],
