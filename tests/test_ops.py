@@ -1449,3 +1449,12 @@ def test_check_is_empty_for_a_program_that_compiles():
         return F.conv2d(x, w).relu().sum()
 
     assert [] == aotspec.check(conv_step, torch.randn(1, 2, 4, 4), torch.randn(3, 2, 3, 3))
+
+
+def test_check_takes_a_module_and_runs_nothing():
+    """A module's parameters and buffers are inputs, as Dynamo makes them; its running statistics
+    stay as they are, since nothing runs."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    assert [] == aotspec.check(model, torch.randn(2, 3, 6, 6))
+    assert 0 == model[1].num_batches_tracked.item()
+    assert torch.equal(torch.zeros(4), model[1].running_mean)
