@@ -91,8 +91,8 @@ def aten_entry(overload: torch._ops.OpOverload) -> OpEntry | Refusal:
 
 def run_aten(overload: torch._ops.OpOverload, meta, *bound):
     """r[ops.aten-values]: ATen's CPU kernel on copies of the arguments' storages; each output is
-    copied into a fresh storage laid out as `meta`, the meta kernel's output
-    (`r[ops.fresh-output]`)."""
+    copied into a fresh storage with the sizes and strides of `meta`, the meta kernel's output
+    (`r[ops.fresh-output]`), in the kernel's dtype."""
     copies: dict[int, torch.UntypedStorage] = {}
 
     def to_torch(value):
@@ -120,7 +120,9 @@ def _fresh(result, meta):
             rule="ops.aten-values",
             fix="compute this part outside the compiled function",
         )
-    layout = Layout.of(meta)
+    # The kernel's dtype: under autocast, batch norm's saved statistics stay float32 where its
+    # meta kernel says bfloat16.
+    layout = Layout(result.dtype, meta.shape, meta.stride(), meta.storage_offset())
     s = Storage.zeros(layout.extent_bytes())
     st = new_torch_storage(s)
     tensor_on(st, layout).copy_(result)

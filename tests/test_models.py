@@ -147,8 +147,9 @@ def _lifted(module: nn.Module, backend: str):
     return lambda *inputs: compiled(params, buffers, *inputs)
 
 
-def _step(name: str, runner: str):
-    """The loss, every parameter's gradient and every buffer after one step of model `name`."""
+def _step(name: str, runner: str, autocast: bool = False):
+    """The loss, every parameter's gradient and every buffer after one step of model `name`
+    (with `autocast`, its forward under `torch.autocast("cpu", dtype=torch.bfloat16)`)."""
     module, inputs = _built(name)
     if runner == "eager":
         call = module
@@ -158,7 +159,8 @@ def _step(name: str, runner: str):
     else:
         call = _lifted(module, runner)
     torch.manual_seed(5)  # dropout's draws
-    loss = call(*inputs)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        loss = call(*inputs)
     loss.backward()
     grads = {name: p.grad for name, p in module.named_parameters()}
     buffers = {name: b.clone() for name, b in module.named_buffers()}
@@ -177,6 +179,18 @@ def test_training_step_matches_eager(name, runner):
     assert expected_buffers.keys() == buffers.keys()
     for key, expected in expected_buffers.items():
         torch.testing.assert_close(buffers[key], expected, msg=lambda m, key=key: f"{key}: {m}")
+
+
+@pytest.mark.parametrize("runner", ["reference", "fast"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "gpt-block"])
+def test_training_step_under_autocast_matches_eager(name, runner):
+    """Under CPU autocast to bfloat16: the casts autocast inserts are captured, ATen-valued ops
+    compute in eager's dtypes (batch norm's statistics stay float32). The fast backend runs
+    eager's kernels; the reference's table ops compute in float32 and round once
+    (`r[ops.opmath]`), so they are held to bfloat16's tolerance."""
+    expected = _step(name, "eager", autocast=True)
+    actual = _step(name, runner, autocast=True)
+    torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-3)
 
 
 def _memory(name: str, runner: str) -> tuple[int, int]:
