@@ -5,8 +5,8 @@ its values from ATen's own CPU kernel, while everything the spec is about stays 
 derived from the op's schema (`specs/ops.md`):
 
 - `r[ops.aten-values]`: an op whose schema neither writes nor aliases an argument runs ATen's CPU
-  kernel on copies of the reference's values; its outputs are fresh storages laid out as the meta
-  kernel says (`r[ops.fresh-output]`).
+  kernel on copies of the reference's values; its outputs are fresh storages with the sizes and
+  strides the meta kernel gives (`r[ops.fresh-output]`), holding the kernel's values.
 - `r[ops.aten-views]`: an op whose outputs are annotated `Tensor(a)` (and nothing `!`) is a view
   of its first argument; each output's layout is what the op's meta kernel gives for that
   argument's layout.
@@ -110,8 +110,10 @@ def run_aten(overload: torch._ops.OpOverload, meta, *bound):
 def _fresh(result, meta):
     if isinstance(result, (tuple, list)):
         return type(result)(_fresh(r, m) for r, m in zip(result, meta, strict=True))
-    if not isinstance(result, torch.Tensor) or meta is None:
-        return result if meta is not None else None
+    if meta is None:  # an output the op leaves undefined (r[ops.fresh-output])
+        return None
+    if not isinstance(result, torch.Tensor):  # a number, as the kernel gives it
+        return result
     if result.layout != torch.strided or result.shape != meta.shape:
         # r[ops.aten-values]: the storage model holds strided tensors of the sizes capture saw
         raise UnsupportedError(
