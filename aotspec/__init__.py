@@ -2,10 +2,11 @@
 
 `aotspec.compile(fn, backend="reference")` runs `fn` the way the specification says a compiled
 function must behave. `aotspec.reference` is the reference interpreter, `aotspec.fast` the fast
-backend, `aotspec.conformance` the conformance suite. Errors: `UnsupportedError`, `SpecViolation`.
+backend, `aotspec.conformance` the conformance suite. `aotspec.check(fn, *args)` lists what a
+call would be refused for, without running it. Errors: `UnsupportedError`, `SpecViolation`.
 """
 
-from .api import CompiledFunction, compile
+from .api import CompiledFunction, check, compile
 from .errors import HooksWarning, InternalError, SpecViolation, UnsupportedError
 
 __all__ = [
@@ -14,5 +15,6 @@ __all__ = [
     "InternalError",
     "SpecViolation",
     "UnsupportedError",
+    "check",
     "compile",
 ]

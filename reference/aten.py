@@ -5,8 +5,8 @@ its values from ATen's own CPU kernel, while everything the spec is about stays 
 derived from the op's schema (`specs/ops.md`):
 
 - `r[ops.aten-values]`: an op whose schema neither writes nor aliases an argument runs ATen's CPU
-  kernel on copies of the reference's values; its outputs are fresh storages laid out as the meta
-  kernel says (`r[ops.fresh-output]`).
+  kernel on copies of the reference's values; its outputs are fresh storages with the sizes and
+  strides the meta kernel gives (`r[ops.fresh-output]`), holding the kernel's values.
 - `r[ops.aten-views]`: an op whose outputs are annotated `Tensor(a)` (and nothing `!`) is a view
   of its first argument; each output's layout is what the op's meta kernel gives for that
   argument's layout.
@@ -56,6 +56,11 @@ def _kernel_name(schema) -> str:
     return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
 
 
+#: r[ops.aten-views]: ops whose outputs share their input's storage in eager although their
+#: schemas do not say so; autograd does not track them as views.
+HIDDEN_VIEWS = frozenset({aten.unsafe_split.Tensor, aten.unsafe_split_with_sizes.default})
+
+
 @functools.cache
 def aten_entry(overload: torch._ops.OpOverload) -> OpEntry | Refusal:
     """The entry of an aten op outside the table, by what its schema says it does."""
@@ -69,13 +74,16 @@ def aten_entry(overload: torch._ops.OpOverload) -> OpEntry | Refusal:
         )
     if not torch._C._dispatch_has_computed_kernel_for_dispatch_key(_kernel_name(schema), "CPU"):
         return Refusal("has no CPU kernel", "ops.aten-values")
+    view = OpEntry(overload, OpKind.VIEW, functools.partial(meta_view, overload), "views input 0")
+    if overload in HIDDEN_VIEWS:
+        return view
     aliased = [r.alias_info for r in schema.returns if r.alias_info is not None]
     if not aliased:
         return OpEntry(overload, OpKind.ATEN, run_aten, "fresh output (ATen's values)")
     first = schema.arguments[0].alias_info
     if first is None or any(info.before_set != first.before_set for info in aliased):
         return Refusal("returns views of an argument other than its first", "ops.aten-views")
-    return OpEntry(overload, OpKind.VIEW, functools.partial(meta_view, overload), "views input 0")
+    return view
 
 
 # ---------------------------------------------------------------- values
@@ -83,9 +91,9 @@ def aten_entry(overload: torch._ops.OpOverload) -> OpEntry | Refusal:
 
 def run_aten(overload: torch._ops.OpOverload, meta, *bound, call: Callable = call_with):
     """r[ops.aten-values]: ATen's CPU kernel on copies of the arguments' storages; each output is
-    copied into a fresh storage laid out as `meta`, the meta kernel's output
-    (`r[ops.fresh-output]`). `call(overload, arguments)` runs the kernel (a collective waits for
-    the group too: `collectives.py`)."""
+    copied into a fresh storage with the sizes and strides of `meta`, the meta kernel's output
+    (`r[ops.fresh-output]`), in the kernel's dtype. `call(overload, arguments)` runs the kernel
+    (a collective waits for the group too: `collectives.py`)."""
     copies: dict[int, torch.UntypedStorage] = {}
 
     def to_torch(value):
@@ -103,8 +111,10 @@ def run_aten(overload: torch._ops.OpOverload, meta, *bound, call: Callable = cal
 def _fresh(result, meta):
     if isinstance(result, (tuple, list)):
         return type(result)(_fresh(r, m) for r, m in zip(result, meta, strict=True))
-    if not isinstance(result, torch.Tensor) or meta is None:
-        return result if meta is not None else None
+    if meta is None:  # an output the op leaves undefined (r[ops.fresh-output])
+        return None
+    if not isinstance(result, torch.Tensor):  # a number, as the kernel gives it
+        return result
     if result.layout != torch.strided or result.shape != meta.shape:
         # r[ops.aten-values]: the storage model holds strided tensors of the sizes capture saw
         raise UnsupportedError(
@@ -113,7 +123,9 @@ def _fresh(result, meta):
             rule="ops.aten-values",
             fix="compute this part outside the compiled function",
         )
-    layout = Layout.of(meta)
+    # The kernel's dtype: under autocast, batch norm's saved statistics stay float32 where its
+    # meta kernel says bfloat16.
+    layout = Layout(result.dtype, meta.shape, meta.stride(), meta.storage_offset())
     s = Storage.zeros(layout.extent_bytes())
     st = new_torch_storage(s)
     tensor_on(st, layout).copy_(result)
@@ -261,6 +273,17 @@ def batch_norm_backward(
     return [input_grad, weight_grad, bias_grad, None, None, None, None, None]
 
 
+def _bernoulli_(self, p=0.5, *, generator=None):
+    """r[ops.random]: `x.bernoulli_(p)` draws in the order of x's memory, its functional variant
+    `bernoulli.p` in the order of its own contiguous result: so the draw runs on x's dims
+    permuted into memory order, and is permuted back. It reads only x's sizes (`detach`)."""
+    order = sorted(range(self.dim()), key=lambda d: (-self.stride(d), -self.shape[d]))
+    inverse = [order.index(d) for d in range(self.dim())]
+    drawn = aten.bernoulli.p(aten.permute(aten.detach(self), order), p, generator=generator)
+    self.copy_(aten.permute(drawn, inverse))
+    return self
+
+
 def _resizes_arguments(overload):
     """r[ops.aten-mutations]: an op whose kernel resizes the arguments it writes, which its
     schema and meta kernel do not say."""
@@ -288,6 +311,7 @@ def mutation_decompositions() -> dict[torch._ops.OpOverload, Callable]:
     observer = aten._fused_moving_avg_obs_fq_helper.default  # resizes empty per-channel state
     table: dict[torch._ops.OpOverload, Callable] = {
         aten.native_batch_norm.default: _native_batch_norm,
+        aten.bernoulli_.float: _bernoulli_,
         observer: _resizes_arguments(observer),
     }
     for schema in torch._C._jit_get_all_schemas():

@@ -33,7 +33,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from aotspec.errors import InternalError
 
 from .optable import ATEN_VALUED, OP_TABLE, call_with
-from .rules import Slot, _example, key_of
+from .rules import Slot, example, key_of
 from .storage import Layout, Tensor
 
 aten = torch.ops.aten
@@ -61,7 +61,7 @@ def _arguments(spec: pytree.TreeSpec, leaves: tuple, tensors) -> list:
 
 
 def _differentiable_dtype(leaf) -> bool:
-    return isinstance(leaf, Slot) and (leaf.layout.dtype.is_floating_point)
+    return isinstance(leaf, Slot) and leaf.layout.dtype.is_floating_point
 
 
 @functools.lru_cache(maxsize=None)
@@ -73,7 +73,7 @@ def differentiable_outputs(
     slots = [leaf for leaf in leaves if isinstance(leaf, Slot)]
     with _disable_current_modes(), FakeTensorMode(), torch.enable_grad():
         tensors = [
-            _example(slot.layout).detach().requires_grad_(wanted and _differentiable_dtype(slot))
+            example(slot.layout).detach().requires_grad_(wanted and _differentiable_dtype(slot))
             for slot, wanted in zip(slots, needed, strict=True)
         ]
         out = call_with(overload, _arguments(spec, leaves, tensors))
@@ -147,7 +147,7 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
         gives.extend(k for k, r in zip(wanted, results, strict=True) if r is not None)
         return [r for r in results if r is not None]
 
-    examples = [_example(g) for g in grads if g is not None] + [_example(s.layout) for s in slots]
+    examples = [example(g) for g in grads if g is not None] + [example(s.layout) for s in slots]
     with _disable_current_modes():
         module = make_fx(joint, tracing_mode="fake")(*examples)
     graph = module.graph

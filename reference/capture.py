@@ -1,8 +1,9 @@
 """Capture: a user's function and example inputs become an aten-level torch.fx graph.
 
-`r[capture.aten-graph]`: the graph is what `make_fx` records on fake tensors, with composite ops
-decomposed by PyTorch's own decomposition tables (the list below) and every mutation kept
-(`add_`, `copy_`, `set_.source_Tensor`, `inductor.resize_storage_bytes_`).
+`r[capture.aten-graph]`: the graph is what `make_fx` records on fake tensors: the aten ops eager
+runs, each kernel one op, composite ops decomposed as PyTorch's dispatcher decomposes them, and
+every mutation kept (`add_`, `copy_`, `set_.source_Tensor`, `inductor.resize_storage_bytes_`;
+an ATen-valued op that writes its arguments as its functional variant and copy_).
 `r[capture.no-side-effects]`: tracing runs on fake tensors, so the caller's tensors are never
 written, resized or rebound by capture.
 `r[capture.flat-inputs]`: arguments are flattened with pytree; tensor leaves become placeholders
@@ -23,7 +24,6 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from attrs import define, frozen
-from torch._decomp import get_decompositions
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.overrides import TorchFunctionMode
@@ -37,51 +37,12 @@ from .optable import DERIVATIVES, OpEntry, lookup
 
 aten = torch.ops.aten
 
-# Composite ops that reach make_fx's dispatch and decompose into ops of the table.
-DECOMPOSED = [
-    aten.gelu,
-    aten.silu,
-    aten.stack,
-    aten.addcmul,
-    aten.addcdiv,
-    aten.lerp,
-    aten.hardtanh,
-    aten.leaky_relu,
-    aten.softplus,
-    aten.mv,
-    aten.dot,
-    aten.square,
-    aten.rsub,
-    aten.masked_fill,
-    aten.log_sigmoid_forward,
-    aten.elu,
-    aten.hardsigmoid,
-    aten.hardswish,
-    aten.mish,
-    aten.logsumexp,
-    aten.mse_loss,
-    # In-place forms (F.silu(x, inplace=True), x.masked_fill_(...), optimizer updates):
-    # the functional decomposition followed by copy_.
-    aten.silu_,
-    aten.masked_fill_,
-    aten.leaky_relu_,
-    aten.hardtanh_,
-    aten.elu_,
-    aten.hardsigmoid_,
-    aten.hardswish_,
-    aten.mish_,
-    aten.addcmul_,
-    aten.addcdiv_,
-    aten.lerp_,
-]
-
-
 @functools.cache
 def decompositions() -> dict:
-    """What capture decomposes: the composites above by PyTorch's tables, and every aten op that
-    writes its arguments and is outside the table by its functional variant and copy_
-    (`r[ops.aten-mutations]`)."""
-    return {**mutation_decompositions(), **get_decompositions(DECOMPOSED)}
+    """What capture decomposes: every aten op that writes its arguments and is outside the table,
+    by its functional variant and copy_ (`r[ops.aten-mutations]`). Every other op is recorded as
+    eager calls it: one kernel stays one op (`r[capture.aten-graph]`)."""
+    return mutation_decompositions()  # r[ops.aten-mutations]
 
 
 class GradModes:
@@ -236,13 +197,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
     )(*tensors)
     grad_modes.annotate(graph_module.graph)
     _drop_view_replays(graph_module)
-    entries = {
-        node: lookup(node.target, where=_source_line(node))
-        for node in graph_module.graph.nodes
-        if node.op == "call_function" and node.target is not getitem
-    }
-    for node in entries:
-        check_collective(node, _source_line(node))
+    entries = _entries(graph_module.graph)
     return Program(
         graph_module=graph_module,
         in_spec=in_spec,
@@ -253,6 +208,34 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         name=getattr(fn, "__qualname__", repr(fn)),
         requires_grad_inputs=frozenset(requires_grad_inputs),
     )
+
+
+def _entries(graph: torch.fx.Graph) -> dict[torch.fx.Node, OpEntry]:
+    """The op table entry of every op of the graph; r[ops.unsupported-all]: every op that has
+    none is refused in one UnsupportedError, each once per line of the user's source."""
+    entries: dict[torch.fx.Node, OpEntry] = {}
+    refusals: dict[str, UnsupportedError] = {}
+    for node in graph.nodes:
+        if node.op != "call_function" or node.target is getitem:
+            continue
+        where = _source_line(node)
+        try:
+            entries[node] = lookup(node.target, where=where)
+            check_collective(node, where)  # r[collectives.group], r[collectives.wait]
+        except UnsupportedError as error:
+            refusals.setdefault(error.problem, error)
+    if len(refusals) == 1:
+        raise next(iter(refusals.values()))
+    if refusals:
+        first = next(iter(refusals.values()))
+        listed = "\n".join(f"- {e.problem} [rule {e.rule}]" for e in refusals.values())
+        raise UnsupportedError(
+            f"{len(refusals)} ops of the program are not supported:\n{listed}\n",
+            rule=first.rule,
+            fix=first.fix,
+            refusals=tuple(refusals.values()),
+        )
+    return entries
 
 
 def _inputs_set_to_require_grad(calls: list[_RequiresGradCall], inputs: tuple) -> set[int]:

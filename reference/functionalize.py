@@ -589,7 +589,9 @@ class _Replay:
         # r[autograd.multi-output-views]: eager marks such views made with grad mode on, and
         # views of them
         multi_output = self.grad_enabled and not detached
-        multi_output &= source.multi_output or isinstance(layouts, tuple)
+        # views autograd tracks: unsafe_split's are not (r[ops.aten-views])
+        tracked = node.target._schema.returns[0].alias_info is not None
+        multi_output &= source.multi_output or (isinstance(layouts, tuple) and tracked)
         if isinstance(layouts, tuple):
             return tuple(
                 _Cell(

@@ -160,6 +160,23 @@ def _eager_draws():
 _DRAWS = _eager_draws()
 
 
+def _bernoulli_into(x, generator):
+    x.bernoulli_(0.5, generator=generator)
+
+
+def _transposed_draw_world():
+    return {"x": torch.zeros(4, 6).t(), "generator": torch.Generator().manual_seed(3)}
+
+
+def _eager_transposed_draw():
+    world = _transposed_draw_world()
+    _bernoulli_into(world["x"], world["generator"])
+    return world["x"]
+
+
+_TRANSPOSED_DRAW = _eager_transposed_draw()
+
+
 def _dropout_after_an_unused_draw(x):
     torch.rand(4)  # drawn, never read
     return F.dropout(x, 0.5, training=True) * 3
@@ -275,6 +292,21 @@ CASES = [
         ],
     ),
     Case(
+        name="ops.aten-unsafe-split-returns-views",
+        rules=["ops.aten-views"],
+        setup=lambda: {"x": _M.clone()},
+        args=["x"],
+        program=lambda x: torch.ops.aten.unsafe_split(x, 2),
+        # eager's outputs share x's storage although the schema does not say so
+        expect=[
+            Values("out0", _M[:2]),
+            Values("out1", _M[2:]),
+            Layout("out1", shape=(1, 3), strides=(3, 1), offset=6),
+            Shares("x", "out0"),
+            Shares("x", "out1"),
+        ],
+    ),
+    Case(
         name="ops.aten-out-argument-is-written-and-returned",
         rules=["ops.aten-mutations"],
         setup=lambda: {"x": _M[0].clone(), "y": torch.zeros(3)},
@@ -338,6 +370,15 @@ CASES = [
         args=["x", "generator"],
         program=_draws,
         expect=[Values("out0", _DRAWS[0]), Values("out1", _DRAWS[1]), Values("x", _DRAWS[2])],
+    ),
+    Case(
+        name="ops.random-bernoulli-fills-a-transposed-tensor-as-eager",
+        rules=["ops.random"],
+        setup=_transposed_draw_world,
+        args=["x", "generator"],
+        program=_bernoulli_into,
+        # eager draws in the order of x's memory: column by column of x
+        expect=[Values("x", _TRANSPOSED_DRAW), Layout("x", shape=(6, 4), strides=(1, 6))],
     ),
     Case(
         name="ops.random-dropout-draws-as-eager-after-an-unused-draw",
