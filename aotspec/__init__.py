@@ -1,12 +1,13 @@
 """aotspec: an executable specification of AOTAutograd's runtime semantics.
 
 `aotspec.compile(fn, backend="reference")` runs `fn` the way the specification says a compiled
-function must behave; `aotspec.explain(fn, *args)` prints its plan, each step with its rule.
+function must behave; `aotspec.explain(fn, *args)` prints its plan, each step with its rule, and
+`aotspec.check(fn, *args)` lists what a call would be refused for, without running it.
 `aotspec.reference` is the reference interpreter, `aotspec.fast` the fast backend,
 `aotspec.conformance` the conformance suite. Errors: `UnsupportedError`, `SpecViolation`.
 """
 
-from .api import CompiledFunction, compile
+from .api import CompiledFunction, check, compile
 from .errors import HooksWarning, InternalError, SpecViolation, UnsupportedError
 from .explain import explain
 
@@ -16,6 +17,7 @@ __all__ = [
     "InternalError",
     "SpecViolation",
     "UnsupportedError",
+    "check",
     "compile",
     "explain",
 ]

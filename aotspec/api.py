@@ -14,6 +14,7 @@ from collections.abc import Callable
 import torch
 import torch.utils._pytree as pytree
 
+from aotspec.errors import UnsupportedError
 from aotspec.fast.runtime import FastPlan, run_fast
 from aotspec.reference.compiled import run_compiled
 from aotspec.reference.plan import (
@@ -62,6 +63,29 @@ def compile(
             f"(its parameters: {list(parameters)}) [rule boxed.steal.lists-only]"
         )
     return CompiledFunction(fn, backend, steal, hooks_filter)
+
+
+def check(fn: Callable, *args, **kwargs) -> list[UnsupportedError]:
+    """What `aotspec.compile(fn)` would refuse for this call, without running it: every op of the
+    program that is not supported, each an UnsupportedError naming the op, the user's source line
+    and the rule (`r[ops.unsupported-all]`); or the first pattern refused after capture. Empty
+    when the call compiles. `fn` is traced on fake tensors: the arguments are not touched. A
+    module's parameters and buffers are inputs of the program, as Dynamo makes them."""
+    if isinstance(fn, torch.nn.Module):
+        module = fn
+        state = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+
+        def fn(state, *args, **kwargs):
+            return torch.func.functional_call(module, state, args, kwargs)
+
+        args = (state, *args)
+    leaves, _ = _flatten(args, kwargs)
+    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    try:
+        build_plan(fn, args, kwargs, tensors, frozenset(), None)
+    except UnsupportedError as error:
+        return list(error.refusals)
+    return []
 
 
 def _parameters(fn) -> dict:

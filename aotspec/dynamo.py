@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.fx.traceback
 
 import aotspec
 
@@ -43,4 +44,17 @@ def aotspec_backend(
             f"unknown options {unknown} for torch.compile(backend='aotspec'); valid options: "
             f"{', '.join(map(repr, OPTIONS))} (the keyword arguments of aotspec.compile)"
         )
-    return aotspec.compile(graph_module.forward, **options)
+    return aotspec.compile(_keeping_source_lines(graph_module), **options)
+
+
+def _keeping_source_lines(graph_module: torch.fx.GraphModule) -> Callable:
+    """The graph's function, run node by node with each node's metadata in effect, so that the
+    aten ops capture records from it carry the user's source line that Dynamo noted for the node
+    (errors then name the user's line, not Dynamo's generated code: `r[ops.table]`)."""
+
+    def forward(*args):
+        with torch.fx.traceback.preserve_node_meta():
+            return torch.fx.Interpreter(graph_module).run(*args)
+
+    forward.__qualname__ = getattr(graph_module.forward, "__qualname__", "forward")
+    return forward

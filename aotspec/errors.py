@@ -31,11 +31,17 @@ def _format(problem: str, rule: str, fix: str) -> str:
 
 
 class UnsupportedError(RuntimeError):
-    """The program is outside the specification; nothing was run and no input was touched."""
+    """The program is outside the specification; nothing was run and no input was touched.
 
-    def __init__(self, problem: str, *, rule: str, fix: str):
+    `refusals` lists one UnsupportedError per op or pattern refused, when one error stands for
+    several (`r[ops.unsupported-all]`); otherwise it holds the error itself."""
+
+    def __init__(self, problem: str, *, rule: str, fix: str, refusals: tuple = ()):
         super().__init__(_format(problem, rule, fix))
+        self.problem = problem
         self.rule = rule
+        self.fix = fix
+        self.refusals: tuple[UnsupportedError, ...] = refusals or (self,)
 
 
 class SpecViolation(RuntimeError):

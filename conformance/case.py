@@ -91,6 +91,36 @@ class Values(Expectation):
         return None
 
 
+def _rank() -> int:
+    """This process's rank in the group a case of `ranks` > 1 runs on (`conformance/ranks.py`)."""
+    return torch.distributed.get_rank()
+
+
+@frozen
+class RankValues(Expectation):
+    """On rank k of the case's group, `name` holds `expected[k]` (see `Values`)."""
+
+    name: str
+    expected: tuple = field(converter=tuple)
+
+    def check(self, outcome):
+        return Values(self.name, self.expected[_rank()]).check(outcome)
+
+
+@frozen
+class OnRank(Expectation):
+    """`expectation` holds on rank `rank` of the case's group; the other ranks skip it."""
+
+    rank: int
+    expectation: Expectation
+
+    def applies(self) -> bool:
+        return _rank() == self.rank
+
+    def check(self, outcome):
+        return self.expectation.check(outcome)
+
+
 @frozen
 class Layout(Expectation):
     """`name` has this dtype, shape, strides and offset (any left as None is not checked); strides
@@ -465,6 +495,20 @@ class Case:
     #: What the caller does to its world between the call and the backward (FSDP's re-gather);
     #: an error it raises counts as the backward's.
     before_backward: Callable[[dict], None] | None = None
+    #: Processes the case runs on: more than one for a program with collectives, which runs on
+    #: every rank of a gloo group the runner spawns (`conformance/ranks.py`); `setup` and
+    #: `program` may ask `torch.distributed.get_rank()`, and `RankValues` and `OnRank` say what
+    #: differs by rank.
+    ranks: int = 1
+
+    def expectations(self) -> tuple[Expectation, ...]:
+        """The expectations that apply in this process: `OnRank`s of other ranks are left out,
+        and those of this rank stand for what they wrap."""
+        return tuple(
+            e.expectation if isinstance(e, OnRank) else e
+            for e in self.expect
+            if not isinstance(e, OnRank) or e.applies()
+        )
 
 
 #: Skip entries for cases that pin compiled semantics only (eager has no such notion).

@@ -22,6 +22,7 @@ from .backends import Backend, resolve
 from .case import BackwardRaises, Case, Outcome, Raises
 from .cases import ALL_CASES
 from .observe import observe, world_of
+from .ranks import RanksFailed, run_on_ranks
 
 #: What a case's result may be. `xfail` and `xpass` come from a list of known failures: a
 #: listed case that failed or crashed, and one that passed.
@@ -40,7 +41,16 @@ class CaseResult:
 
 
 def run_case(case: Case, backend: str | Backend) -> CaseResult:
-    """`case` on `backend`, in this process."""
+    """`case` on `backend`: here, or on every rank of a group spawned for it."""
+    if isinstance(backend, str):
+        backend = resolve(backend)
+    if case.ranks > 1:
+        return run_in_group([case], [backend.name])[0]
+    return run_here(case, backend)
+
+
+def run_here(case: Case, backend: str | Backend) -> CaseResult:
+    """`case` on `backend`, in this process (one rank of a group, for a case of `ranks` > 1)."""
     if isinstance(backend, str):
         backend = resolve(backend)
     start = time.monotonic()
@@ -74,14 +84,15 @@ def _run(case: Case, backend: Backend) -> CaseResult:
             except Exception as raised:  # noqa: BLE001
                 backward_error = raised
     outcome = Outcome(world, observe(world), before, error, ledger, tuple(caught), backward_error)
-    if error is not None and not any(isinstance(e, Raises) for e in case.expect):
+    expect = case.expectations()
+    if error is not None and not any(isinstance(e, Raises) for e in expect):
         message = f"the call raised {describe(error)}"
         return CaseResult(case, backend, "fail", (message,))
-    if backward_error is not None and not any(isinstance(e, BackwardRaises) for e in case.expect):
+    if backward_error is not None and not any(isinstance(e, BackwardRaises) for e in expect):
         message = f"the backward raised {describe(backward_error)}"
         return CaseResult(case, backend, "fail", (message,))
     failures, unobservable = [], 0
-    for expectation in case.expect:
+    for expectation in expect:
         if expectation.needs_ledger and ledger is None and error is None:
             unobservable += (
                 1  # this backend keeps no ledger: memory facts are not observable on it
@@ -215,6 +226,52 @@ def apply_xfail(results: list[CaseResult], known: set[tuple[str, str]]) -> list[
             result = evolve(result, status="xpass", messages=(note, *result.messages))
         marked.append(result)
     return marked
+
+
+def run_in_group(cases: list[Case], backends: list[str]) -> list[CaseResult]:
+    """Each case on each backend, on every rank of a gloo group spawned for them (one group per
+    number of ranks); a case passes when it passes on every rank, and fails when a rank fails,
+    hangs or dies."""
+    results = {}
+    for ranks in sorted({case.ranks for case in cases}):
+        pairs = [(case, backend) for case in cases if case.ranks == ranks for backend in backends]
+        names = [(case.name, backend) for case, backend in pairs]
+        try:
+            per_rank = run_on_ranks(_run_named, names, ranks=ranks, timeout=60 + 10 * len(names))
+        except RanksFailed as failed:
+            lost = (f"the group of {ranks} ranks failed: {failed}",)
+            results.update({(c.name, b): CaseResult(c, b, "fail", lost) for c, b in pairs})
+            continue
+        for k, (case, backend) in enumerate(pairs):
+            on_each_rank = [answers[k] for answers in per_rank]
+            results[case.name, backend] = _merged(case, backend, on_each_rank)
+    return [results[case.name, backend] for case in cases for backend in backends]
+
+
+def _run_named(names: list[tuple[str, str]]) -> list[tuple[str, tuple[str, ...]]]:
+    """On one rank: (status, messages) of each named case on its backend."""
+    from .cases import ALL_CASES
+
+    by_name = {case.name: case for case in ALL_CASES}
+    results = []
+    for name, backend in names:
+        result = run_here(by_name[name], backend)
+        results.append((result.status, result.messages))
+    return results
+
+
+def _merged(case: Case, backend: str, per_rank: list) -> CaseResult:
+    statuses = [status for status, _ in per_rank]
+    if "fail" in statuses:
+        messages = tuple(
+            f"rank {rank}: {message}"
+            for rank, (status, messages) in enumerate(per_rank)
+            if status == "fail"
+            for message in messages
+        )
+        return CaseResult(case, backend, "fail", messages)
+    status, messages = per_rank[0]
+    return CaseResult(case, backend, status, messages)
 
 
 def rule_table(results: list[CaseResult], backends: list[str]) -> str:

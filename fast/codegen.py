@@ -27,6 +27,7 @@ import torch.fx
 from attrs import frozen
 
 from aotspec.errors import InternalError
+from aotspec.reference.collectives import COLLECTIVES, on_group
 from aotspec.reference.lifetimes import last_uses
 
 #: Names the generated code reads; graph values never shadow them (see `_check_names`). Each
@@ -102,7 +103,9 @@ def _function_name(target, names: dict) -> str:
     name = _fresh_name(
         getattr(target, "__name__", None) or getattr(target, "name", None) or "function", names
     )
-    names[name] = target
+    # r[collectives.values]: a collective runs on the group and is waited for by `communicate`,
+    # which names it when it fails or times out (r[collectives.timeout])
+    names[name] = on_group(target) if target in COLLECTIVES else target
     return name
 
 

@@ -20,12 +20,15 @@ from operator import getitem
 import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
+import torch.utils._pytree as pytree
 from attrs import define, field, frozen
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from aotspec.errors import InternalError, UnsupportedError
 
+from .aten_autograd import output_gradients
 from .capture import CheckpointRegions, checkpoint_region, grad_enabled
+from .collectives import communicates
 from .functionalize import (
     CallerStorage,
     FunctionalProgram,
@@ -36,7 +39,15 @@ from .functionalize import (
     node_of,
 )
 from .graph import GraphProgram, output_node, placeholders, traced_from
-from .optable import DERIVATIVES, NONDIFFERENTIABLE, OpKind, bind, lookup, qualified_name
+from .optable import (
+    NONDIFFERENTIABLE,
+    OpKind,
+    bind,
+    call_rule,
+    derivative_of,
+    lookup,
+    qualified_name,
+)
 from .storage import Layout
 
 aten = torch.ops.aten
@@ -206,9 +217,27 @@ def _requires_grad_nodes(
                 continue
             if not grad_enabled(node):  # r[capture.grad-mode]: computed under torch.no_grad()
                 continue
-            if any(used in flows for used in node.all_input_nodes):
+            if not any(used in flows for used in node.all_input_nodes):
+                continue
+            if _may_carry_gradient(node, flows):
                 flows.add(node)
     return flows
+
+
+def _may_carry_gradient(node: torch.fx.Node, flows: set) -> bool:
+    """Whether eager autograd gives (this output of) an ATen-valued op a gradient
+    (`r[ops.aten-derivatives]`); the table's ops leave it to the output's dtype."""
+    source, index = node.args if node.target is getitem else (node, None)
+    if source.op != "call_function":
+        return True
+    bound = bind(source.target._schema, source.args, source.kwargs)
+    leaves = [leaf for leaf in pytree.tree_leaves(bound) if isinstance(leaf, torch.fx.Node)]
+    needed = tuple(leaf in flows for leaf in leaves)
+    values = pytree.tree_map_only(torch.fx.Node, lambda leaf: leaf.meta["val"], bound)
+    carried = output_gradients(source.target, values, needed)
+    if carried is None:
+        return True
+    return any(carried) if index is None else carried[index]
 
 
 def _check_detached_write(program: FunctionalProgram, node: torch.fx.Node, flows: set) -> None:
@@ -281,7 +310,7 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
         for node in traced_from(graph.nodes, "autograd.joint"):
             if node.op == "placeholder":
                 env[node] = next(inputs)
-            elif node.op == "get_attr":  # r[capture.constants]
+            elif node.op == "get_attr":  # r[capture.constants], or a generator (r[ops.random])
                 env[node] = getattr(program.graph_module, node.target)
             elif node.op == "call_function":
                 args = torch.fx.node.map_arg(node.args, env.__getitem__)
@@ -371,7 +400,7 @@ def _backward_pass(
             continue
         if isinstance(grad, dict):  # the gradients of a multi-output op, by output index
             grad = tuple(grad.get(i) for i in range(len(env[node])))
-        rule = DERIVATIVES.get(node.target)
+        rule = derivative_of(node.target)
         if rule is None:
             raise UnsupportedError(
                 f"op {qualified_name(node.target)} has no derivative rule",
@@ -384,9 +413,15 @@ def _backward_pass(
         regions.enter(node)  # r[checkpoint.saved]: what the region's derivatives read
         bound_values = bind(node.target._schema, args, kwargs)
         bound_nodes = bind(node.target._schema, node.args, node.kwargs)
-        for arg_nodes, arg_grads in zip(
-            bound_nodes, rule(grad, env[node], *bound_values), strict=True
-        ):
+        needed = tuple(
+            isinstance(leaf, torch.fx.Node) and leaf in flows
+            for leaf, value in zip(
+                pytree.tree_leaves(bound_nodes), pytree.tree_leaves(bound_values), strict=True
+            )
+            if isinstance(value, torch.Tensor)
+        )
+        arg_grads_of = call_rule(rule, grad, env[node], bound_values, needed)
+        for arg_nodes, arg_grads in zip(bound_nodes, arg_grads_of, strict=True):
             for arg_node, arg_grad in _pairs(arg_nodes, arg_grads):
                 if (
                     isinstance(arg_node, torch.fx.Node)
@@ -436,7 +471,8 @@ def partition(
     # r[autograd.partition.saved]: the forward holds the replayed functional graph; every op a
     # derivative rule added runs in the backward, as in eager autograd, so the saved values are
     # exactly what the rules read (and what saved-tensor hooks see: r[hooks.eager.saved-set]).
-    forward_nodes = _ancestors(forward_outputs)
+    draws = _forward_effects(joint, tangents)
+    forward_nodes = _ancestors(forward_outputs + draws)
     forward_nodes.update(primals)
     # Every result of a forward op is a forward value, even those only a rule reads (layer_norm's
     # mean and rstd): the backward saves them rather than the op's tuple.
@@ -452,8 +488,8 @@ def partition(
     saved = _save_bases_of_views(saved)
     saved = _recompute_checkpointed(saved, forward_nodes)
     saved, reread = _read_contents_from_inputs(saved, primals, final_contents)
-    forward = _extract(joint, primals, forward_outputs + saved)
-    backward = _extract(joint, saved + tangents, list(grads), reread)
+    forward = _extract(joint_module, primals, forward_outputs + saved, keep=draws)
+    backward = _extract(joint_module, saved + tangents, list(grads), reread)
     _recompute_at_first_unpack(backward)
     read_after_call = {
         primals.index(primal): node.meta["val"].nbytes for node, primal in reread.items()
@@ -580,14 +616,41 @@ def _is_view(node: torch.fx.Node) -> bool:
     return entry.kind is OpKind.VIEW
 
 
+def _forward_effects(joint: torch.fx.Graph, tangents: list[torch.fx.Node]) -> list:
+    """The forward's ops that run even when nothing uses their value (the nodes computed from no
+    tangent): r[ops.random], a draw, drawing as in eager; r[collectives.program-order], a
+    collective, which the other ranks wait for."""
+    from_tangents = set(tangents)
+    found = []
+    for node in joint.nodes:
+        if any(used in from_tangents for used in node.all_input_nodes):
+            from_tangents.add(node)
+        elif _draws(node) or communicates(node):
+            found.append(node)
+    return found
+
+
+def _draws(node: torch.fx.Node) -> bool:
+    """A random op (`r[ops.random]`)."""
+    tags = getattr(node.target, "tags", ())
+    return node.op == "call_function" and torch.Tag.nondeterministic_seeded in tags
+
+
 def _extract(
-    graph: torch.fx.Graph, inputs: list[torch.fx.Node], outputs: list[torch.fx.Node], reread=None
+    joint_module: torch.fx.GraphModule,
+    inputs: list[torch.fx.Node],
+    outputs: list[torch.fx.Node],
+    reread=None,
+    keep=(),
 ) -> torch.fx.GraphModule:
-    """A graph computing `outputs` from `inputs`, copying the nodes in between in their order;
-    each node of `reread` is read as the whole storage of the input it maps to."""
+    """A graph computing `outputs` from `inputs`, and the nodes of `keep`, copying the nodes in
+    between in their order; each node of `reread` is read as the whole storage of the input it
+    maps to. Constants the copied nodes read (a random op's generator) come from
+    `joint_module`."""
+    graph = joint_module.graph
     reread = reread or {}
     needed: set[torch.fx.Node] = set()
-    stack = [o for o in outputs if isinstance(o, torch.fx.Node)]
+    stack = [o for o in [*outputs, *keep] if isinstance(o, torch.fx.Node)]
     input_set = set(inputs) | set(reread)
     while stack:
         node = stack.pop()
@@ -617,4 +680,4 @@ def _extract(
             env[node] = new.node_copy(node, env.__getitem__)
     new.output([env[o] for o in outputs])
     # the joint graph's module is the root: it holds the constants get_attr nodes read
-    return torch.fx.GraphModule(graph.owning_module, new)
+    return torch.fx.GraphModule(joint_module, new)

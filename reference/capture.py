@@ -1,8 +1,9 @@
 """Capture: a user's function and example inputs become an aten-level torch.fx graph.
 
-`r[capture.aten-graph]`: the graph is what `make_fx` records on fake tensors, with composite ops
-decomposed by PyTorch's own decomposition tables (the list below) and every mutation kept
-(`add_`, `copy_`, `set_.source_Tensor`, `inductor.resize_storage_bytes_`).
+`r[capture.aten-graph]`: the graph is what `make_fx` records on fake tensors: the aten ops eager
+runs, each kernel one op, composite ops decomposed as PyTorch's dispatcher decomposes them, and
+every mutation kept (`add_`, `copy_`, `set_.source_Tensor`, `inductor.resize_storage_bytes_`;
+an ATen-valued op that writes its arguments as its functional variant and copy_).
 `r[capture.no-side-effects]`: tracing runs on fake tensors, so the caller's tensors are never
 written, resized or rebound by capture.
 `r[capture.flat-inputs]`: arguments are flattened with pytree; tensor leaves become placeholders
@@ -28,7 +29,6 @@ import torch.fx
 import torch.utils._pytree as pytree
 import torch.utils.checkpoint
 from attrs import define, frozen
-from torch._decomp import get_decompositions
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 from torch.overrides import TorchFunctionMode
@@ -37,57 +37,28 @@ import aotspec.errors
 from aotspec.errors import UnsupportedError
 
 from . import effects, ops  # noqa: F401  (importing them fills the op table)
-from .optable import OpEntry, lookup
+from .aten import mutation_decompositions
+from .collectives import check_collective
+from .optable import DERIVATIVES, OpEntry, lookup
 
 aten = torch.ops.aten
 
-# Composite ops that reach make_fx's dispatch and decompose into ops of the table.
-DECOMPOSED = [
-    aten.gelu,
-    aten.silu,
-    aten.stack,
-    aten.addcmul,
-    aten.addcdiv,
-    aten.lerp,
-    aten.hardtanh,
-    aten.leaky_relu,
-    aten.softplus,
-    aten.mv,
-    aten.dot,
-    aten.square,
-    aten.rsub,
-    aten.masked_fill,
-    aten.log_sigmoid_forward,
-    aten.elu,
-    aten.hardsigmoid,
-    aten.hardswish,
-    aten.mish,
-    aten.logsumexp,
-    aten.mse_loss,
-    # In-place forms (F.silu(x, inplace=True), x.masked_fill_(...), optimizer updates):
-    # the functional decomposition followed by copy_.
-    aten.silu_,
-    aten.masked_fill_,
-    aten.leaky_relu_,
-    aten.hardtanh_,
-    aten.elu_,
-    aten.hardsigmoid_,
-    aten.hardswish_,
-    aten.mish_,
-    aten.addcmul_,
-    aten.addcdiv_,
-    aten.lerp_,
-]
-DECOMPOSITIONS = get_decompositions(DECOMPOSED)
+
+@functools.cache
+def decompositions() -> dict:
+    """What capture decomposes: every aten op that writes its arguments and is outside the table,
+    by its functional variant and copy_ (`r[ops.aten-mutations]`). Every other op is recorded as
+    eager calls it: one kernel stays one op (`r[capture.aten-graph]`)."""
+    return mutation_decompositions()  # r[ops.aten-mutations]
 
 
 def _decompositions() -> dict:
-    """`DECOMPOSITIONS`, and `prims.fma` as its definition, `a * b + c`, once Dynamo has
+    """`decompositions()`, and `prims.fma` as its definition, `a * b + c`, once Dynamo has
     registered it: Dynamo rewrites `addcmul_` (an optimizer's update) into it."""
     fma = getattr(getattr(torch.ops.prims, "fma", None), "default", None)
     if fma is None:
-        return DECOMPOSITIONS
-    return DECOMPOSITIONS | {fma: lambda a, b, c: a * b + c}
+        return decompositions()
+    return decompositions() | {fma: lambda a, b, c: a * b + c}
 
 
 class NodeMarks:
@@ -340,11 +311,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
     regions.annotate(graph_module.graph)
     _refuse_random_ops_in_regions(graph_module.graph)
     _drop_view_replays(graph_module)
-    entries = {
-        node: lookup(node.target, where=_source_line(node))
-        for node in graph_module.graph.nodes
-        if node.op == "call_function" and node.target is not getitem
-    }
+    entries = _entries(graph_module.graph)
     return Program(
         graph_module=graph_module,
         in_spec=in_spec,
@@ -397,6 +364,34 @@ def _user_line(error: BaseException) -> str:
         return "called from code aotspec cannot name"
     frame = frames[-1]
     return f"called from {frame.filename}:{frame.lineno} in {frame.name}: {frame.line}"
+
+
+def _entries(graph: torch.fx.Graph) -> dict[torch.fx.Node, OpEntry]:
+    """The op table entry of every op of the graph; r[ops.unsupported-all]: every op that has
+    none is refused in one UnsupportedError, each once per line of the user's source."""
+    entries: dict[torch.fx.Node, OpEntry] = {}
+    refusals: dict[str, UnsupportedError] = {}
+    for node in graph.nodes:
+        if node.op != "call_function" or node.target is getitem:
+            continue
+        where = _source_line(node)
+        try:
+            entries[node] = lookup(node.target, where=where)
+            check_collective(node, where)  # r[collectives.group], r[collectives.wait]
+        except UnsupportedError as error:
+            refusals.setdefault(error.problem, error)
+    if len(refusals) == 1:
+        raise next(iter(refusals.values()))
+    if refusals:
+        first = next(iter(refusals.values()))
+        listed = "\n".join(f"- {e.problem} [rule {e.rule}]" for e in refusals.values())
+        raise UnsupportedError(
+            f"{len(refusals)} ops of the program are not supported:\n{listed}\n",
+            rule=first.rule,
+            fix=first.fix,
+            refusals=tuple(refusals.values()),
+        )
+    return entries
 
 
 def _inputs_set_to_require_grad(calls: list[_RequiresGradCall], inputs: tuple) -> set[int]:
@@ -479,7 +474,9 @@ def _refuse_custom_functions(after: list, before: list) -> None:
         if node in seen:
             continue
         seen.add(node)
-        if isinstance(node, torch.autograd.function.BackwardCFunction):
+        if isinstance(node, torch.autograd.function.BackwardCFunction) and not (
+            _differentiated_by_the_table(node)
+        ):
             name = getattr(node._forward_cls, "__qualname__", type(node).__name__)
             raise UnsupportedError(
                 f"the function applies the custom autograd.Function {name}, and a gradient can "
@@ -489,6 +486,24 @@ def _refuse_custom_functions(after: list, before: list) -> None:
                 "write it with ops whose derivatives the op table knows",
             )
         stack.extend(next_node for next_node, _ in node.next_functions if next_node is not None)
+
+
+def _differentiated_by_the_table(node) -> bool:
+    """The autograd node torch.library makes for an op registered with `register_autograd` that
+    has a derivative rule in the table (the functional collectives, `r[collectives.derivatives]`):
+    capture records the op itself, which its rule differentiates."""
+    return node._forward_cls.__name__ in _table_ops_with_library_autograd()
+
+
+@functools.cache
+def _table_ops_with_library_autograd() -> frozenset[str]:
+    """The names torch.library gives the autograd.Function of each non-aten op with a derivative
+    rule (`torch/_library/autograd.py`)."""
+    return frozenset(
+        f"GeneratedBackwardFor_{op.namespace}_{op._opname}_{op._overloadname}"
+        for op in DERIVATIVES
+        if op.namespace != "aten"
+    )
 
 
 def _drop_view_replays(graph_module: torch.fx.GraphModule) -> None:

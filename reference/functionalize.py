@@ -25,6 +25,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, m
 from aotspec.errors import InternalError, SpecViolation, UnsupportedError
 
 from .capture import CheckpointRegions, GradModes, Program, checkpoint_region, grad_enabled
+from .collectives import is_impure
 from .graph import traced_from
 from .optable import NONDIFFERENTIABLE, OpEntry, OpKind, bind, lookup
 from .storage import Layout, numpy_dtype
@@ -526,7 +527,9 @@ class _Replay:
                 self.env[node] = self.call(node)
             elif node.op == "get_attr":  # r[capture.constants]: a fresh copy at every call
                 constant = getattr(self.program.graph_module, node.target)
-                self.env[node] = self.fresh(constant.clone())
+                # a tensor constant is a fresh value; another object (a generator) is itself
+                is_tensor = isinstance(constant, torch.Tensor)
+                self.env[node] = self.fresh(constant.clone()) if is_tensor else constant
             elif node.op == "output":
                 return [self.env[value] for value in node.args[0]]
         raise InternalError("a captured graph ends with an output node")
@@ -562,8 +565,9 @@ class _Replay:
                 lambda v: _read(v, name, self) if isinstance(v, _Cell) else v, tree
             )
 
-        if entry.kind is OpKind.COMPUTE:
-            return pytree.tree_map(self.fresh, node.target(*read_all(args), **read_all(kwargs)))
+        if entry.kind in (OpKind.COMPUTE, OpKind.ATEN, OpKind.COLLECTIVE):
+            values = node.target(*read_all(args), **read_all(kwargs))
+            return pytree.tree_map_only(torch.Tensor, self.fresh, values)
         if entry.kind is OpKind.VIEW:
             return self.view(node, entry, args, kwargs, read_all)
         if entry.kind is OpKind.INPLACE:
@@ -607,7 +611,9 @@ class _Replay:
         # r[autograd.multi-output-views]: eager marks such views made with grad mode on, and
         # views of them
         multi_output = self.grad_enabled and not detached
-        multi_output &= source.multi_output or isinstance(layouts, tuple)
+        # views autograd tracks: unsafe_split's are not (r[ops.aten-views])
+        tracked = node.target._schema.returns[0].alias_info is not None
+        multi_output &= source.multi_output or (isinstance(layouts, tuple) and tracked)
         if isinstance(layouts, tuple):
             return tuple(
                 _Cell(
@@ -776,7 +782,8 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
         graph_module = make_fx(replay, tracing_mode="fake", _allow_non_fake_inputs=True)(*tensors)
     grad_modes.annotate(graph_module.graph)
     regions.annotate(graph_module.graph)
-    graph_module.graph.eliminate_dead_code()  # the graph is functional: unused values go
+    # the graph is functional: unused values go, but collectives run (r[collectives.program-order])
+    graph_module.graph.eliminate_dead_code(is_impure_node=is_impure)
     graph_module.recompile()
     entries = {
         node: lookup(node.target, where=f"functional graph node {node.name}")

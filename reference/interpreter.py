@@ -80,7 +80,11 @@ def each_tensor(value, action) -> None:
             action(leaf)
 
 
-def _constant(value: torch.Tensor, name: str) -> Tensor:
+def _constant(value, name: str):
+    """A tensor constant of the graph as a reference tensor; another object (a generator) as it
+    is."""
+    if not isinstance(value, torch.Tensor):
+        return value
     return Tensor(storage_from_torch(value.untyped_storage()), Layout.of(value), name=name)
 
 
@@ -97,6 +101,8 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
         if entry.kind is OpKind.COMPUTE:
             values = entry.rule(*pytree.tree_map(_read_for_compute, bound))
             return _fresh(values, meta, node.name)
+        if entry.kind in (OpKind.ATEN, OpKind.COLLECTIVE):
+            return _named(entry.rule(node.target, meta, *bound), node.name)
         if entry.kind is OpKind.VIEW:
             return _view(entry.rule(bound[0].layout, *bound[1:]), bound[0], meta, node.name)
         if entry.kind is OpKind.INPLACE:
@@ -135,6 +141,14 @@ def _fresh(values, meta, name: str):
     out = Tensor(Storage.zeros(layout.extent_bytes()), layout, name=name)
     out.write(values)
     return out
+
+
+def _named(value, name: str):
+    """ATen-valued outputs take the node's name, as `_fresh` gives compute outputs theirs."""
+    cells = [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, Tensor)]
+    for i, cell in enumerate(cells):
+        cell.name = name if len(cells) == 1 else f"{name}[{i}]"
+    return value
 
 
 def _view(layouts, base: Tensor, meta, name: str):

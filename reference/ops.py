@@ -847,10 +847,14 @@ def addmm(bias, x, y, beta, alpha):
 @derivative(aten.addmm.default)
 def addmm_backward(grad, out, bias, x, y, beta, alpha):
     # The bias gets grad * beta even when beta == 0 (zeros, or NaN where grad is not finite).
+    # A column-major operand (F.linear's transposed weight) gets its gradient column-major, as
+    # in mm_backward, so the weight's gradient has the weight's layout.
+    grad_x = y.mm(grad.t()).t() if _column_major(x) else grad.mm(y.t())
+    grad_y = grad.t().mm(x).t() if _column_major(y) else x.t().mm(grad)
     return (
         _grad_like(_scaled(grad, beta), bias),
-        _grad_like(_scaled(grad.mm(y.t()), alpha), x),
-        _grad_like(_scaled(x.t().mm(grad), alpha), y),
+        _grad_like(_scaled(grad_x, alpha), x),
+        _grad_like(_scaled(grad_y, alpha), y),
         None,
         None,
     )

@@ -12,6 +12,11 @@ Four kinds of entry (`specs/ops.md` lists every op with its kind):
   (`r[aliasing.inplace.writes-through]`).
 - effect: an op that changes storage identity or size (`copy_`, `set_`, `resize_storage_bytes_`);
   its rule gets the interpreter's tensors and ledger and acts on them.
+- collective: a functional collective (`collectives.py`): values from the process group, fresh
+  outputs, like compute.
+
+Aten ops outside the table run ATen's own kernels (`aten.py`, `r[ops.aten-values]`): `lookup`
+gives them an entry of kind ATen-valued, or view for those whose schema says they return views.
 
 Rules take the schema's arguments positionally, in schema order, keyword-only ones included.
 """
@@ -19,18 +24,22 @@ Rules take the schema's arguments positionally, in schema order, keyword-only on
 from __future__ import annotations
 
 import enum
+import inspect
 from collections.abc import Callable
 
 import torch
-from attrs import frozen
+from attrs import define, frozen
 
 from aotspec.errors import UnsupportedError
 
 from .opaque import run_opaque
 
 #: Namespaces whose ops must be in the table; ops of any other namespace (torch.library custom
-#: ops) run opaquely through their own kernel (`r[ops.opaque.schema]`).
-BUILTIN_NAMESPACES = frozenset({"aten", "prims", "inductor", "fsdp"})
+#: ops) run opaquely through their own kernel (`r[ops.opaque.schema]`). The functional collectives
+#: are in the table, and the rest of their namespaces is refused (r[collectives.ops]).
+BUILTIN_NAMESPACES = frozenset(
+    {"aten", "prims", "inductor", "fsdp", "_c10d_functional", "_c10d_functional_autograd"}
+)
 
 
 class OpKind(enum.Enum):
@@ -39,6 +48,10 @@ class OpKind(enum.Enum):
     INPLACE = "in-place"
     EFFECT = "effect"
     OPAQUE = "opaque"
+    #: Values from ATen's CPU kernel (`r[ops.aten-values]`); fresh outputs, like compute.
+    ATEN = "aten-valued"
+    #: Values from the process group (`r[collectives.values]`); fresh outputs, like compute.
+    COLLECTIVE = "collective"
 
 
 @frozen
@@ -60,6 +73,29 @@ class OpEntry:
 
 
 OP_TABLE: dict[torch._ops.OpOverload, OpEntry] = {}
+
+
+@frozen
+class Refusal:
+    """Why an aten op outside the table has no entry: `lookup` raises UnsupportedError with it."""
+
+    problem: str
+    rule: str
+
+
+@define
+class _AtenValued:
+    """How aten ops outside the table get an entry and a derivative rule (`r[ops.aten-values]`,
+    `r[ops.aten-derivatives]`): filled in when `aten.py` and `aten_autograd.py` are imported, as
+    importing `ops.py` fills the table."""
+
+    #: overload -> its OpEntry, or a Refusal.
+    entry: Callable | None = None
+    #: overload -> its derivative rule.
+    derivative: Callable | None = None
+
+
+ATEN_VALUED = _AtenValued()
 #: Ops PyTorch defines only once some module is imported (FSDP's `fsdp.copy_`), by qualified name:
 #: `lookup` finds them when a program calls them, without importing that module here.
 DEFINED_ON_IMPORT: dict[str, tuple[OpKind, Callable, str]] = {}
@@ -122,6 +158,18 @@ def effect(overload, description: str):
     return register
 
 
+def collective(*overloads):
+    """Register `rule` (overload, meta, *args) as a functional collective: it returns fresh
+    outputs holding the process group's values (`r[collectives.fresh-output]`)."""
+
+    def register(rule):
+        for overload in overloads:
+            _register(overload, OpKind.COLLECTIVE, rule, "fresh output (the group's values)")
+        return rule
+
+    return register
+
+
 def effect_defined_on_import(name: str, description: str):
     """`effect` for an op PyTorch defines only once its module is imported, named `name`."""
 
@@ -149,10 +197,13 @@ def derivative(*overloads):
     entries may be None), `out` the op's output, `args` its schema arguments in order. The rule
     returns a tuple with one entry per schema argument: the gradient for a tensor argument (same
     shape and dtype as the argument), or None. Rules are written with torch ops on tensors, so
-    tracing them on fake tensors records the backward graph.
+    tracing them on fake tensors records the backward graph. A rule with a keyword parameter
+    `needed` also gets, per tensor leaf of the arguments, whether it wants a gradient.
     """
 
     def register(rule):
+        # A rule with a `needed` parameter is told which tensor leaves want a gradient.
+        rule.takes_needed = "needed" in inspect.signature(rule).parameters
         for overload in overloads:
             if overload in DERIVATIVES or overload in NONDIFFERENTIABLE:
                 raise ValueError(f"{qualified_name(overload)} has two derivative rules")
@@ -160,6 +211,39 @@ def derivative(*overloads):
         return rule
 
     return register
+
+
+def derivative_of(overload) -> Callable | None:
+    """The op's derivative rule: the table's, else, for an aten op outside the table, eager's
+    (`r[ops.aten-derivatives]`); None for an op without one."""
+    if overload in DERIVATIVES:
+        return DERIVATIVES[overload]
+    if _is_aten(overload) and overload not in OP_TABLE and ATEN_VALUED.derivative is not None:
+        return ATEN_VALUED.derivative(overload)
+    return None
+
+
+def _is_aten(overload) -> bool:
+    return isinstance(overload, torch._ops.OpOverload) and overload.namespace == "aten"
+
+
+def call_with(overload: torch._ops.OpOverload, bound: list):
+    """`overload` called on its arguments in schema order, keyword-only ones by name."""
+    positional, keyword = [], {}
+    for argument, value in zip(overload._schema.arguments, bound, strict=True):
+        if argument.kwarg_only:
+            keyword[argument.name] = value
+        else:
+            positional.append(value)
+    return overload(*positional, **keyword)
+
+
+def call_rule(rule: Callable, grad, out, bound: list, needed: tuple[bool, ...]):
+    """`rule(grad, out, *bound)`; a rule that `takes_needed` also gets which tensor leaves of the
+    arguments want a gradient."""
+    if getattr(rule, "takes_needed", False):
+        return rule(grad, out, *bound, needed=needed)
+    return rule(grad, out, *bound)
 
 
 def nondifferentiable(*overloads) -> None:
@@ -202,12 +286,23 @@ def lookup(overload, where: str) -> OpEntry:
         return OpEntry(
             overload, OpKind.OPAQUE, run_opaque, "as its schema's alias annotations say"
         )
+    if _is_aten(overload) and ATEN_VALUED.entry is not None:
+        entry = ATEN_VALUED.entry(overload)
+        if not isinstance(entry, Refusal):
+            return entry
+        raise UnsupportedError(
+            f"op {qualified_name(overload)} ({where}) {entry.problem}", rule=entry.rule, fix=_FIX
+        )
     name = (
         qualified_name(overload) if isinstance(overload, torch._ops.OpOverload) else repr(overload)
     )
     raise UnsupportedError(
-        f"op {name} ({where}) is not in the reference op table",
-        rule="ops.table",
-        fix="rewrite the program with ops listed in specs/ops.md, or register the op as a "
-        "custom op with torch.library (schema, CPU kernel, fake kernel) so it runs opaquely",
+        f"op {name} ({where}) is not in the reference op table", rule="ops.table", fix=_FIX
     )
+
+
+_FIX = (
+    "rewrite the program with ops listed in specs/ops.md, compute this part outside the "
+    "compiled function, or register the op as a custom op with torch.library (schema, CPU "
+    "kernel, fake kernel) so it runs opaquely"
+)

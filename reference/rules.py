@@ -20,6 +20,7 @@ from attrs import define, frozen
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from .graph import GraphProgram
+from .optable import call_rule
 from .storage import Layout
 
 aten = torch.ops.aten
@@ -46,7 +47,7 @@ class RuleProgram:
     gives: tuple[int, ...]
 
 
-def _example(layout: Layout) -> torch.Tensor:
+def example(layout: Layout) -> torch.Tensor:
     """A tensor with exactly this layout, for tracing (its values are never read)."""
     storage = torch.empty(layout.extent_elements(), dtype=layout.dtype)
     return storage.as_strided(layout.sizes, layout.strides, layout.offset)
@@ -97,13 +98,13 @@ def rule_program(
             filled[position] = tensor
         out, bound = pytree.tree_unflatten(filled, spec)
         grad = grad_tuple if isinstance(out, (tuple, list)) else grad_tuple[0]
-        arg_grads = _per_tensor_leaf(bound, rule(grad, out, *bound))
+        arg_grads = _per_tensor_leaf(bound, call_rule(rule, grad, out, bound, needed))
         gives = tuple(k for k, g in enumerate(arg_grads) if needed[k] and g is not None)
         returned.gives = gives
         return [arg_grads[k] for k in gives]
 
-    examples = [_example(g) for g in grads if g is not None] + [
-        _example(values[i].layout) for i in tensor_positions
+    examples = [example(g) for g in grads if g is not None] + [
+        example(values[i].layout) for i in tensor_positions
     ]
     module = make_fx(flat_rule, tracing_mode="fake")(*examples)
     graph = module.graph
@@ -147,7 +148,7 @@ def _constant(leaf):
 
 @functools.lru_cache(maxsize=None)
 def sum_program(a: Layout, b: Layout) -> GraphProgram:
-    module = make_fx(lambda x, y: [x + y], tracing_mode="fake")(_example(a), _example(b))
+    module = make_fx(lambda x, y: [x + y], tracing_mode="fake")(example(a), example(b))
     return GraphProgram.of(module)
 
 

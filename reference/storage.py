@@ -199,6 +199,11 @@ class Tensor:
             writeable=writeable,
         )
 
+    def check_readable(self) -> None:
+        """SpecViolation unless the layout reads within the storage
+        (`r[memory.access-in-bounds]`)."""
+        self._array_view(writeable=False)
+
     def read(self) -> np.ndarray:
         """A copy of the tensor's values."""
         return np.array(self._array_view(writeable=False), copy=True)

@@ -27,11 +27,19 @@ from attrs import define, field
 
 from aotspec.errors import InternalError, UnsupportedError
 
+from .aten_autograd import output_gradients
 from .boundary import Boundary, bytes_of
 from .capture import grad_enabled
 from .interpreter import call_op
 from .ledger import Ledger
-from .optable import DERIVATIVES, NONDIFFERENTIABLE, OpKind, bind, qualified_name
+from .optable import (
+    DERIVATIVES,
+    NONDIFFERENTIABLE,
+    OpKind,
+    bind,
+    derivative_of,
+    qualified_name,
+)
 from .rules import Slot, key_of, rule_program, write_through_backward
 from .storage import Layout, Storage, Tensor
 
@@ -225,14 +233,16 @@ class Tape:
             self._note_views(result)
         else:
             self._note_bases(result)
-        if any(inputs) and node.target not in NONDIFFERENTIABLE:
+        carried = output_gradients(node.target, bound, tuple(v is not None for v in inputs))
+        if any(inputs) and node.target not in NONDIFFERENTIABLE and carried != ():
             outputs = self._record(
                 node.name,
-                DERIVATIVES.get(node.target),
+                derivative_of(node.target),
                 qualified_name(node.target),
                 result,
                 bound,
                 inputs,
+                carried=carried,
             )
             for cell, var in zip(cells_of(result), outputs, strict=True):
                 self._set_var(cell, var)
@@ -248,7 +258,7 @@ class Tape:
             self._bump(target.storage)
             return result
         self._check_mutable(node, target)
-        rule = DERIVATIVES.get(functional)
+        rule = derivative_of(functional)
         # The rule reads the target's value from before the write (leaf 1: output first, then the
         # arguments): eager saves a clone of it.
         before = (
@@ -332,24 +342,26 @@ class Tape:
         """One per tensor leaf of the arguments: the Var it needs a gradient for, or None."""
         return [self.var(leaf) for leaf in pytree.tree_leaves(bound) if isinstance(leaf, Tensor)]
 
-    def _reads(self, rule, out, bound, inputs) -> tuple[int, ...]:
+    def _reads(self, rule, out, bound, inputs, carried=None) -> tuple[int, ...]:
         """r[hooks.eager.saved-set]: the leaves of (output, arguments) the rule reads to compute
         the gradients of the arguments that need one, in the order it first reads them."""
         spec, leaves, n_out = _signature(out, bound)
         # every output that can carry a gradient gets one: eager saves before it knows which will
         grads = tuple(
             Layout.contiguous(s.layout.dtype, s.layout.sizes)
-            if _differentiable(s.layout.dtype)
+            if _carries(s, k, carried)
             else None
-            for s in leaves[:n_out]
+            for k, s in enumerate(leaves[:n_out])
         )
         needed = tuple(var is not None for var in inputs)
         return rule_program(rule, spec, leaves, n_out, grads, needed).save_order
 
-    def _record(self, name, rule, op_name, out, bound, inputs, originals=None) -> list[Var | None]:
+    def _record(
+        self, name, rule, op_name, out, bound, inputs, originals=None, carried=None
+    ) -> list[Var | None]:
         spec, leaves, n_out = _signature(out, bound)
         outputs = [
-            Var(f"{name}[{k}]") if _differentiable(leaf.layout.dtype) else None
+            Var(f"{name}[{k}]") if _carries(leaf, k, carried) else None
             for k, leaf in enumerate(leaves[:n_out])
         ]
         entry = Entry(name, rule, op_name, spec, leaves, n_out, list(inputs), outputs)
@@ -358,7 +370,7 @@ class Tape:
             hooks = torch._C._autograd._top_saved_tensors_default_hooks(
                 True
             )  # r[hooks.eager.innermost]
-            for position in self._reads(rule, out, bound, inputs):
+            for position in self._reads(rule, out, bound, inputs, carried):
                 cell = (originals or {}).get(position, cells[position])
                 entry.saved[position] = self._save(cell, hooks)
         self.entries.append(entry)
@@ -391,6 +403,14 @@ def _signature(out, bound):
         Slot(leaf.layout) if isinstance(leaf, Tensor) else key_of(leaf) for leaf in leaves
     )
     return spec, keyed, len(pytree.tree_leaves(out))
+
+
+def _carries(leaf, k: int, carried: tuple[bool, ...] | None) -> bool:
+    """Whether output leaf `k` gets a gradient: a floating-point tensor, and for an ATen-valued
+    op one eager autograd gives a gradient (`carried`, `r[ops.aten-derivatives]`)."""
+    if not (isinstance(leaf, Slot) and _differentiable(leaf.layout.dtype)):
+        return False
+    return carried is None or carried[k]
 
 
 def _differentiable(dtype: torch.dtype) -> bool:

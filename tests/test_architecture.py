@@ -20,6 +20,7 @@ PACKAGES = {
     "aotspec.fast": ROOT / "fast",
     "aotspec.conformance": ROOT / "conformance",
     "aotspec.conformance.cases": ROOT / "conformance" / "cases",
+    "aotspec.examples": ROOT / "examples",
 }
 #: The compile passes of the reference, which only the plan module runs.
 PASSES = {"capture", "functionalize", "autograd", "hooks"}

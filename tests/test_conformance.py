@@ -1,20 +1,33 @@
 """Every conformance case on every backend, plus the command line that runs them."""
 
+import functools
+
 import pytest
 
 from aotspec.cli import main
 from aotspec.conformance.backends import BACKENDS
 from aotspec.conformance.cases import ALL_CASES
-from aotspec.conformance.runner import run_case
+from aotspec.conformance.runner import run_case, run_in_group
 
 ALL_BACKENDS = list(BACKENDS)
 EAGER_BACKENDS = ["reference-eager", "torch-eager"]
 
 
+@functools.cache
+def _results_in_group() -> dict:
+    """The cases that run on several ranks, on every backend, in one spawned group (its start
+    costs seconds)."""
+    spread = [case for case in ALL_CASES if case.ranks > 1]
+    return {(r.case.name, r.backend): r for r in run_in_group(spread, ALL_BACKENDS)}
+
+
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 @pytest.mark.parametrize("case", ALL_CASES, ids=lambda case: case.name)
 def test_case(case, backend):
-    result = run_case(case, backend)
+    if case.ranks > 1:
+        result = _results_in_group()[case.name, backend]
+    else:
+        result = run_case(case, backend)
     if result.status == "skip":
         pytest.skip(result.messages[0])
     assert result.status == "pass", "\n".join(result.messages)

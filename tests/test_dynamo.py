@@ -155,3 +155,21 @@ def test_bad_option_through_torch_compile_surfaces_the_value_error():
     assert any(isinstance(e, ValueError) and "valid backends" in str(e) for e in causes), (
         caught.value
     )
+
+
+def test_an_unsupported_op_names_the_users_line():
+    """r[ops.table]: through Dynamo too, the error names the line of the user's function, not
+    Dynamo's generated code."""
+    import inspect
+
+    from aotspec import UnsupportedError
+
+    def uses_prims(x):
+        y = x.sin()
+        return torch.ops.prims.sin(y) + 1
+
+    line = inspect.getsourcelines(uses_prims)[1] + 2
+    with pytest.raises(UnsupportedError, match=r"prims\.sin") as raised:
+        torch.compile(uses_prims, backend="aotspec")(torch.randn(3))
+    assert f"test_dynamo.py:{line}" in str(raised.value)
+    assert "eval_with_key" not in str(raised.value)

@@ -31,12 +31,14 @@ import torch.utils._pytree as pytree
 from attrs import define, field, frozen
 from torch._subclasses import FakeTensorMode
 
+import aotspec
 from aotspec import UnsupportedError
 from aotspec.conformance.observe import differences, observe
 from aotspec.reference import run
-from aotspec.reference.capture import DECOMPOSED
+from aotspec.reference.aten import mutation_decompositions
+from aotspec.reference.collectives import COLLECTIVES, WAIT
 from aotspec.reference.ops import IN_PLACE_VARIANTS
-from aotspec.reference.optable import OP_TABLE, OpKind, qualified_name
+from aotspec.reference.optable import OP_TABLE, OpKind, lookup, qualified_name
 
 aten = torch.ops.aten
 
@@ -146,6 +148,14 @@ def unary(make: Make) -> Iterable[Sample]:
     yield sample(make((4, 3), "sliced"))
     if make.dtype.is_floating_point:
         yield sample(make.special())
+
+
+def wait_samples(make: Make) -> Iterable[Sample]:
+    """Dense tensors, as collectives return them (wait_tensor refuses others:
+    test_wait_refuses_a_layout_its_meta_kernel_does_not_keep)."""
+    yield sample(make(()))
+    yield sample(make((0, 4)))
+    yield sample(make((2, 3, 4), "transposed"))
 
 
 def hard_quotients(make: Make) -> Sample:
@@ -815,6 +825,9 @@ SAMPLES: dict[torch._ops.OpOverload, OpSamples] = {
     aten._unsafe_view.default: OpSamples(KINDS, view_samples),
     aten.alias.default: OpSamples(KINDS, unary),
     aten.detach.default: OpSamples(KINDS, unary),
+    # r[collectives.wait]: waiting needs no group; the collectives run on two ranks instead
+    # (tests/test_collectives.py).
+    WAIT: OpSamples(KINDS, wait_samples),
     aten.t.default: OpSamples(KINDS, t_samples),
     aten.transpose.int: OpSamples(KINDS, transpose_samples),
     aten.permute.default: OpSamples(KINDS, permute_samples),
@@ -905,6 +918,10 @@ def _call(op, sample: Sample, inputs):
     return op(*inputs, **sample.kwargs)
 
 
+#: r[collectives.wait]: wait_tensor's output is a view of its input, a new tensor object; eager
+#: returns the input object itself when it does not require grad (specs/collectives.md's note).
+NEW_OBJECT = frozenset({WAIT})
+
 #: Ops whose eager kernel and meta kernel disagree on output strides when an operand is
 #: transposed: eager gives a contiguous output, the meta kernel the operand's dim order.
 #: r[ops.fresh-output] follows the meta kernel, so these are held to its strides.
@@ -914,6 +931,8 @@ META_STRIDES = frozenset(
         aten.div.Tensor_mode,
         aten.pow.Scalar,
         aten._log_softmax_backward_data.default,
+        # eval mode on a transposed input: eager gives a contiguous output
+        aten.native_batch_norm.default,
     }
 )
 
@@ -981,7 +1000,8 @@ def _run_all(op, samples: list[Sample], inputs: list):
 def check_samples(op, samples: list[Sample], spec: OpSamples) -> None:
     actual_inputs = [twin(one.args) for one in samples]
     result = _run_all(op, samples, actual_inputs)
-    assert op in {node.target for node in result.program.graph.nodes}, "op not in the graph"
+    if op not in mutation_decompositions():  # those are captured as their functional variant
+        assert op in {node.target for node in result.program.graph.nodes}, "op not in the graph"
     for one, inputs, outputs in zip(samples, actual_inputs, result.outputs, strict=True):
         expected_inputs = twin(one.args)
         expected = _call(op, one, expected_inputs)
@@ -1001,15 +1021,22 @@ def check_sample(op, spec: OpSamples, where: str, expected, actual) -> None:
         # Unspecified bytes: the outputs' layouts must agree, their values need not.
         mismatches = [m for m in mismatches if not (m.startswith("out") and " values: " in m)]
     assert [] == mismatches, where
-    assert _identities(*expected) == _identities(*actual), where
+    if op not in NEW_OBJECT:
+        assert _identities(*expected) == _identities(*actual), where
     if spec.exact:
         for want, got in zip(_tensors(expected[1]), _tensors(actual[1]), strict=True):
             torch.testing.assert_close(
                 got, want, rtol=0, atol=0, equal_nan=True, msg=lambda detail: f"{where}\n{detail}"
             )
-    if OP_TABLE[op].kind is OpKind.VIEW:
+    if _is_view(op):
         base = actual[0][0].untyped_storage()._cdata
         assert all(base == out.untyped_storage()._cdata for out in _tensors(actual[1])), where
+
+
+def _is_view(op) -> bool:
+    if op in OP_TABLE:
+        return OP_TABLE[op].kind is OpKind.VIEW
+    return not op._schema.is_mutable and lookup(op, "a sample").kind is OpKind.VIEW
 
 
 # ---------------------------------------------------------------- tests
@@ -1037,10 +1064,219 @@ def test_op_matches_eager(op, dtype):
 
 def test_every_table_entry_has_samples():
     """A new op table entry needs samples in some dtype; samples of ops not in it are stale."""
-    tested = {op for op, _ in CASES}
+    tested = {op for op, _ in CASES} | COLLECTIVES  # sampled on two ranks: test_collectives.py
     missing = sorted(OP_TABLE[op].name for op in OP_TABLE.keys() - tested)
     stale = sorted(qualified_name(op) for op in SAMPLES.keys() - OP_TABLE.keys())
     assert ([], []) == (missing, stale), "add samples for the missing ops to SAMPLES"
+
+
+# ---------------------------------------------------------------- ATen-valued ops
+# Ops outside the table get ATen's values, and their aliasing, writes and saved values from their
+# schema and eager's derivative formula (specs/ops.md): the ops real models stop at without them.
+
+
+def convolution_samples(make: Make) -> Iterable[Sample]:
+    yield sample(
+        make((2, 3, 5, 5)),
+        make((4, 3, 3, 3)),
+        make((4,)),
+        [1, 1],
+        [1, 1],
+        [1, 1],
+        False,
+        [0, 0],
+        1,
+    )
+    # strided, dilated, grouped, no bias, a transposed input
+    yield sample(
+        make((2, 4, 6, 5), "transposed"),
+        make((4, 2, 3, 2)),
+        None,
+        [2, 1],
+        [0, 1],
+        [1, 2],
+        False,
+        [0, 0],
+        2,
+    )
+    # a transposed 1-d convolution with output padding
+    yield sample(make((1, 2, 7)), make((2, 3, 3)), make((3,)), [2], [1], [1], True, [1], 1)
+
+
+def batch_norm_samples(make: Make) -> Iterable[Sample]:
+    """Training mode writes the running statistics; eval mode reads them; none at all."""
+    statistics = (torch.zeros(3, dtype=make.dtype), torch.ones(3, dtype=make.dtype))
+    yield sample(make((4, 3, 2, 2)), make((3,)), make((3,)), *statistics, True, 0.1, 1e-5)
+    mean, var = make((3,)), make((3,), nonneg=True) + 0.5
+    yield sample(make((5, 3), "transposed"), None, None, mean, var, False, 0.1, 1e-5)
+    yield sample(make((4, 3, 5)), make((3,)), None, None, None, True, 0.1, 1e-5)
+
+
+def max_pool_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((2, 3, 6, 6)), [2, 2], [2, 2])
+    yield sample(make((1, 2, 5, 7), "transposed"), [3, 3], [1, 2], [1, 1], [1, 1], True)
+
+
+def embedding_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((10, 4)), torch.tensor([[1, 2, 3], [3, 3, 0]]))
+    yield sample(make((6, 3), "sliced"), torch.tensor([5, 0, 2, 0]), 0)
+
+
+def gather_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 4), "transposed"), 1, torch.tensor([[0, 3], [1, 1], [2, 0]]))
+    yield sample(make((4, 2)), 0, torch.tensor([[3, 0], [3, 1]]))
+
+
+def pad_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((2, 3)), [1, 2], 0.5)
+    yield sample(make((3, 4), "transposed"), [-1, 1, 2, 0])
+
+
+def tril_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((4, 4)))
+    yield sample(make((3, 5), "transposed"), -1)
+    yield sample(make((2, 3, 3), "sliced"), 1)
+
+
+def attention_samples(make: Make) -> Iterable[Sample]:
+    """The kernel takes contiguous operands (scaled_dot_product_attention gives it those)."""
+    q, k, v = (make((2, 2, 4, 8)) for _ in range(3))
+    yield sample(q, k, v, 0.0, True)
+    yield sample(make((1, 2, 3, 4)), make((1, 2, 5, 4)), make((1, 2, 5, 4)))
+
+
+def nll_loss_samples(make: Make) -> Iterable[Sample]:
+    log_probabilities = torch.log_softmax(make((5, 7)), -1)
+    targets = torch.tensor([1, 2, 3, 4, 6])
+    for reduction in (0, 1, 2):
+        yield sample(log_probabilities, targets, None, reduction, -100)
+    yield sample(log_probabilities, targets, make((7,), nonneg=True), 1, 3)
+
+
+def unsafe_split_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((5, 4)), 2)
+    yield sample(make((5, 4), "transposed"), 3, 1)
+
+
+def cumsum_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 4)), 1)
+    yield sample(make((2, 3, 4), "transposed"), 0)
+    yield sample(make((3,)), 0, dtype=torch.float64)
+
+
+def diagonal_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((3, 4)))
+    yield sample(make((3, 4), "transposed"), 1)
+    yield sample(make((2, 3, 4), "sliced"), -1, 1, 2)
+
+
+def foreach_mul_samples(make: Make) -> Iterable[Sample]:
+    yield sample([make((3,)), make((2, 2), "transposed")], 2.5)
+
+
+def index_add_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((5, 3), "transposed"), 0, torch.tensor([0, 4, 0]), make((3, 3)), alpha=2)
+
+
+def batch_norm_legit_samples(make: Make) -> Iterable[Sample]:
+    statistics = (make((3,)), make((3,), nonneg=True) + 0.5)
+    yield sample(make((4, 3, 2)), make((3,)), make((3,)), *statistics, True, 0.3, 1e-5)
+
+
+def upsample_samples(make: Make) -> Iterable[Sample]:
+    yield sample(make((1, 2, 3, 3)), [6, 6], False)
+    yield sample(make((1, 1, 4, 5), "transposed"), [2, 3], True)
+
+
+DIFFERENTIABLE = (torch.float32, torch.float64)
+#: op -> its samples, and whether its gradients are checked too (functional ops only).
+ATEN_SAMPLES: dict[torch._ops.OpOverload, tuple[Callable, bool]] = {
+    aten.convolution.default: (convolution_samples, True),
+    aten.native_batch_norm.default: (batch_norm_samples, True),
+    aten.max_pool2d_with_indices.default: (max_pool_samples, True),
+    aten.embedding.default: (embedding_samples, True),
+    aten.gather.default: (gather_samples, True),
+    aten.constant_pad_nd.default: (pad_samples, True),
+    aten.tril.default: (tril_samples, True),
+    aten._scaled_dot_product_flash_attention_for_cpu.default: (attention_samples, True),
+    aten.nll_loss_forward.default: (nll_loss_samples, True),
+    aten.unsafe_split.Tensor: (unsafe_split_samples, True),
+    aten.cumsum.default: (cumsum_samples, True),
+    aten.diagonal.default: (diagonal_samples, True),
+    aten.upsample_bilinear2d.default: (upsample_samples, True),
+    aten._foreach_mul_.Scalar: (foreach_mul_samples, False),
+    aten.index_add_.default: (index_add_samples, False),
+    aten._native_batch_norm_legit.default: (batch_norm_legit_samples, False),
+}
+ATEN_CASES = [(op, dtype) for op in ATEN_SAMPLES for dtype in DIFFERENTIABLE]
+ATEN_IDS = [f"{qualified_name(op)}-{_dtype_name(dtype)}" for op, dtype in ATEN_CASES]
+
+
+@pytest.mark.parametrize(("op", "dtype"), ATEN_CASES, ids=ATEN_IDS)
+def test_aten_valued_op_matches_eager(op, dtype):
+    """r[ops.aten-values], r[ops.aten-views], r[ops.aten-mutations]: every sample, run on the
+    reference, leaves what eager leaves: outputs, which storages they share, and the arguments
+    the op writes (batch norm's running statistics, out=, the tensors of _foreach_mul_)."""
+    samples, _ = ATEN_SAMPLES[op]
+    check_samples(op, list(samples(Make(dtype))), OpSamples(DIFFERENTIABLE, samples))
+
+
+GRADIENT_CASES = [(op, dtype) for op, dtype in ATEN_CASES if ATEN_SAMPLES[op][1]]
+
+
+#: Floating-point arguments that eager autograd refuses to differentiate.
+NOT_DIFFERENTIABLE = {
+    aten.native_batch_norm.default: {"running_mean", "running_var"},
+    aten.nll_loss_forward.default: {"weight"},
+}
+
+
+def _gradients(call, op, one: Sample):
+    """Outputs and the gradients of sum(sin(output)) over the floating-point arguments."""
+    refused = NOT_DIFFERENTIABLE.get(op, set())
+    args = list(twin(one.args))
+    for k, (argument, value) in enumerate(zip(op._schema.arguments, args, strict=False)):
+        if isinstance(value, torch.Tensor) and value.is_floating_point():
+            args[k] = value.detach().clone().requires_grad_(argument.name not in refused)
+    outputs = call(lambda *a: _call(op, one, a), *args)
+    differentiable = [o for o in _tensors(outputs) if o.requires_grad]
+    leaves = [t for t in _tensors(args) if t.requires_grad]
+    loss = sum(o.sin().sum() for o in differentiable)
+    grads = torch.autograd.grad(loss, leaves, allow_unused=True)
+    return [o.detach() for o in _tensors(outputs)], grads
+
+
+def _reference_compiled(fn, *args):
+    return aotspec.compile(fn, backend="reference")(*args)
+
+
+def _reference_eager(fn, *args):
+    return run(fn, *args).outputs
+
+
+@pytest.mark.parametrize(
+    "runner", [_reference_compiled, _reference_eager], ids=["compiled", "eager"]
+)
+@pytest.mark.parametrize(
+    ("op", "dtype"),
+    GRADIENT_CASES,
+    ids=[f"{qualified_name(op)}-{_dtype_name(d)}" for op, d in GRADIENT_CASES],
+)
+def test_aten_valued_op_gradients_match_eager(op, dtype, runner):
+    """r[ops.aten-derivatives]: the gradients of each sample, compiled on the reference and run
+    by its eager interpreter, are eager autograd's."""
+    samples, _ = ATEN_SAMPLES[op]
+    for one in samples(Make(dtype)):
+        expected = _gradients(lambda fn, *args: fn(*args), op, one)
+        actual = _gradients(runner, op, one)
+        torch.testing.assert_close(
+            actual, expected, msg=lambda m: f"{qualified_name(op)}{one}: {m}"
+        )
+
+
+def test_aten_samples_are_aten_valued():
+    """The ops above are outside the table: their values are ATen's."""
+    assert [] == [qualified_name(op) for op in ATEN_SAMPLES if op in OP_TABLE]
 
 
 # ---------------------------------------------------------------- end to end
@@ -1101,8 +1337,9 @@ def test_attention_block_matches_eager(dtype):
     _assert_close_to_eager(attention, make((2, 5, dim)), *norm, *projections)
 
 
-#: One user-level call per composite op that capture decomposes (reference/capture.py DECOMPOSED).
-DECOMPOSED_USES = {
+#: One user-level call per op with a kernel that capture used to decompose into table ops; each
+#: is one ATen-valued op now (r[capture.aten-graph]), in-place forms its functional op and copy_.
+KERNEL_USES = {
     aten.gelu: lambda x: (F.gelu(x), F.gelu(x, approximate="tanh")),
     aten.silu: F.silu,
     aten.stack: lambda x: torch.stack([x, 2 * x], 1),
@@ -1114,7 +1351,6 @@ DECOMPOSED_USES = {
     aten.softplus: lambda x: F.softplus(x, beta=2),
     aten.mv: lambda x: x.t().mv(x[0]),
     aten.dot: lambda x: x[0].dot(x[1]),
-    aten.square: torch.square,
     aten.rsub: lambda x: torch.rsub(x, 1.5),
     aten.masked_fill: lambda x: x.masked_fill(x > 0, -1.0),
     aten.log_sigmoid_forward: F.logsigmoid,
@@ -1136,24 +1372,25 @@ DECOMPOSED_USES = {
     aten.addcdiv_: lambda x: x.addcdiv_(x, x.abs() + 1),
     aten.lerp_: lambda x: x.lerp_(2 * x, 0.25),
 }
-DECOMPOSED_CASES = [
-    (packet, dtype) for packet in DECOMPOSED_USES for dtype in (torch.float32, torch.float16)
+KERNEL_CASES = [
+    (packet, dtype) for packet in KERNEL_USES for dtype in (torch.float32, torch.float16)
 ]
 
 
 @pytest.mark.parametrize(
     ("packet", "dtype"),
-    DECOMPOSED_CASES,
-    ids=[f"aten.{packet.__name__}-{_dtype_name(dtype)}" for packet, dtype in DECOMPOSED_CASES],
+    KERNEL_CASES,
+    ids=[f"aten.{packet.__name__}-{_dtype_name(dtype)}" for packet, dtype in KERNEL_CASES],
 )
-def test_decomposed_op_matches_eager(packet, dtype):
-    """A composite op, decomposed at capture into table ops, computes what eager computes."""
-    _assert_close_to_eager(DECOMPOSED_USES[packet], Make(dtype)((5, 5), "transposed"))
-
-
-def test_every_decomposition_has_a_use():
-    """A new entry of DECOMPOSED needs a use in DECOMPOSED_USES."""
-    assert set(DECOMPOSED) == DECOMPOSED_USES.keys()
+def test_op_with_a_kernel_runs_whole_and_matches_eager(packet, dtype):
+    """The op (or, in place, its functional form) is one op of the captured graph, and the
+    reference computes what eager computes."""
+    use = KERNEL_USES[packet]
+    x = Make(dtype)((5, 5), "transposed")
+    functional = getattr(aten, packet.__name__.removesuffix("_"))
+    targets = {node.target for node in run(use, twin(x)).program.graph.nodes}
+    assert any(getattr(target, "overloadpacket", None) is functional for target in targets)
+    _assert_close_to_eager(use, x)
 
 
 # ---------------------------------------------------------------- outside the table
@@ -1162,17 +1399,34 @@ def test_every_decomposition_has_a_use():
 def test_op_outside_table_is_rejected_at_capture():
     """r[ops.table]: the error names the op and the user's line, and no input is touched."""
 
-    def uses_cumsum(x):
+    def uses_prims_sin(x):
         x.add_(1)
-        return torch.cumsum(x, 0)
+        return torch.ops.prims.sin(x)
 
     x = torch.zeros(3)
-    line = inspect.getsourcelines(uses_cumsum)[1] + 2
-    with pytest.raises(UnsupportedError, match=r"aten\.cumsum") as raised:
-        run(uses_cumsum, x)
+    line = inspect.getsourcelines(uses_prims_sin)[1] + 2
+    with pytest.raises(UnsupportedError, match=r"prims\.sin") as raised:
+        run(uses_prims_sin, x)
     assert f"test_ops.py:{line}" in str(raised.value)
     assert "ops.table" == raised.value.rule
     torch.testing.assert_close(x, torch.zeros(3))
+
+
+def test_aten_op_without_cpu_kernel_is_rejected_at_capture():
+    """r[ops.aten-values]: an aten op with CUDA kernels only is refused before anything runs,
+    naming the op and the user's line."""
+
+    def uses_mm_dtype(x):
+        x.add_(1)
+        return torch.ops.aten.mm.dtype(x, x, torch.float32)
+
+    x = torch.zeros(3, 3)
+    line = inspect.getsourcelines(uses_mm_dtype)[1] + 2
+    with pytest.raises(UnsupportedError, match=r"aten\.mm\.dtype .* has no CPU kernel") as raised:
+        run(uses_mm_dtype, x)
+    assert f"test_ops.py:{line}" in str(raised.value)
+    assert "ops.aten-values" == raised.value.rule
+    torch.testing.assert_close(x, torch.zeros(3, 3))
 
 
 @pytest.mark.parametrize(
@@ -1184,3 +1438,40 @@ def test_half_to_float_is_refused(op):
     with pytest.raises(UnsupportedError, match="half_to_float=True") as raised:
         run(lambda x: op(x, -1, True), Make(torch.float16)((3, 4)))
     assert "ops.table" == raised.value.rule
+
+
+def test_every_unsupported_op_is_in_one_error():
+    """r[ops.unsupported-all]: one error lists every op refused, with its line and rule, before
+    anything runs; `aotspec.check` returns the same list without raising or running."""
+
+    def two_unsupported(x):
+        x.add_(1)
+        y = torch.ops.prims.sin(x)
+        return torch.ops.aten.mm.dtype(y, y, torch.float32)
+
+    x = torch.zeros(2, 2)
+    first = inspect.getsourcelines(two_unsupported)[1] + 2
+    with pytest.raises(UnsupportedError, match="2 ops of the program are not supported") as raised:
+        aotspec.compile(two_unsupported, backend="reference")(x)
+    refusals = aotspec.check(two_unsupported, x)
+    assert [e.rule for e in raised.value.refusals] == ["ops.table", "ops.aten-values"]
+    assert [str(e) for e in raised.value.refusals] == [str(e) for e in refusals]
+    assert f"test_ops.py:{first}" in str(refusals[0])
+    assert f"test_ops.py:{first + 1}" in str(refusals[1])
+    torch.testing.assert_close(x, torch.zeros(2, 2))
+
+
+def test_check_is_empty_for_a_program_that_compiles():
+    def conv_step(x, w):
+        return F.conv2d(x, w).relu().sum()
+
+    assert [] == aotspec.check(conv_step, torch.randn(1, 2, 4, 4), torch.randn(3, 2, 3, 3))
+
+
+def test_check_takes_a_module_and_runs_nothing():
+    """A module's parameters and buffers are inputs, as Dynamo makes them; its running statistics
+    stay as they are, since nothing runs."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    assert [] == aotspec.check(model, torch.randn(2, 3, 6, 6))
+    assert 0 == model[1].num_batches_tracked.item()
+    assert torch.equal(torch.zeros(4), model[1].running_mean)

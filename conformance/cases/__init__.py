@@ -1,6 +1,6 @@
 """Every conformance case, gathered from the modules of this package (one module per chapter)."""
 
-from . import aliasing, autograd, capture, hooks, memory, ops, resize
+from . import aliasing, autograd, capture, collectives, hooks, memory, ops, resize
 
 ALL_CASES = [
     *memory.CASES,
@@ -10,6 +10,7 @@ ALL_CASES = [
     *resize.CASES,
     *autograd.CASES,
     *hooks.CASES,
+    *collectives.CASES,
 ]
 
 _names = [case.name for case in ALL_CASES]

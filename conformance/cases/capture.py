@@ -20,12 +20,17 @@ _X = torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 0.0, 2.0]])
 
 
 def _gelu_then_silu(x):
-    return F.silu(F.gelu(x))  # composites: captured as erf, sigmoid, mul, ...
+    return F.silu(F.gelu(x))  # one kernel each in eager: captured as gelu, silu
 
 
 def _mutate_then_unsupported(x):
     x.add_(1)
-    return torch.cumsum(x, 0)
+    return torch.ops.prims.sin(x)  # prims ops are outside the table, and not ATen-valued
+
+
+def _two_unsupported_ops(x):
+    y = torch.ops.prims.sin(x)
+    return torch.ops.aten.mm.dtype(y, y, torch.float32)  # CUDA kernels only
 
 
 def _flat_inputs(xs, scale, options):
@@ -139,7 +144,7 @@ def _return_argument(x):
 
 CASES = [
     Case(
-        name="capture.composites-decompose-and-run",
+        name="capture.kernels-are-captured-whole-and-run",
         rules=["capture.aten-graph"],
         setup=lambda: {"x": _X.clone()},
         args=["x"],
@@ -153,8 +158,21 @@ CASES = [
         setup=lambda: {"x": torch.zeros(3)},
         args=["x"],
         program=_mutate_then_unsupported,
-        expect=[Raises(UnsupportedError, rule="ops.table", match="aten.cumsum.default")],
-        skip={"torch-eager": "cumsum is outside the reference op table; eager PyTorch runs it"},
+        expect=[Raises(UnsupportedError, rule="ops.table", match="prims.sin.default")],
+        skip={"torch-eager": "prims.sin is outside the reference op table; eager PyTorch runs it"},
+    ),
+    Case(
+        name="capture.every-unsupported-op-in-one-error",
+        rules=["ops.unsupported-all", "boundary.failed-call"],
+        setup=lambda: {"x": torch.ones(2, 2)},
+        args=["x"],
+        program=_two_unsupported_ops,
+        expect=[
+            Raises(UnsupportedError, rule="ops.table", match="2 ops of the program"),
+            Raises(UnsupportedError, match="prims.sin.default"),
+            Raises(UnsupportedError, match="aten.mm.dtype"),
+        ],
+        skip={"torch-eager": "eager PyTorch runs prims.sin, and has no CPU kernel for mm.dtype"},
     ),
     Case(
         name="capture.pytree-and-constant-arguments",

@@ -1,10 +1,26 @@
-"""Cases for specs/ops.md: opmath, fresh outputs, opaque custom ops."""
+"""Cases for specs/ops.md: opmath, fresh outputs, opaque custom ops, ATen-valued ops.
+
+Expected values of ATen-valued ops are eager PyTorch's, computed here on private copies.
+"""
+
+from contextlib import nullcontext
 
 import torch
+import torch.nn.functional as F
 
 from aotspec.errors import UnsupportedError
 
-from ..case import COMPILED_ONLY, Case, Layout, Raises, Separate, Values, eager_only
+from ..case import (
+    COMPILED_ONLY,
+    Case,
+    Identical,
+    Layout,
+    Raises,
+    Separate,
+    Shares,
+    Values,
+    eager_only,
+)
 
 # A custom op pair registered with torch.library: schema, CPU kernel, fake kernel.
 
@@ -44,6 +60,139 @@ def _bfloat16_sum(x):
 
 def _clone_transposed(x):
     return x.t().clone()
+
+
+# ATen-valued ops: eager's values, computed here on private copies.
+
+_M = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]])
+_SIGNAL = torch.tensor([[[0.5, -1.0, 2.0, 0.0, 1.5, -0.5]]])
+_KERNEL = torch.tensor([[[1.0, -2.0, 0.25]], [[0.5, 0.5, -1.0]]])
+_IMAGES = torch.arange(24.0).view(2, 3, 2, 2).sin()
+
+
+def _cumsum(x):
+    return torch.cumsum(x, 0)
+
+
+def _double_the_diagonal(x):
+    d = x.diagonal()
+    d.mul_(2)
+    return d
+
+
+def _sin_into(x, y):
+    return torch.sin(x, out=y)
+
+
+def _sin_into_wrong_size(x, y):
+    return torch.sin(x, out=y[:2])
+
+
+def _foreach_double(a, b):
+    torch._foreach_mul_([a, b], 2.0)
+
+
+def _batch_norm(x, weight, bias, running_mean, running_var):
+    return F.batch_norm(x, running_mean, running_var, weight, bias, training=True, momentum=0.25)
+
+
+def _batch_norm_world():
+    return {
+        "x": _IMAGES.clone().requires_grad_(),
+        "weight": torch.tensor([1.0, 2.0, -0.5], requires_grad=True),
+        "bias": torch.tensor([0.0, 0.5, 1.0], requires_grad=True),
+        "running_mean": torch.zeros(3),
+        "running_var": torch.ones(3),
+    }
+
+
+def _eager(program, world: dict, names: list[str], hooks=None):
+    """`program` run by eager PyTorch on `world`, backpropagating the sum of its output: the
+    world afterwards (gradients as `name.grad`) and the output."""
+    context = torch.autograd.graph.saved_tensors_hooks(*hooks) if hooks else nullcontext()
+    with context:
+        out = program(*[world[name] for name in names])
+    out.sum().backward()
+    grads = {f"{name}.grad": t.grad for name, t in world.items() if t.grad is not None}
+    return {**world, **grads, "out0": out.detach()}
+
+
+_BATCH_NORM_NAMES = ["x", "weight", "bias", "running_mean", "running_var"]
+_BATCH_NORM = _eager(_batch_norm, _batch_norm_world(), _BATCH_NORM_NAMES)
+
+
+def _conv(x, w):
+    return F.conv1d(x * 2, w, padding=1)
+
+
+def _pack_bf16(x):
+    return x.to(torch.bfloat16)
+
+
+def _unpack_f32(x):
+    return x.to(torch.float32)
+
+
+def _conv_world():
+    return {"x": _SIGNAL.clone().requires_grad_(), "w": _KERNEL.clone().requires_grad_()}
+
+
+_CONV = _eager(_conv, _conv_world(), ["x", "w"], hooks=(_pack_bf16, _unpack_f32))
+
+
+def _draws(x, generator):
+    first = torch.rand(3, generator=generator)
+    x.bernoulli_(0.5, generator=generator)
+    second = torch.randn(2, generator=generator)
+    return first, second
+
+
+def _draw_world():
+    return {"x": torch.zeros(6), "generator": torch.Generator().manual_seed(7)}
+
+
+def _eager_draws():
+    world = _draw_world()
+    first, second = _draws(world["x"], world["generator"])
+    return first, second, world["x"]
+
+
+_DRAWS = _eager_draws()
+
+
+def _bernoulli_into(x, generator):
+    x.bernoulli_(0.5, generator=generator)
+
+
+def _transposed_draw_world():
+    return {"x": torch.zeros(4, 6).t(), "generator": torch.Generator().manual_seed(3)}
+
+
+def _eager_transposed_draw():
+    world = _transposed_draw_world()
+    _bernoulli_into(world["x"], world["generator"])
+    return world["x"]
+
+
+_TRANSPOSED_DRAW = _eager_transposed_draw()
+
+
+def _dropout_after_an_unused_draw(x):
+    torch.rand(4)  # drawn, never read
+    return F.dropout(x, 0.5, training=True) * 3
+
+
+def _seeded(x):
+    torch.manual_seed(11)  # the caller seeds the default generator before the call
+    return {"x": x.clone().requires_grad_()}
+
+
+def _eager_dropout():
+    with torch.random.fork_rng():
+        return _eager(_dropout_after_an_unused_draw, _seeded(torch.ones(2, 5)), ["x"])
+
+
+_DROPOUT = _eager_dropout()
 
 
 CASES = [
@@ -106,5 +255,138 @@ CASES = [
             Values("out0", [1.0, 3.0, 5.0]),
             Separate("x", "out0"),
         ],
+    ),
+    Case(
+        name="ops.aten-cumsum-runs-aten",
+        rules=["ops.aten-values"],
+        setup=lambda: {"x": _M.clone()},
+        args=["x"],
+        program=_cumsum,
+        expect=[
+            Values("out0", [[1.0, 2.0, 3.0], [5.0, 7.0, 9.0], [12.0, 15.0, 18.0]]),
+            Layout("out0", shape=(3, 3), strides=(3, 1), offset=0),
+            Separate("x", "out0"),
+        ],
+    ),
+    Case(
+        name="ops.aten-op-without-cpu-kernel-is-refused",
+        rules=["ops.aten-values", "boundary.failed-call"],
+        setup=lambda: {"x": _M.clone()},
+        args=["x"],
+        # mm.dtype (a matmul into another dtype) has CUDA kernels only
+        program=lambda x: torch.ops.aten.mm.dtype(x.add_(1), x, torch.float32),
+        expect=[Raises(UnsupportedError, rule="ops.aten-values", match="aten.mm.dtype")],
+        skip={"torch-eager": "eager has no CPU kernel for it either (NotImplementedError)"},
+    ),
+    Case(
+        name="ops.aten-diagonal-is-a-view",
+        rules=["ops.aten-views"],
+        setup=lambda: {"x": _M.clone()},
+        args=["x"],
+        program=_double_the_diagonal,
+        expect=[
+            Values("out0", [2.0, 10.0, 18.0]),
+            Values("x", [[2.0, 2.0, 3.0], [4.0, 10.0, 6.0], [7.0, 8.0, 18.0]]),
+            Layout("out0", shape=(3,), strides=(4,), offset=0),
+            Shares("x", "out0"),
+        ],
+    ),
+    Case(
+        name="ops.aten-unsafe-split-returns-views",
+        rules=["ops.aten-views"],
+        setup=lambda: {"x": _M.clone()},
+        args=["x"],
+        program=lambda x: torch.ops.aten.unsafe_split(x, 2),
+        # eager's outputs share x's storage although the schema does not say so
+        expect=[
+            Values("out0", _M[:2]),
+            Values("out1", _M[2:]),
+            Layout("out1", shape=(1, 3), strides=(3, 1), offset=6),
+            Shares("x", "out0"),
+            Shares("x", "out1"),
+        ],
+    ),
+    Case(
+        name="ops.aten-out-argument-is-written-and-returned",
+        rules=["ops.aten-mutations"],
+        setup=lambda: {"x": _M[0].clone(), "y": torch.zeros(3)},
+        args=["x", "y"],
+        program=_sin_into,
+        expect=[Values("y", torch.sin(_M[0])), Identical("out0", "y"), Values("x", _M[0])],
+    ),
+    Case(
+        name="ops.aten-out-argument-of-another-size-is-refused",
+        rules=["ops.aten-mutations"],
+        setup=lambda: {"x": _M[0].clone(), "y": torch.zeros(3)},
+        args=["x", "y"],
+        program=_sin_into_wrong_size,
+        expect=[Raises(UnsupportedError, rule="ops.aten-mutations", match="aten.sin.out")],
+        skip={"torch-eager": "eager resizes the out= tensor (with a warning)"},
+    ),
+    Case(
+        name="ops.aten-foreach-writes-each-tensor",
+        rules=["ops.aten-mutations"],
+        setup=lambda: {"a": _M[0].clone(), "b": _M[1:].clone()},
+        args=["a", "b"],
+        program=_foreach_double,
+        expect=[Values("a", _M[0] * 2), Values("b", _M[1:] * 2)],
+    ),
+    Case(
+        name="ops.aten-batch-norm-writes-running-stats",
+        rules=["ops.aten-mutations.batch-norm", "ops.aten-derivatives"],
+        setup=_batch_norm_world,
+        args=_BATCH_NORM_NAMES,
+        program=_batch_norm,
+        backward=True,
+        expect=[
+            Values(name, _BATCH_NORM[name])
+            for name in [
+                "out0",
+                "running_mean",
+                "running_var",
+                "x.grad",
+                "weight.grad",
+                "bias.grad",
+            ]
+        ],
+    ),
+    Case(
+        name="ops.aten-conv-saves-what-eager-saves",
+        rules=["ops.aten-derivatives", "hooks.eager.saved-set"],
+        setup=_conv_world,
+        args=["x", "w"],
+        program=_conv,
+        hooks=(_pack_bf16, _unpack_f32),
+        hooks_filter="all",
+        backward=True,
+        # convolution saves its input (x * 2) and its weight: both go through the lossy hooks,
+        # as in eager, so both gradients are eager's rounded ones.
+        expect=[Values(name, _CONV[name]) for name in ["out0", "x.grad", "w.grad"]],
+    ),
+    Case(
+        name="ops.random-draws-from-the-callers-generator-in-order",
+        rules=["ops.random", "ops.aten-mutations"],
+        setup=_draw_world,
+        args=["x", "generator"],
+        program=_draws,
+        expect=[Values("out0", _DRAWS[0]), Values("out1", _DRAWS[1]), Values("x", _DRAWS[2])],
+    ),
+    Case(
+        name="ops.random-bernoulli-fills-a-transposed-tensor-as-eager",
+        rules=["ops.random"],
+        setup=_transposed_draw_world,
+        args=["x", "generator"],
+        program=_bernoulli_into,
+        # eager draws in the order of x's memory: column by column of x
+        expect=[Values("x", _TRANSPOSED_DRAW), Layout("x", shape=(6, 4), strides=(1, 6))],
+    ),
+    Case(
+        name="ops.random-dropout-draws-as-eager-after-an-unused-draw",
+        rules=["ops.random", "ops.aten-derivatives"],
+        setup=lambda: _seeded(torch.ones(2, 5)),
+        args=["x"],
+        program=_dropout_after_an_unused_draw,
+        backward=True,
+        expect=[Values("out0", _DROPOUT["out0"]), Values("x.grad", _DROPOUT["x.grad"])],
     ),
 ]

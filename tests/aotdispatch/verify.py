@@ -56,12 +56,12 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "wrong input: backward's write into a forward input is lost",
     ("test_backward_mutation_data", "dynamo"):
         "wrong grad: missing grad through autograd.Function (Dynamo)",
-    ("test_fw_bw_mutation_no_functionalization1", "reference"): "unsupported: op _foreach_mul_",
-    ("test_fw_bw_mutation_no_functionalization1", "fast"): "unsupported: op _foreach_mul_",
-    ("test_fw_bw_mutation_no_functionalization1", "dynamo"): "unsupported: op _foreach_mul_",
-    ("test_fw_bw_mutation_no_functionalization2", "reference"): "unsupported: op _foreach_mul_",
-    ("test_fw_bw_mutation_no_functionalization2", "fast"): "unsupported: op _foreach_mul_",
-    ("test_fw_bw_mutation_no_functionalization2", "dynamo"): "unsupported: op _foreach_mul_",
+    ("test_fw_bw_mutation_no_functionalization1", "reference"):
+        "unsupported: custom autograd.Function (capture.custom-function)",
+    ("test_fw_bw_mutation_no_functionalization1", "fast"):
+        "unsupported: custom autograd.Function (capture.custom-function)",
+    ("test_fw_bw_mutation_no_functionalization1", "dynamo"):
+        "unsupported: custom autograd.Function (capture.custom-function)",
     ("test_backward_mutation_on_grad_out", "reference"):
         "wrong grad: custom backward writes into grad_output",
     ("test_backward_mutation_on_grad_out", "fast"):
@@ -120,12 +120,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "wrong grad: autograd.Function returning its input",
     ("test_saved_tensors_hooks_donated_buffers", "dynamo"):
         "wrong grad: autograd.Function returning its input",
-    ("test_saved_tensors_hooks_gm_data_dependent_probe", "reference"):
-        "unsupported: pack hook calling torch.all(...).item()",
-    ("test_saved_tensors_hooks_gm_data_dependent_probe", "fast"):
-        "unsupported: pack hook calling torch.all(...).item()",
-    ("test_saved_tensors_hooks_gm_data_dependent_probe", "dynamo"):
-        "unsupported: pack hook calling torch.all(...).item()",
     ("test_saved_tensors_hooks_recompile", "reference"):
         "wrong grad: autograd.Function returning its input",
     ("test_saved_tensors_hooks_recompile", "fast"):
@@ -143,9 +137,8 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("test_complex_linear", "reference"): "unsupported: dtype complex64",
     ("test_complex_linear", "fast"): "unsupported: dtype complex64",
     ("test_complex_linear", "dynamo"): "unsupported: dtype complex64",
-    ("test_embedding_bag_view_dynamic", "reference"): "unsupported: op _embedding_bag",
-    ("test_embedding_bag_view_dynamic", "fast"): "unsupported: op _embedding_bag",
-    ("test_embedding_bag_view_dynamic", "dynamo"): "unsupported: op _embedding_bag",
+    ("test_embedding_bag_view_dynamic", "reference"):
+        "unsupported: a sparse gradient (ops.aten-values)",
     ("test_sparse_csr_creation", "reference"):
         "crash: sparse CSR made inside the program (fake tensor device)",
     ("test_sparse_csr_creation", "fast"):
@@ -154,28 +147,7 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "crash: sparse CSR made inside the program (fake tensor device)",
     ("test_sparse_csr_creation_requires_grad_errors", "fast"):
         "crash: sparse CSR made inside the program (fake tensor device)",
-    ("test_batchnorm", "reference"): "unsupported: op native_batch_norm",
-    ("test_batchnorm", "fast"): "unsupported: op native_batch_norm",
-    ("test_batchnorm", "dynamo"): "unsupported: op native_batch_norm",
-    ("test_batchnorm_inference", "reference"): "unsupported: op native_batch_norm",
-    ("test_batchnorm_inference", "fast"): "unsupported: op native_batch_norm",
-    ("test_batchnorm_inference", "dynamo"): "unsupported: op native_batch_norm",
-    ("test_buffer_batch_norm", "reference"): "unsupported: op native_batch_norm",
-    ("test_buffer_batch_norm", "fast"): "unsupported: op native_batch_norm",
-    ("test_buffer_batch_norm", "dynamo"): "unsupported: op native_batch_norm",
-    ("test_inference_python_dispatcher", "reference"): "unsupported: op upsample_bilinear2d",
-    ("test_inference_python_dispatcher", "fast"): "unsupported: op upsample_bilinear2d",
-    ("test_inference_python_dispatcher", "dynamo"): "unsupported: op upsample_bilinear2d",
-    ("test_rrelu", "reference"): "unsupported: op rrelu_with_noise",
-    ("test_rrelu", "fast"): "unsupported: op rrelu_with_noise",
-    ("test_rrelu", "dynamo"): "unsupported: op rrelu_with_noise",
     ("test_layer_norm", "reference"): "wrong value: layer_norm not bitwise equal to eager",
-    ("test_rrelu_with_noise_mutation", "reference"): "unsupported: op rrelu_with_noise_functional",
-    ("test_rrelu_with_noise_mutation", "fast"): "unsupported: op rrelu_with_noise_functional",
-    ("test_rrelu_with_noise_mutation", "dynamo"): "unsupported: op rrelu_with_noise_functional",
-    ("test_lift_after_factory", "reference"): "unsupported: op randint",
-    ("test_lift_after_factory", "fast"): "unsupported: op randint",
-    ("test_lift_after_factory", "dynamo"): "unsupported: op randint",
 
     # test_aotdispatch_mutations.py
     ("test_set__and_data_mutation_good", "dynamo"):
@@ -190,24 +162,20 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: metadata mutation t_",
     ("test_input_mutation_is_output_after_mutated_inputs", "fast"):
         "unsupported: metadata mutation t_",
-    ("test_input_mutation_return", "reference"): "unsupported: op sin.out",
-    ("test_input_mutation_return", "fast"): "unsupported: op sin.out",
-    ("test_input_mutation_return", "dynamo"): "unsupported: op sin.out",
     ("test_input_mutation_metadata", "reference"): "unsupported: metadata mutation transpose_",
     ("test_input_mutation_metadata", "fast"): "unsupported: metadata mutation transpose_",
     ("test_input_mutation_resize_", "reference"):
-        "unsupported: op _fused_moving_avg_obs_fq_helper",
-    ("test_input_mutation_resize_", "fast"): "unsupported: op _fused_moving_avg_obs_fq_helper",
-    ("test_input_mutation_resize_", "dynamo"): "unsupported: op _fused_moving_avg_obs_fq_helper",
+        "unsupported: _fused_moving_avg_obs_fq_helper resizes its state (ops.aten-mutations)",
+    ("test_input_mutation_resize_", "fast"):
+        "unsupported: _fused_moving_avg_obs_fq_helper resizes its state (ops.aten-mutations)",
+    ("test_input_mutation_resize_", "dynamo"):
+        "unsupported: _fused_moving_avg_obs_fq_helper resizes its state (ops.aten-mutations)",
     ("test_input_mutation_storage_resize_before_set_", "reference"):
         "unsupported: set_ gives an input requiring grad a new shape",
     ("test_input_mutation_storage_resize_before_set_", "fast"):
         "unsupported: set_ gives an input requiring grad a new shape",
     ("test_input_mutation_metadata2", "reference"): "unsupported: metadata mutation transpose_",
     ("test_input_mutation_metadata2", "fast"): "unsupported: metadata mutation transpose_",
-    ("test_input_mutation_batchnorm", "reference"): "unsupported: op _native_batch_norm_legit",
-    ("test_input_mutation_batchnorm", "fast"): "unsupported: op _native_batch_norm_legit",
-    ("test_input_mutation_batchnorm", "dynamo"): "unsupported: op _native_batch_norm_legit",
     ("test_input_data_and_metadata_mutation", "reference"): "unsupported: metadata mutation t_",
     ("test_input_data_and_metadata_mutation", "fast"): "unsupported: metadata mutation t_",
     ("test_input_data_and_metadata_mutation_aliases_other_input", "reference"):
@@ -282,7 +250,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: metadata mutation transpose_",
     ("test_input_mutation_output_view_multiple", "fast"):
         "unsupported: metadata mutation transpose_",
-    ("test_input_mutation_output_view_multiple", "dynamo"): "unsupported: op diagonal",
     ("test_output_aliases_intermediate_inplace_view_with_detach", "reference"):
         "unsupported: metadata mutation t_",
     ("test_output_aliases_intermediate_inplace_view_with_detach", "fast"):

@@ -1,0 +1,331 @@
+"""ATen-valued ops: aten ops outside the table, whose values the spec leaves to ATen.
+
+The table (`ops.py`) defines the values of the spec's core ops in numpy. Every other aten op gets
+its values from ATen's own CPU kernel, while everything the spec is about stays the reference's,
+derived from the op's schema (`specs/ops.md`):
+
+- `r[ops.aten-values]`: an op whose schema neither writes nor aliases an argument runs ATen's CPU
+  kernel on copies of the reference's values; its outputs are fresh storages with the sizes and
+  strides the meta kernel gives (`r[ops.fresh-output]`), holding the kernel's values.
+- `r[ops.aten-views]`: an op whose outputs are annotated `Tensor(a)` (and nothing `!`) is a view
+  of its first argument; each output's layout is what the op's meta kernel gives for that
+  argument's layout.
+- `r[ops.aten-mutations]`: an op that writes arguments (`Tensor(a!)`) is its functional variant,
+  followed by a `copy_` of each new value into the argument it writes; capture records it so.
+- Derivatives are eager's formulas, traced (`aten_autograd.py`, `r[ops.aten-derivatives]`).
+
+Conventions: `overload` is an OpOverload, `schema` its FunctionSchema, `bound` its arguments in
+schema order (`optable.bind`), `meta` the value PyTorch's meta kernel gave at capture.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable
+
+import torch
+import torch.utils._pytree as pytree
+
+from aotspec.errors import UnsupportedError
+
+from .boundary import bytes_of, new_torch_storage, tensor_on
+from .optable import (
+    ATEN_VALUED,
+    OP_TABLE,
+    OpEntry,
+    OpKind,
+    Refusal,
+    bind,
+    call_with,
+    derivative,
+    qualified_name,
+)
+from .storage import Layout, Storage, Tensor
+
+aten = torch.ops.aten
+
+# ---------------------------------------------------------------- which ops
+
+
+def _writes(argument) -> bool:
+    return argument.alias_info is not None and argument.alias_info.is_write
+
+
+def _kernel_name(schema) -> str:
+    return f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
+
+
+#: r[ops.aten-views]: ops whose outputs share their input's storage in eager although their
+#: schemas do not say so; autograd does not track them as views.
+HIDDEN_VIEWS = frozenset({aten.unsafe_split.Tensor, aten.unsafe_split_with_sizes.default})
+
+
+@functools.cache
+def aten_entry(overload: torch._ops.OpOverload) -> OpEntry | Refusal:
+    """The entry of an aten op outside the table, by what its schema says it does."""
+    schema = overload._schema
+    if torch.Tag.inplace_view in overload.tags:
+        return Refusal("changes a tensor's sizes or strides in place", "ops.aten-mutations")
+    if any(_writes(a) for a in schema.arguments):
+        return Refusal(
+            "writes its arguments and has no functional variant to be written as",
+            "ops.aten-mutations",
+        )
+    if not torch._C._dispatch_has_computed_kernel_for_dispatch_key(_kernel_name(schema), "CPU"):
+        return Refusal("has no CPU kernel", "ops.aten-values")
+    view = OpEntry(overload, OpKind.VIEW, functools.partial(meta_view, overload), "views input 0")
+    if overload in HIDDEN_VIEWS:
+        return view
+    aliased = [r.alias_info for r in schema.returns if r.alias_info is not None]
+    if not aliased:
+        return OpEntry(overload, OpKind.ATEN, run_aten, "fresh output (ATen's values)")
+    first = schema.arguments[0].alias_info
+    if first is None or any(info.before_set != first.before_set for info in aliased):
+        return Refusal("returns views of an argument other than its first", "ops.aten-views")
+    return view
+
+
+# ---------------------------------------------------------------- values
+
+
+def run_aten(overload: torch._ops.OpOverload, meta, *bound, call: Callable = call_with):
+    """r[ops.aten-values]: ATen's CPU kernel on copies of the arguments' storages; each output is
+    copied into a fresh storage with the sizes and strides of `meta`, the meta kernel's output
+    (`r[ops.fresh-output]`), in the kernel's dtype. `call(overload, arguments)` runs the kernel
+    (a collective waits for the group too: `collectives.py`)."""
+    copies: dict[int, torch.UntypedStorage] = {}
+
+    def to_torch(value):
+        if not isinstance(value, Tensor):
+            return value
+        value.check_readable()
+        s = value.storage
+        if id(s) not in copies:
+            copies[id(s)] = new_torch_storage(s)
+        return tensor_on(copies[id(s)], value.layout)
+
+    return _fresh(call(overload, pytree.tree_map(to_torch, list(bound))), meta)
+
+
+def _fresh(result, meta):
+    if isinstance(result, (tuple, list)):
+        return type(result)(_fresh(r, m) for r, m in zip(result, meta, strict=True))
+    if meta is None:  # an output the op leaves undefined (r[ops.fresh-output])
+        return None
+    if not isinstance(result, torch.Tensor):  # a number, as the kernel gives it
+        return result
+    if result.layout != torch.strided or result.shape != meta.shape:
+        # r[ops.aten-values]: the storage model holds strided tensors of the sizes capture saw
+        raise UnsupportedError(
+            f"an ATen-valued op gave a {result.layout} output of sizes {list(result.shape)} "
+            f"where its meta kernel gave a strided one of sizes {list(meta.shape)}",
+            rule="ops.aten-values",
+            fix="compute this part outside the compiled function",
+        )
+    # The kernel's dtype: under autocast, batch norm's saved statistics stay float32 where its
+    # meta kernel says bfloat16.
+    layout = Layout(result.dtype, meta.shape, meta.stride(), meta.storage_offset())
+    s = Storage.zeros(layout.extent_bytes())
+    st = new_torch_storage(s)
+    tensor_on(st, layout).copy_(result)
+    s.buffer = bytes_of(st)
+    return Tensor(s, layout)
+
+
+def meta_view(overload: torch._ops.OpOverload, layout: Layout, *rest):
+    """r[ops.aten-views]: the output layouts the meta kernel gives for an input laid out as
+    `layout` (the other arguments are what they are)."""
+    storage = torch.empty(layout.extent_elements(), dtype=layout.dtype, device="meta")
+    base = storage.as_strided(layout.sizes, layout.strides, layout.offset)
+    result = call_with(overload, [base, *rest])
+    if isinstance(result, (tuple, list)):
+        return tuple(Layout.of(out) for out in result)
+    return Layout.of(result)
+
+
+# ---------------------------------------------------------------- mutations
+
+
+def _plain_type(argument) -> str:
+    """The argument's type without its alias annotation: `Tensor(a!)` and `Tensor` are alike."""
+    return str(argument.type)
+
+
+def _signature(arguments) -> list[tuple[str, str]]:
+    return [(a.name, _plain_type(a)) for a in arguments]
+
+
+def functional_variant(overload: torch._ops.OpOverload) -> torch._ops.OpOverload | None:
+    """The op that computes what `overload` writes, without writing: the overload of `foo` (for
+    `foo_` and `foo.out`) or of `foo_functional` whose arguments are `overload`'s, less its out=
+    arguments, and whose returns are `overload`'s fresh returns followed by one new value per
+    written argument (PyTorch's functionalization pairs them so)."""
+    schema = overload._schema
+    written = [a for a in schema.arguments if _writes(a)]
+    kept = [a for a in schema.arguments if not (_writes(a) and a.kwarg_only)]
+    fresh_returns = [r for r in schema.returns if r.alias_info is None]
+    base = schema.name.removeprefix("aten::").removesuffix("_")
+    for candidate in (base, f"{base}_functional"):
+        packet = getattr(aten, candidate, None)
+        if packet is None:
+            continue
+        for overload_name in packet.overloads():
+            functional = getattr(packet, overload_name)
+            other = functional._schema
+            if other.is_mutable or _signature(other.arguments) != _signature(kept):
+                continue
+            if len(other.returns) == len(fresh_returns) + len(written):
+                return functional
+    return None
+
+
+def _write_back(overload, functional, *args, **kwargs):
+    """r[ops.aten-mutations]: `overload` as its functional variant, then a copy_ of each new value
+    into the argument it is for; returns what `overload` returns (its written arguments where its
+    schema says it returns them)."""
+    schema = overload._schema
+    bound = bind(schema, args, kwargs)
+    positional, keyword, written = [], {}, []
+    for argument, value in zip(schema.arguments, bound, strict=True):
+        if _writes(argument):
+            written.append((argument, value))
+            if argument.kwarg_only:  # an out= argument: the functional variant has none
+                continue
+        if argument.kwarg_only:
+            keyword[argument.name] = value
+        else:
+            positional.append(value)
+    results = functional(*positional, **keyword)
+    results = list(results) if len(functional._schema.returns) > 1 else [results]
+    fresh = iter(results[: len(results) - len(written)])
+    for (argument, target), new in zip(written, results[len(results) - len(written) :]):
+        for t, value in zip(pytree.tree_leaves(target), pytree.tree_leaves(new), strict=True):
+            _check_out_shape(overload, argument, t, value)
+            t.copy_(value)
+    by_alias = {frozenset(a.alias_info.before_set): value for a, value in written}
+    returns = [
+        next(fresh) if r.alias_info is None else by_alias[frozenset(r.alias_info.before_set)]
+        for r in schema.returns
+    ]
+    if not returns:
+        return None
+    return returns[0] if len(returns) == 1 else tuple(returns)
+
+
+def _check_out_shape(overload, argument, target: torch.Tensor, value: torch.Tensor) -> None:
+    """An out= tensor of another shape would be resized by eager; the spec does not say how."""
+    if target.shape != value.shape:
+        raise UnsupportedError(
+            f"op {qualified_name(overload)} writes a result of sizes {list(value.shape)} into "
+            f"argument {argument.name} of sizes {list(target.shape)}, which eager would resize",
+            rule="ops.aten-mutations",
+            fix="pass an out= tensor of the result's sizes",
+        )
+
+
+def _native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    """r[ops.aten-mutations.batch-norm]: native_batch_norm writes the running statistics in
+    training mode although its schema does not say so; it is the _native_batch_norm_legit op that
+    says so (the same kernel)."""
+    if running_mean is None:
+        return aten._native_batch_norm_legit.no_stats(
+            input, weight, bias, training, momentum, eps
+        )
+    if training:
+        return aten._native_batch_norm_legit(
+            input, weight, bias, running_mean, running_var, training, momentum, eps
+        )
+    return aten._native_batch_norm_legit_no_training(
+        input, weight, bias, running_mean, running_var, momentum, eps
+    )
+
+
+@derivative(aten._native_batch_norm_legit_functional.default)
+def batch_norm_backward(
+    grads,
+    outs,
+    input,
+    weight,
+    bias,
+    running_mean,
+    running_var,
+    training,
+    momentum,
+    eps,
+    *,
+    needed=None,
+):
+    """r[ops.aten-mutations.batch-norm]: eager's formula (native_batch_norm_backward), except that
+    in training mode it does not read the running statistics, which the kernel ignores there: the
+    op writes them, and eager's native_batch_norm, whose schema hides that write, saves them
+    without a version check that the write would fail."""
+    grad = grads[0]
+    if grad is None:
+        return [None] * 8
+    _, save_mean, save_invstd, _, _ = outs
+    stats = (None, None) if training else (running_mean, running_var)
+    wants = iter(needed) if needed is not None else itertools.repeat(True)
+    mask = [next(wants)] + [t is not None and next(wants) for t in (weight, bias)]
+    input_grad, weight_grad, bias_grad = aten.native_batch_norm_backward(
+        grad, input, weight, *stats, save_mean, save_invstd, training, eps, mask
+    )
+    return [input_grad, weight_grad, bias_grad, None, None, None, None, None]
+
+
+def _bernoulli_(self, p=0.5, *, generator=None):
+    """r[ops.random]: `x.bernoulli_(p)` draws in the order of x's memory, its functional variant
+    `bernoulli.p` in the order of its own contiguous result: so the draw runs on x's dims
+    permuted into memory order, and is permuted back. It reads only x's sizes (`detach`)."""
+    order = sorted(range(self.dim()), key=lambda d: (-self.stride(d), -self.shape[d]))
+    inverse = [order.index(d) for d in range(self.dim())]
+    drawn = aten.bernoulli.p(aten.permute(aten.detach(self), order), p, generator=generator)
+    self.copy_(aten.permute(drawn, inverse))
+    return self
+
+
+def _resizes_arguments(overload):
+    """r[ops.aten-mutations]: an op whose kernel resizes the arguments it writes, which its
+    schema and meta kernel do not say."""
+
+    def refuse(*args, **kwargs):
+        raise UnsupportedError(
+            f"op {qualified_name(overload)} resizes the tensors it writes",
+            rule="ops.aten-mutations",
+            fix="pass state tensors of their final sizes, or call the op outside the compiled "
+            "function",
+        )
+
+    return refuse
+
+
+def _overload_of(schema) -> torch._ops.OpOverload:
+    packet = getattr(aten, schema.name.removeprefix("aten::"))
+    return getattr(packet, schema.overload_name or "default")
+
+
+@functools.cache
+def mutation_decompositions() -> dict[torch._ops.OpOverload, Callable]:
+    """For capture: each aten op that writes its arguments, outside the table, as its functional
+    variant and copy_ (`r[ops.aten-mutations]`)."""
+    observer = aten._fused_moving_avg_obs_fq_helper.default  # resizes empty per-channel state
+    table: dict[torch._ops.OpOverload, Callable] = {
+        aten.native_batch_norm.default: _native_batch_norm,
+        aten.bernoulli_.float: _bernoulli_,
+        observer: _resizes_arguments(observer),
+    }
+    for schema in torch._C._jit_get_all_schemas():
+        if not (schema.name.startswith("aten::") and schema.is_mutable):
+            continue
+        overload = _overload_of(schema)
+        if overload in table or overload in OP_TABLE or torch.Tag.inplace_view in overload.tags:
+            continue
+        if "resize" in schema.name or schema.name == "aten::set_":
+            continue  # they change sizes and storages, which a copy_ does not
+        functional = functional_variant(overload)
+        if functional is not None:
+            table[overload] = functools.partial(_write_back, overload, functional)
+    return table
+
+
+ATEN_VALUED.entry = aten_entry
