@@ -178,6 +178,10 @@ def run_cases(
 
 
 def _results(cases, backends, jobs: int, timeout: float) -> Iterator[CaseResult]:
+    # Cases of several ranks run together, in one group spawned from here: a worker, being a
+    # daemon process, may not start processes.
+    yield from run_in_group([case for case in cases if case.ranks > 1], backends)
+    cases = [case for case in cases if case.ranks == 1]
     if jobs == 0:
         for case in cases:
             for backend in backends:
@@ -239,8 +243,13 @@ def run_in_group(cases: list[Case], backends: list[str]) -> list[CaseResult]:
         try:
             per_rank = run_on_ranks(_run_named, names, ranks=ranks, timeout=60 + 10 * len(names))
         except RanksFailed as failed:
+            if len(pairs) > 1:  # find the cases that take a group down: each in its own group
+                for case, backend in pairs:
+                    (results[case.name, backend],) = run_in_group([case], [backend])
+                continue
+            status = "crash" if "died" in str(failed) else "fail"
             lost = (f"the group of {ranks} ranks failed: {failed}",)
-            results.update({(c.name, b): CaseResult(c, b, "fail", lost) for c, b in pairs})
+            results.update({(c.name, b): CaseResult(c, b, status, lost) for c, b in pairs})
             continue
         for k, (case, backend) in enumerate(pairs):
             on_each_rank = [answers[k] for answers in per_rank]
