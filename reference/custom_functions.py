@@ -98,8 +98,8 @@ class Interception:
         ctx = next((t.grad_fn for t in outputs if isinstance(t.grad_fn, cls._backward_cls)), None)
         if ctx is None:  # no gradient reaches it: its forward's ops are all there is
             return result
-        self._check(cls, ctx, outputs)
         inputs = _forward_inputs(cls, args, kwargs)
+        self._check(cls, ctx, inputs, outputs)
         needs = ctx.needs_input_grad
         grad_inputs = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and needs[i]]
         differentiable = tuple(t.requires_grad for t in outputs)
@@ -139,11 +139,12 @@ class Interception:
         track_tensor_tree(outputs, node, constant=None, tracer=tracer)
         return result
 
-    def _check(self, cls, ctx, outputs: list[torch.Tensor]) -> None:
-        """r[capture.custom-function.refused]: what the specification leaves out."""
+    def _check(self, cls, ctx, inputs: tuple, outputs: list[torch.Tensor]) -> None:
+        """r[capture.custom-function.refused]: what the specification leaves out. (Autograd
+        returns an input marked dirty as the very tensor, an input not marked as a view.)"""
         name = getattr(cls, "__qualname__", cls.__name__)
         problem = None
-        if ctx.dirty_tensors:
+        if any(t is x for t in outputs for x in inputs):
             problem = "marks inputs it wrote as dirty (ctx.mark_dirty)"
         elif id(ctx) in self.materialize_off:
             problem = "turns materialized gradients off (ctx.set_materialize_grads(False))"
