@@ -507,10 +507,13 @@ def partition(
         [user for node in forward_nodes for user in node.users if user.target is getitem]
     )
     saved = []
+    backward_results = set(grads)
     for node in joint.nodes:
         if node not in forward_nodes:
             continue
         if any(user not in forward_nodes and user.op != "output" for user in node.users):
+            saved.append(node)
+        elif node in backward_results:  # a forward value the backward returns as it is
             saved.append(node)
     saved = _save_bases_of_views(saved)
     saved, reread = _read_contents_from_inputs(saved, primals, final_contents)

@@ -363,9 +363,9 @@ def _input_history(t: torch.Tensor):
 
 def _refuse_custom_functions(after: list, before: list, handled: set) -> None:
     """r[capture.custom-function.refused]: a custom autograd.Function a gradient can reach from
-    the outputs or the inputs' new histories (`after`), applied otherwise than through
-    `Function.apply` (so not `handled`), is refused (one walk over the autograd graph, which stops
-    at the histories the inputs had `before` the call)."""
+    the outputs or the inputs' new histories (`after`), applied where capture does not intercept
+    autograd's apply (so not `handled`: inside a functorch transform), is refused (one walk over
+    the autograd graph, which stops at the histories the inputs had `before` the call)."""
     seen: set = {node for node in before if node is not None}
     stack = [node for node in after if node is not None]
     while stack:
@@ -376,12 +376,12 @@ def _refuse_custom_functions(after: list, before: list, handled: set) -> None:
         if isinstance(node, torch.autograd.function.BackwardCFunction) and node not in handled:
             name = getattr(node._forward_cls, "__qualname__", type(node).__name__)
             raise UnsupportedError(
-                f"the function applies the custom autograd.Function {name} otherwise than "
-                "through Function.apply, and a gradient can reach it: capture sees its "
-                "forward's ops, not its backward",
+                f"the function applies the custom autograd.Function {name} where capture "
+                "does not intercept it (inside a functorch transform), and a gradient can reach "
+                "it: capture sees its forward's ops, not its backward",
                 rule="capture.custom-function.refused",
-                fix="apply it with Function.apply, apply it under torch.no_grad(), or write it "
-                "with ops whose derivatives the op table knows",
+                fix="apply it outside the transform, apply it under torch.no_grad(), or write "
+                "it with ops whose derivatives the op table knows",
             )
         stack.extend(next_node for next_node, _ in node.next_functions if next_node is not None)
 

@@ -25,10 +25,11 @@ from collections.abc import Callable, Iterator
 
 import torch
 import torch.fx
+import torch.utils._pytree as pytree
 from attrs import define, field, frozen
 from torch._higher_order_ops.utils import reenter_make_fx
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.autograd.function import Function, FunctionCtx
+from torch.autograd.function import FunctionCtx, _SingleLevelFunction
 from torch.fx.experimental.proxy_tensor import (
     disable_proxy_modes_tracing,
     get_proxy_mode,
@@ -84,12 +85,13 @@ class Interception:
     materialize_off: set[int] = field(factory=set)
 
     def apply(self, cls, args: tuple, kwargs: dict):
-        """`cls.apply(*args, **kwargs)` while capturing."""
+        """Autograd's apply of `cls` to `args` while capturing (`Function.apply` has bound them
+        to the forward's parameters)."""
         grad = torch.is_grad_enabled()
         if grad:
             self.grad_modes.note(False)  # autograd runs the forward under torch.no_grad()
         try:
-            result = _ORIGINAL_APPLY.__func__(cls, *args, **kwargs)
+            result = _C_APPLY.__get__(None, cls)(*args, **kwargs)
         finally:
             if grad:
                 self.grad_modes.note(True)
@@ -98,7 +100,7 @@ class Interception:
         ctx = next((t.grad_fn for t in outputs if isinstance(t.grad_fn, cls._backward_cls)), None)
         if ctx is None:  # no gradient reaches it: its forward's ops are all there is
             return result
-        inputs = _forward_inputs(cls, args, kwargs)
+        inputs = args
         self._check(cls, ctx, inputs, outputs)
         needs = ctx.needs_input_grad
         grad_inputs = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and needs[i]]
@@ -189,27 +191,31 @@ class Interception:
             grads_for.extend(k for k, g in enumerate(checked) if g is not None)
             return [g for g in checked if g is not None]
 
-        versions = [(t, t._version) for t in tracer.tensor_tracker.keys()]
+        # The traced backward may write into capture's tensors; their writes happen in the
+        # backward, not here: the rest of the capture must not see their versions move.
+        reachable = _reachable_tensors(ctx, inputs, returned)
+        versions = [t._version for t in reachable]
         with self.watching_paused():
             graph_module = reenter_make_fx(backward)(*examples)
-        # The traced backward may write into capture's tensors; their writes happen in the
-        # backward, not here: the forward's autograd must not see them.
-        changed = [(t, version) for t, version in versions if t._version != version]
-        torch._C._autograd._unsafe_set_version_counter(
-            [t for t, _ in changed], [version for _, version in changed]
-        )
+        torch._C._autograd._unsafe_set_version_counter(reachable, versions)
         saved = _lift_saved(graph_module, tracer)
         return graph_module, saved, tuple(grads_for)
 
 
-def _forward_inputs(cls, args: tuple, kwargs: dict) -> tuple:
-    """The Function's inputs as autograd sees them: with `setup_context`, apply binds keyword
-    and default arguments to the forward's positional parameters first."""
-    if cls.setup_context == Function.setup_context:
-        return args
-    bound = inspect.signature(cls.forward).bind(*args, **kwargs)
-    bound.apply_defaults()
-    return bound.args
+def _reachable_tensors(ctx, inputs: tuple, returned: tuple) -> list[torch.Tensor]:
+    """The capture's tensors a backward can reach: the Function's inputs and outputs, what its
+    context saved or holds, and what its backward closes over (Dynamo's Functions keep their
+    saved values there)."""
+    backward = inspect.getattr_static(ctx._forward_cls, "backward")
+    closure = getattr(getattr(backward, "__func__", backward), "__closure__", None) or ()
+    closed_over = []
+    for cell in closure:
+        with contextlib.suppress(ValueError):  # a cell no value was assigned to yet
+            closed_over.append(cell.cell_contents)
+    with disable_proxy_modes_tracing():
+        held = [ctx.saved_tensors, vars(ctx), closed_over]
+    leaves = pytree.tree_leaves([inputs, returned, held])
+    return [t for t in leaves if isinstance(t, torch.Tensor)]
 
 
 def checked_gradients(name: str, gradients, inputs: tuple, grad_inputs: list[int]) -> list:
@@ -300,7 +306,10 @@ def _lift_saved(graph_module: torch.fx.GraphModule, tracer) -> list[torch.fx.Pro
 
 # ---------------------------------------------------------------- intercepting apply
 
-_ORIGINAL_APPLY = Function.__dict__["apply"]
+#: Autograd's own apply, which `Function.apply` reaches as `super().apply` once it has bound the
+#: arguments; patching it on `_SingleLevelFunction`, between the two in every Function's MRO,
+#: intercepts Functions applied through a reference to `apply` taken before capture too.
+_C_APPLY = torch._C._FunctionBase.__dict__["apply"]
 _ORIGINAL_SET_MATERIALIZE_GRADS = FunctionCtx.set_materialize_grads
 _state = threading.local()
 _patch_lock = threading.Lock()
@@ -315,7 +324,7 @@ def _active() -> Interception | None:
 def _apply(cls, *args, **kwargs):
     interception = _active()
     if interception is None:  # another thread, or no capture under way
-        return _ORIGINAL_APPLY.__func__(cls, *args, **kwargs)
+        return _C_APPLY.__get__(None, cls)(*args, **kwargs)
     return interception.apply(cls, args, kwargs)
 
 
@@ -328,13 +337,13 @@ def _set_materialize_grads(ctx, value: bool) -> None:
 
 @contextlib.contextmanager
 def intercepting_apply(interception: Interception) -> Iterator[Interception]:
-    """`Function.apply` goes through `interception` in this thread while the context is active
-    (the patch is PyTorch's class attribute, shared by all threads; other threads get the
-    original behaviour)."""
+    """Autograd's apply of every Function goes through `interception` in this thread while the
+    context is active (the patch is on PyTorch's classes, shared by all threads; other threads
+    get the original behaviour)."""
     global _patch_users
     with _patch_lock:
         if _patch_users == 0:
-            Function.apply = classmethod(_apply)
+            _SingleLevelFunction.apply = classmethod(_apply)
             FunctionCtx.set_materialize_grads = _set_materialize_grads
         _patch_users += 1
     _state.stack = [*getattr(_state, "stack", []), interception]
@@ -345,5 +354,5 @@ def intercepting_apply(interception: Interception) -> Iterator[Interception]:
         with _patch_lock:
             _patch_users -= 1
             if _patch_users == 0:
-                Function.apply = _ORIGINAL_APPLY
+                del _SingleLevelFunction.apply
                 FunctionCtx.set_materialize_grads = _ORIGINAL_SET_MATERIALIZE_GRADS

@@ -667,10 +667,11 @@ class _Replay:
 
     def custom_function(self, node, key: int, inputs, outputs, saved) -> tuple[_Cell, ...]:
         """r[capture.custom-function.outputs]: a custom Function's node reads its inputs, its
-        outputs and its saved values, and gives each output a new value that carries the
-        Function's gradient: a fresh output stays the same tensor, its storage's contents now
-        that value; a view output becomes a view with that value, its storage's contents
-        unchanged; a non-differentiable output becomes an alias that carries no gradient."""
+        outputs and its saved values, and gives each differentiable output a new value that
+        carries the Function's gradient: a fresh output stays the same tensor, its storage's
+        contents now that value; a view output becomes a view with that value, its storage's
+        contents unchanged. A non-differentiable output stays as the forward made it (without
+        grad) when fresh, and becomes an alias that carries no gradient when it is a view."""
         function = self.program.custom_functions[key]
         read = [[_read(c, node.name, self) for c in group] for group in (inputs, outputs, saved)]
         tracer = get_proxy_mode().tracer
@@ -683,8 +684,9 @@ class _Replay:
         cells: list[_Cell | None] = [None] * len(outputs)
         # Fresh outputs first: their storages take new contents, which views of them then read.
         for j, (cell, result, differentiable, view) in enumerate(kinds):
-            if differentiable and not (view or cell.storage.caller is not None):
-                cells[j] = _relabel(cell, result)
+            fresh = not (view or cell.storage.caller is not None)
+            if fresh:  # computed under torch.no_grad(): without a gradient until relabelled
+                cells[j] = _relabel(cell, result) if differentiable else cell
         for j, (cell, result, differentiable, _) in enumerate(kinds):
             if cells[j] is not None:
                 continue
