@@ -951,18 +951,17 @@ def _functional_backward(function: CustomFunction) -> FunctionalProgram:
     values of its outputs (`values_out`). A backward that resizes or rebinds a tensor is
     refused."""
     graph_module = function.backward
-    traced = [node.meta["val"] for node in graph_module.graph.nodes if node.op == "placeholder"]
-    examples = [torch.empty_strided(v.shape, v.stride(), dtype=v.dtype) for v in traced]
-    program = Program.of_graph(graph_module, function.name)
-    backward = functionalize(program, examples, values_out=True)
-    if any(isinstance(step, (Resize, Rebind)) for step in backward.epilogue):
+    effects = (aten.set_.source_Tensor, torch.ops.inductor.resize_storage_bytes_.default)
+    if any(node.target in effects for node in graph_module.graph.nodes):
         raise UnsupportedError(
             f"the backward of the custom autograd.Function {function.name} resizes a storage or "
             "rebinds a tensor with set_",
             rule="capture.custom-function.refused",
             fix="let the backward compute new tensors (it may write into existing ones)",
         )
-    return backward
+    traced = [node.meta["val"] for node in graph_module.graph.nodes if node.op == "placeholder"]
+    examples = [torch.empty_strided(v.shape, v.stride(), dtype=v.dtype) for v in traced]
+    return functionalize(Program.of_graph(graph_module, function.name), examples, values_out=True)
 
 
 def _custom_call(custom: _CustomNode, state: _Replay, backwards, epilogue, index_of) -> CustomCall:
