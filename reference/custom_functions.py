@@ -100,14 +100,13 @@ class Interception:
         ctx = next((t.grad_fn for t in outputs if isinstance(t.grad_fn, cls._backward_cls)), None)
         if ctx is None:  # no gradient reaches it: its forward's ops are all there is
             return result
-        inputs = args
-        self._check(cls, ctx, inputs, outputs)
+        self._check(cls, ctx, args, outputs)
         needs = ctx.needs_input_grad
-        grad_inputs = [i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and needs[i]]
+        grad_inputs = [i for i, x in enumerate(args) if isinstance(x, torch.Tensor) and needs[i]]
         differentiable = tuple(t.requires_grad for t in outputs)
         tracer = get_proxy_mode().tracer
         backward, saved, grads_for = self._trace_backward(
-            ctx, inputs, grad_inputs, returned, differentiable
+            ctx, args, grad_inputs, returned, differentiable
         )
         key = len(self.functions)
         self.functions.append(
@@ -130,7 +129,7 @@ class Interception:
             custom_function_call,
             (
                 key,
-                [proxy(inputs[i]) for i in grad_inputs],
+                [proxy(args[i]) for i in grad_inputs],
                 [proxy(t) for t in outputs],
                 saved,
             ),

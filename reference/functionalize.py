@@ -855,6 +855,7 @@ def functionalize(
             if cell.storage.caller != inputs[i].storage or cell.layout != inputs[i].layout:
                 epilogue.append(Rebind(i, where(cell.storage), cell.layout))
         outputs = []
+        carriers: dict[int, int] = {}
         for cell in output_cells:
             if cell.input_index is not None and cell is state.placeholder_cells[cell.input_index]:
                 outputs.append(OutputIsInput(cell.input_index))
@@ -868,7 +869,7 @@ def functionalize(
                         detached=cell.detached,
                         view_of_detached=cell.view_of_detached,
                         multi_output=cell.multi_output,
-                        gradient_from=_gradient_carrier(cell, graph_outputs, state),
+                        gradient_from=_gradient_carrier(cell, graph_outputs, carriers, state),
                     )
                 )
         if values_out:
@@ -927,12 +928,17 @@ def functionalize(
     )
 
 
-def _gradient_carrier(cell: _Cell, graph_outputs: list, state: _Replay) -> int | None:
+def _gradient_carrier(
+    cell: _Cell, graph_outputs: list, carriers: dict[int, int], state: _Replay
+) -> int | None:
     """r[capture.custom-function.outputs]: for an output that is (a view of) a view a custom
-    Function returned, a graph output holding its value, which carries the Function's gradient;
-    None for other outputs."""
+    Function returned, a graph output holding its value, which carries the Function's gradient
+    (one per cell in `carriers`, so a cell returned twice gets its gradient from both); None for
+    other outputs."""
     if not cell.custom_view:
         return None
+    if id(cell) in carriers:
+        return carriers[id(cell)]
     if cell.version != cell.storage.version:
         raise UnsupportedError(
             "an output is a view a custom autograd.Function returned (or a view of one), and "
@@ -942,7 +948,8 @@ def _gradient_carrier(cell: _Cell, graph_outputs: list, state: _Replay) -> int |
             fix="clone() the Function's output before writing what it views",
         )
     graph_outputs.append(_read(cell, "output", state))
-    return len(graph_outputs) - 1
+    carriers[id(cell)] = len(graph_outputs) - 1
+    return carriers[id(cell)]
 
 
 def _functional_backward(function: CustomFunction) -> FunctionalProgram:

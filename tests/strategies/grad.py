@@ -23,7 +23,8 @@ counter):
 - log and fractional or negative powers read only values known to be positive;
 - custom autograd.Functions (tests/strategies/functions.py) wrap a product, a scaling, exp or
   tanh with a hand-written backward (saving inputs, the result, a constant on ctx; one writes
-  the gradient it receives in place, one marks an output non-differentiable); one returns its
+  the gradient it receives in place, so a product with a scalar is the one reader of its
+  output, one marks an output non-differentiable); one returns its
   input, which eager makes a view created inside a custom Function: nothing writes that storage
   afterwards.
 
@@ -233,6 +234,16 @@ def _g_custom_function(draw, model: Model) -> list[Instr]:
         doubled = _compute(model, "fn_scaled", (Var(x), 2.0), positive=positive)
         model.storage(doubled.outs[0]).requires_grad = False  # marked non-differentiable
         return [Instr(op, (*halved.outs, *doubled.outs), (Var(x),))]
+    if op == "fn_doubled_grad":
+        # Its backward writes the gradient it receives; eager's result is the spec's only when
+        # that gradient is its own, so a product with a scalar (whose derivative makes a new
+        # tensor) is its one reader, and the product is what the program goes on with.
+        applied = _compute(model, op, (Var(x),), positive=positive)
+        (t,) = applied.outs
+        c = draw(st.sampled_from(SCALARS))
+        scaled = _compute(model, "mul", (Var(t), c), positive=positive and c > 0)
+        del model.names[t]
+        return [applied, scaled]
     return [_compute(model, op, (Var(x),), positive=positive or op == "fn_exp")]
 
 
