@@ -29,7 +29,9 @@ from aotspec.errors import InternalError, UnsupportedError
 from .aten_autograd import output_gradients
 from .capture import CheckpointRegions, checkpoint_region, grad_enabled
 from .collectives import communicates
+from .custom_functions import custom_function_call
 from .functionalize import (
+    BackwardWrite,
     CallerStorage,
     FunctionalProgram,
     GraphStorage,
@@ -75,6 +77,12 @@ class Differentiated:
     #: Per gradient of `grad_inputs`, the tangents (by position) it is computed from
     #: (`r[autograd.unreached-outputs]`).
     grad_tangents: tuple[frozenset[int], ...]
+    #: Writes of custom Functions' backwards into the caller's storages: the backward returns
+    #: their values after the gradients (`r[autograd.custom-function.backward-writes]`).
+    backward_writes: tuple[BackwardWrite, ...] = ()
+    #: Per write, the tangents (by position) that reach its Function: it happens only when one
+    #: of them is reached, or always when there are none.
+    write_tangents: tuple[frozenset[int], ...] = ()
 
 
 def _differentiable_outputs(
@@ -90,6 +98,12 @@ def _differentiable_outputs(
         if isinstance(o, OutputView) and isinstance(o.storage, GraphStorage) and not o.detached
     }
     user_storages |= {step.output_index for step in write_backs}
+    # r[capture.custom-function.outputs]: the values that carry a custom Function's gradient
+    user_storages |= {
+        o.gradient_from
+        for o in program.outputs
+        if isinstance(o, OutputView) and o.gradient_from is not None
+    }
     return tuple(
         k
         for k, node in enumerate(output.args[0])
@@ -217,11 +231,20 @@ def _requires_grad_nodes(
                 continue
             if not grad_enabled(node):  # r[capture.grad-mode]: computed under torch.no_grad()
                 continue
-            if not any(used in flows for used in node.all_input_nodes):
+            # r[autograd.custom-function]: a custom Function's results need a gradient when one
+            # of its inputs does (its outputs and saved values are read, not differentiated)
+            used = node.args[1] if node.target is custom_function_call else node.all_input_nodes
+            if not any(value in flows for value in used):
                 continue
-            if _may_carry_gradient(node, flows):
+            if _of_custom_function(node) or _may_carry_gradient(node, flows):
                 flows.add(node)
     return flows
+
+
+def _of_custom_function(node: torch.fx.Node) -> bool:
+    """A custom Function's call, or one of its results."""
+    source = node.args[0] if node.target is getitem else node
+    return isinstance(source, torch.fx.Node) and source.target is custom_function_call
 
 
 def _may_carry_gradient(node: torch.fx.Node, flows: set) -> bool:
@@ -259,6 +282,9 @@ class _Joint:
 
     grad_inputs: tuple[int, ...] = ()
     final_contents: dict[torch.fx.Node, int] = field(factory=dict)
+    #: What custom Functions' backwards write into the caller's storages: (where, the value, the
+    #: nodes of the gradients the Function received).
+    writes: list[tuple[BackwardWrite, torch.Tensor, list[torch.fx.Node]]] = field(factory=list)
 
 
 @frozen
@@ -305,25 +331,14 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
 
     def joint(*values):
         primals, tangents = values[:n_inputs], values[n_inputs:]
-        env: dict[torch.fx.Node, object] = {}
-        inputs = iter(primals)
-        for node in traced_from(graph.nodes, "autograd.joint"):
-            if node.op == "placeholder":
-                env[node] = next(inputs)
-            elif node.op == "get_attr":  # r[capture.constants], or a generator (r[ops.random])
-                env[node] = getattr(program.graph_module, node.target)
-            elif node.op == "call_function":
-                args = torch.fx.node.map_arg(node.args, env.__getitem__)
-                kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
-                regions.enter(node)  # r[checkpoint.region], carried over
-                env[node] = node.target(*args, **kwargs)
-        outputs = [env[node] for node in outputs_node.args[0]]
+        env, outputs = _run(program.graph_module, primals, regions)
         input_nodes = placeholders(graph)
         seeds = {outputs_node.args[0][k]: t for k, t in zip(differentiable, tangents, strict=True)}
-        grads = _backward_pass(program, env, flows, seeds, stands_for, regions)
+        grads = _backward_pass(program, env, flows, seeds, stands_for, joint_found, regions)
         joint_found.final_contents = _final_contents(program, env)
         joint_found.grad_inputs = tuple(i for i in wanted if input_nodes[i] in grads)
-        return outputs, [grads[input_nodes[i]] for i in joint_found.grad_inputs]
+        written = [value for _, value, _ in joint_found.writes]
+        return outputs, [grads[input_nodes[i]] for i in joint_found.grad_inputs] + written
 
     tangent_examples = [
         torch.zeros_like(_meta_value(outputs_node.args[0][k])) for k in differentiable
@@ -335,6 +350,8 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
     regions.marks.annotate(joint_module.graph)
     joint_module.graph.eliminate_dead_code()  # rules may compute gradients nobody needs
     split = partition(joint_module, n_inputs, joint_found.final_contents)
+    n_grads = len(joint_found.grad_inputs)
+    tangents = placeholders(joint_module.graph)[n_inputs:]
     return Differentiated(
         split.forward,
         split.backward,
@@ -343,8 +360,34 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
         split.num_saved,
         tuple(t.stride() for t in tangent_examples),
         split.read_after_call,
-        split.grad_tangents,
+        split.grad_tangents[:n_grads],
+        tuple(write for write, _, _ in joint_found.writes),
+        tuple(
+            frozenset().union(*_tangents_of(joint_module.graph, tangents, received))
+            for _, _, received in joint_found.writes
+        ),
     )
+
+
+def _run(
+    graph_module: torch.fx.GraphModule, values, regions: _RegionMarker | None = None
+) -> tuple[dict, list]:
+    """Run a functional graph's ops on traced `values`, so `make_fx` records them; returns every
+    node's value and the graph's outputs."""
+    env: dict[torch.fx.Node, object] = {}
+    inputs = iter(values)
+    for node in traced_from(graph_module.graph.nodes, "autograd.joint"):
+        if node.op == "placeholder":
+            env[node] = next(inputs)
+        elif node.op == "get_attr":  # r[capture.constants], or a generator (r[ops.random])
+            env[node] = getattr(graph_module, node.target)
+        elif node.op == "call_function":
+            args = torch.fx.node.map_arg(node.args, env.__getitem__)
+            kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+            if regions is not None:
+                regions.enter(node)  # r[checkpoint.region], carried over
+            env[node] = node.target(*args, **kwargs)
+    return env, [env[node] for node in output_node(graph_module.graph).args[0]]
 
 
 def _final_contents(program: FunctionalProgram, env) -> dict[torch.fx.Node, int]:
@@ -369,11 +412,12 @@ def _backward_pass(
     flows,
     seeds,
     stands_for: dict[torch.fx.Node, _StandsFor],
+    found: _Joint,
     regions: _RegionMarker,
 ) -> dict[torch.fx.Node, torch.Tensor]:
     """Reverse mode over the functional graph with the table's derivative rules; a write under
-    torch.no_grad() passes its gradient on unchanged, and the gradient of a value standing for an
-    input goes to that input."""
+    torch.no_grad() passes its gradient on unchanged, the gradient of a value standing for an
+    input goes to that input, and a custom Function's backward is its own rule."""
     grads: dict[torch.fx.Node, object] = dict(seeds)
     no_grad_writes = program.stand_ins.no_grad_writes
     input_nodes = placeholders(program.graph)
@@ -397,6 +441,11 @@ def _backward_pass(
             source, index = node.args
             parts = grads.setdefault(source, {})
             parts[index] = grad if index not in parts else parts[index] + grad
+            continue
+        if node.target is custom_function_call:
+            for arg_node, arg_grad in _custom_function_vjp(program, node, grad, env, found):
+                if arg_node in flows:
+                    _accumulate(grads, arg_node, arg_grad)
             continue
         if isinstance(grad, dict):  # the gradients of a multi-output op, by output index
             grad = tuple(grad.get(i) for i in range(len(env[node])))
@@ -430,6 +479,53 @@ def _backward_pass(
                 ):
                     _accumulate(grads, arg_node, arg_grad)
     return grads
+
+
+def _custom_function_vjp(
+    program: FunctionalProgram, node: torch.fx.Node, grad: dict, env, found: _Joint
+) -> list[tuple[torch.fx.Node, torch.Tensor]]:
+    """r[autograd.custom-function]: the gradients of a custom Function's inputs, as (input node,
+    gradient) pairs: its functionalized backward run on the values it saved and on the gradients
+    of its differentiable outputs (zeros for one no gradient reached, as eager materializes
+    them). What it writes into a saved value that lies on a caller's storage is noted in `found`
+    (`r[autograd.custom-function.backward-writes]`)."""
+    call = program.custom_calls[node]
+    function = call.function
+    _, inputs, outputs, saved = node.args
+    received = [grad[j] for j in sorted(grad)]
+    incoming = []
+    for j, differentiable in enumerate(function.differentiable):
+        if not differentiable:
+            continue
+        if j not in grad:
+            value = env[outputs[j]]
+            grad[j] = torch.zeros(value.shape, dtype=value.dtype, device=value.device)
+        incoming.append(grad[j])
+    values = _laid_out_as_traced(call.backward, [env[s] for s in saved] + incoming)
+    _, results = _run(call.backward.graph_module, values)
+    returned = [results[k] for k in call.backward.output_values]
+    n_grads = len(function.grads_for)
+    for k, write in call.writes:
+        if write is not None:
+            found.writes.append((write, returned[n_grads + k], [node_of(g) for g in received]))
+    return [(inputs[p], g) for p, g in zip(function.grads_for, returned[:n_grads], strict=True)]
+
+
+def _laid_out_as_traced(backward: FunctionalProgram, values: list) -> list:
+    """The values a custom Function's functionalized backward writes into, each laid out as it
+    was traced, on a storage of its own (its graph reads the written contents through that
+    layout); copied into one where they are laid out otherwise."""
+    laid_out = []
+    for i, (value, meta) in enumerate(zip(values, backward.inputs, strict=True)):
+        layout = meta.layout
+        exact = Layout.of(value) == layout
+        exact = exact and value.untyped_storage().nbytes() == meta.storage_nbytes
+        if i in backward.touched_storages and not exact:
+            flat = value.new_zeros([layout.extent_elements()])
+            flat = aten.as_strided_scatter(flat, value, layout.sizes, layout.strides, 0)
+            value = aten.as_strided(flat, layout.sizes, layout.strides, 0)
+        laid_out.append(value)
+    return laid_out
 
 
 def _accumulate(grads: dict, node: torch.fx.Node, grad) -> None:
@@ -480,10 +576,13 @@ def partition(
         [user for node in forward_nodes for user in node.users if user.target is getitem]
     )
     saved = []
+    backward_results = set(grads)
     for node in joint.nodes:
         if node not in forward_nodes:
             continue
         if any(user not in forward_nodes and user.op != "output" for user in node.users):
+            saved.append(node)
+        elif node in backward_results:  # a forward value the backward returns as it is
             saved.append(node)
     saved = _save_bases_of_views(saved)
     saved = _recompute_checkpointed(saved, forward_nodes)
@@ -499,7 +598,7 @@ def partition(
         GraphProgram.of(backward),
         len(saved),
         read_after_call,
-        _tangents_of_grads(joint, tangents, grads),
+        _tangents_of(joint, tangents, grads),
     )
 
 
@@ -547,11 +646,11 @@ def _recompute_at_first_unpack(backward: torch.fx.GraphModule) -> None:
     backward.recompile()
 
 
-def _tangents_of_grads(
+def _tangents_of(
     joint: torch.fx.Graph, tangents: list[torch.fx.Node], grads
 ) -> tuple[frozenset[int], ...]:
-    """r[autograd.unreached-outputs]: the positions of the tangents each gradient reads, found
-    in one pass over the joint graph (a bit mask per node)."""
+    """r[autograd.unreached-outputs]: the positions of the tangents each of the nodes `grads`
+    reads, found in one pass over the joint graph (a bit mask per node)."""
     masks = {node: 1 << j for j, node in enumerate(tangents)}
     for node in joint.nodes:
         if node.op == "call_function":

@@ -39,6 +39,12 @@ from aotspec.errors import UnsupportedError
 from . import effects, ops  # noqa: F401  (importing them fills the op table)
 from .aten import mutation_decompositions
 from .collectives import check_collective
+from .custom_functions import (
+    CustomFunction,
+    Interception,
+    custom_function_call,
+    intercepting_apply,
+)
 from .optable import DERIVATIVES, OpEntry, lookup
 
 aten = torch.ops.aten
@@ -175,9 +181,25 @@ class _WatchGradMode(TorchFunctionMode):
         super().__init__()
         self.modes = modes
         self.requires_grad_calls = requires_grad_calls
+        #: While a custom Function's backward is traced into a graph of its own, nothing it does
+        #: belongs to the captured graph.
+        self.paused = False
+
+    @contextlib.contextmanager
+    def pausing(self):
+        self.paused = True
+        try:
+            yield
+        finally:
+            self.paused = False
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if not self.paused:
+            self._note(func, args, kwargs)
+        return func(*args, **kwargs)
+
+    def _note(self, func, args, kwargs) -> None:
         if func is torch._C._set_grad_enabled:
             self.modes.note(bool(args[0]))
         elif func in _BACKWARD_CALLS:
@@ -194,7 +216,6 @@ class _WatchGradMode(TorchFunctionMode):
             if flag != args[0].requires_grad:
                 position = len(get_proxy_mode().tracer.graph.nodes)
                 self.requires_grad_calls.append(_RequiresGradCall(args[0], flag, position))
-        return func(*args, **kwargs)
 
 
 def grad_enabled(node: torch.fx.Node) -> bool:
@@ -230,10 +251,35 @@ class Program:
     name: str
     #: Flat inputs the function calls `requires_grad_()` on (`r[autograd.requires-grad-inside]`).
     requires_grad_inputs: frozenset[int] = frozenset()
+    #: The custom Functions a gradient reaches, by the key their `custom_function_call` nodes
+    #: name (`r[capture.custom-function]`).
+    custom_functions: tuple[CustomFunction, ...] = ()
 
     @property
     def graph(self) -> torch.fx.Graph:
         return self.graph_module.graph
+
+    @classmethod
+    def of_graph(cls, graph_module: torch.fx.GraphModule, name: str) -> Program:
+        """A graph traced apart from the user's function (a custom Function's backward), taking
+        and returning flat tensors."""
+        graph = graph_module.graph
+        n_in = sum(node.op == "placeholder" for node in graph.nodes)
+        n_out = len(next(iter(reversed(graph.nodes))).args[0])
+        entries = {
+            node: lookup(node.target, where=_source_line(node))
+            for node in graph.nodes
+            if node.op == "call_function" and node.target is not getitem
+        }
+        return cls(
+            graph_module,
+            pytree.tree_flatten(((None,) * n_in, {}))[1],
+            (TENSOR,) * n_in,
+            pytree.tree_flatten([None] * n_out)[1],
+            (TENSOR,) * n_out,
+            entries,
+            name,
+        )
 
     def tensor_inputs(self, args, kwargs) -> list[torch.Tensor]:
         leaves, _ = pytree.tree_flatten((tuple(args), dict(kwargs)))
@@ -269,18 +315,22 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
     regions = CheckpointRegions()
     requires_grad_calls: list[_RequiresGradCall] = []
     requires_grad_inputs: set[int] = set()
+    watch = _WatchGradMode(grad_modes, requires_grad_calls)
+    interception = Interception(grad_modes, watch.pausing)
+    # r[collectives.derivatives]: the collectives' library autograd is the table's to replace
+    interception.passes_through = lambda cls: cls.__name__ in _table_ops_with_library_autograd()
 
     def flat_fn(*flat_tensors):
         it = iter(flat_tensors)
         rebuilt = [next(it) if leaf is TENSOR else leaf for leaf in in_leaves]
         call_args, call_kwargs = pytree.tree_unflatten(rebuilt, in_spec)
         histories_before = [_input_history(t) for t in flat_tensors]
-        with _WatchGradMode(grad_modes, requires_grad_calls), _checkpoint_regions_noted(regions):
+        with watch, intercepting_apply(interception), _checkpoint_regions_noted(regions):
             result = fn(*call_args, **call_kwargs)
         out, out_spec = pytree.tree_flatten(result)
         outputs = [leaf for leaf in out if _is_tensor(leaf)]
         histories_after = [t.grad_fn for t in outputs] + [_input_history(t) for t in flat_tensors]
-        _refuse_custom_functions(histories_after, histories_before)
+        _refuse_custom_functions(histories_after, histories_before, interception.handled)
         returned.spec = out_spec
         returned.leaves = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in out)
         requires_grad_inputs.update(_inputs_set_to_require_grad(requires_grad_calls, flat_tensors))
@@ -321,6 +371,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         entries=entries,
         name=getattr(fn, "__qualname__", repr(fn)),
         requires_grad_inputs=frozenset(requires_grad_inputs),
+        custom_functions=tuple(interception.functions),
     )
 
 
@@ -372,7 +423,7 @@ def _entries(graph: torch.fx.Graph) -> dict[torch.fx.Node, OpEntry]:
     entries: dict[torch.fx.Node, OpEntry] = {}
     refusals: dict[str, UnsupportedError] = {}
     for node in graph.nodes:
-        if node.op != "call_function" or node.target is getitem:
+        if node.op != "call_function" or node.target in (getitem, custom_function_call):
             continue
         where = _source_line(node)
         try:
@@ -463,10 +514,11 @@ def _input_history(t: torch.Tensor):
         return None
 
 
-def _refuse_custom_functions(after: list, before: list) -> None:
-    """r[capture.custom-function]: a custom autograd.Function a gradient can reach from the
-    outputs or the inputs' new histories (`after`) is refused (one walk over the autograd graph,
-    which stops at the histories the inputs had `before` the call)."""
+def _refuse_custom_functions(after: list, before: list, handled: set) -> None:
+    """r[capture.custom-function.refused]: a custom autograd.Function a gradient can reach from
+    the outputs or the inputs' new histories (`after`), applied where capture does not intercept
+    autograd's apply (so not `handled`: inside a functorch transform), is refused (one walk over
+    the autograd graph, which stops at the histories the inputs had `before` the call)."""
     seen: set = {node for node in before if node is not None}
     stack = [node for node in after if node is not None]
     while stack:
@@ -474,16 +526,19 @@ def _refuse_custom_functions(after: list, before: list) -> None:
         if node in seen:
             continue
         seen.add(node)
-        if isinstance(node, torch.autograd.function.BackwardCFunction) and not (
-            _differentiated_by_the_table(node)
+        if (
+            isinstance(node, torch.autograd.function.BackwardCFunction)
+            and node not in handled
+            and not _differentiated_by_the_table(node)
         ):
             name = getattr(node._forward_cls, "__qualname__", type(node).__name__)
             raise UnsupportedError(
-                f"the function applies the custom autograd.Function {name}, and a gradient can "
-                "reach it: capture sees its forward's ops, not its backward",
-                rule="capture.custom-function",
-                fix="call it outside the compiled function, apply it under torch.no_grad(), or "
-                "write it with ops whose derivatives the op table knows",
+                f"the function applies the custom autograd.Function {name} where capture "
+                "does not intercept it (inside a functorch transform), and a gradient can reach "
+                "it: capture sees its forward's ops, not its backward",
+                rule="capture.custom-function.refused",
+                fix="apply it outside the transform, apply it under torch.no_grad(), or write "
+                "it with ops whose derivatives the op table knows",
             )
         stack.extend(next_node for next_node, _ in node.next_functions if next_node is not None)
 

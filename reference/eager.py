@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 from attrs import define
 
+from aotspec.errors import UnsupportedError
+
 from .boundary import Boundary
 from .capture import Program, capture, hooks_silenced_while_tracing
 from .eager_backward import connect
@@ -50,6 +52,16 @@ def run(fn, *args, **kwargs) -> EagerRun:
 def execute(program: Program, args, kwargs) -> EagerRun:
     """Run a captured program on the caller's arguments (`r[boundary.import]`,
     `r[boundary.export]`): the caller's tensors take the program's effects once it succeeded."""
+    if program.custom_functions:
+        # r[capture.custom-function.eager-interpreter]
+        raise UnsupportedError(
+            f"the function applies the custom autograd.Function "
+            f"{program.custom_functions[0].name}, and a gradient can reach it: the eager "
+            "interpreter's autograd tape has no entry for a Function's own backward",
+            rule="capture.custom-function.eager-interpreter",
+            fix="compile the function (aotspec.compile), or apply the Function under "
+            "torch.no_grad()",
+        )
     boundary = Boundary()
     callers = program.tensor_inputs(args, kwargs)
     for i in program.requires_grad_inputs:

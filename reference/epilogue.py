@@ -89,6 +89,23 @@ def _storage_of(where, caller_storages, flats) -> torch.UntypedStorage:
     return flats[where.output_index].untyped_storage()
 
 
+def apply_backward_writes(plan, targets: dict, written: list, reached: list[bool]) -> None:
+    """r[autograd.custom-function.backward-writes]: after the backward graph, the caller's
+    tensors take what custom Functions' backwards wrote into them, through the written tensor's
+    layout, as an in-place write under torch.no_grad() that advances their version; a write of a
+    Function that no reached tangent leads to is not made (eager's engine does not run that
+    Function's backward)."""
+    writes = zip(plan.backward_writes, written, plan.write_tangents, strict=True)
+    for write, value, tangents in writes:
+        if tangents and not any(reached[j] for j in tangents):
+            continue
+        layout = write.layout
+        with torch.no_grad():
+            targets[write.input_index].as_strided(
+                layout.sizes, layout.strides, layout.offset
+            ).copy_(value)
+
+
 def build_outputs(
     program: FunctionalProgram, tensors, caller_storages, flats
 ) -> list[torch.Tensor]:
@@ -137,7 +154,41 @@ def _detached_view(t: torch.Tensor, output) -> torch.Tensor:
     return detached
 
 
+class _ViewCarryingGradient(torch.autograd.Function):
+    """r[capture.custom-function.outputs]: an output that is (a view of) a view a custom Function
+    returned: a view of `base`, for aliasing, whose gradient goes to `carrier`, the compiled
+    forward's output that holds its value with the Function's gradient. Like eager's, it is a
+    view made inside a custom Function: writing it, or using it after its base was written,
+    raises eager's error."""
+
+    @staticmethod
+    def forward(ctx, carrier, base, sizes, strides, offset):
+        return base.as_strided(sizes, strides, offset)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None, None, None, None
+
+
+def _view_carrying_gradient(output, tensors, on_storage, caller_storages, flats) -> torch.Tensor:
+    layout = output.layout
+    if isinstance(output.storage, CallerStorage):
+        storage = caller_storages[output.storage.input_index]
+        through = tensors[output.through] if output.through is not None else None
+        base = through if through is not None else on_storage.get((storage._cdata, layout.dtype))
+    else:
+        base = flats[output.storage.output_index]
+        storage = base.untyped_storage()
+    on_storage = base is not None and base.untyped_storage()._cdata == storage._cdata
+    if not (on_storage and base.dtype == layout.dtype):
+        base = tensor_on(storage, layout)
+    carrier = flats[output.gradient_from]
+    return _ViewCarryingGradient.apply(carrier, base, layout.sizes, layout.strides, layout.offset)
+
+
 def _output_view(output, tensors, on_storage, caller_storages, flats, returned) -> torch.Tensor:
+    if output.gradient_from is not None:
+        return _view_carrying_gradient(output, tensors, on_storage, caller_storages, flats)
     if isinstance(output.storage, CallerStorage):  # r[aliasing.view.of-input]
         return _view_of_caller(output, tensors, on_storage, caller_storages)
     flat = flats[output.storage.output_index]

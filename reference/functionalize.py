@@ -20,12 +20,19 @@ import torch.fx
 import torch.fx.traceback as fx_traceback
 import torch.utils._pytree as pytree
 from attrs import define, field, frozen
-from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
+from torch.fx.experimental.proxy_tensor import (
+    disable_proxy_modes_tracing,
+    get_proxy_mode,
+    get_proxy_slot,
+    make_fx,
+    track_tensor_tree,
+)
 
 from aotspec.errors import InternalError, SpecViolation, UnsupportedError
 
 from .capture import CheckpointRegions, GradModes, Program, checkpoint_region, grad_enabled
 from .collectives import is_impure
+from .custom_functions import CustomFunction, custom_function_call
 from .graph import traced_from
 from .optable import NONDIFFERENTIABLE, OpEntry, OpKind, bind, lookup
 from .storage import Layout, numpy_dtype
@@ -166,6 +173,32 @@ class OutputView:
     view_of_detached: bool = False
     #: (A view of) one of several views one op returned (`r[autograd.multi-output-views]`).
     multi_output: bool = False
+    #: (A view of) a view a custom Function returned: the graph output holding its value, which
+    #: carries the Function's gradient where the storage's contents do not
+    #: (`r[capture.custom-function.outputs]`).
+    gradient_from: int | None = None
+
+
+@frozen
+class BackwardWrite:
+    """r[autograd.custom-function.backward-writes]: a custom Function's backward writes a tensor
+    it read that lies on flat input `input_index`'s storage, through `layout`: after the backward
+    graph, the caller's storage takes the written values."""
+
+    input_index: int
+    layout: Layout
+
+
+@frozen
+class CustomCall:
+    """A custom Function's node in the functional graph (`r[autograd.custom-function]`)."""
+
+    function: CustomFunction
+    #: Its backward, functionalized: its graph takes and returns what `function.backward` does.
+    backward: FunctionalProgram
+    #: (position among the saved values, where the write reaches the caller or None) for each
+    #: saved value the backward writes into.
+    writes: tuple[tuple[int, BackwardWrite | None], ...] = ()
 
 
 @frozen
@@ -227,6 +260,11 @@ class FunctionalProgram:
     written_with_grad: frozenset[int] = frozenset()
     #: Inputs that set_ rebound with grad mode on (`r[autograd.input-writes.set]`).
     rebound_with_grad: frozenset[int] = frozenset()
+    #: The custom Functions' nodes of the graph (`r[autograd.custom-function]`).
+    custom_calls: dict[torch.fx.Node, CustomCall] = field(factory=dict)
+    #: With `functionalize(..., values_out=True)`: the graph outputs holding the value of each
+    #: output of the program, after the storages' contents.
+    output_values: tuple[int, ...] = ()
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -287,6 +325,9 @@ class _Cell:
     multi_output: bool = False
     #: An input that set_ rebound under torch.no_grad(): what it reads is that input for autograd.
     read_as_input: int | None = None
+    #: A view a custom Function returned, or a view of one: its value carries the Function's
+    #: gradient; its storage's contents do not (`r[capture.custom-function.outputs]`).
+    custom_view: bool = False
 
 
 def _flat(storage: _Storage, replay: _Replay) -> torch.Tensor:
@@ -468,6 +509,8 @@ class _Replay:
     grad_modes: GradModes
     #: Its checkpointed regions, noted the same way (`r[checkpoint.region]`).
     regions: CheckpointRegions
+    #: The functionalized backward of each of the program's custom Functions.
+    backwards: tuple[FunctionalProgram, ...] = ()
     region: int | None = None
     env: dict = field(factory=dict)
     #: The cell of each flat input (the same cell for the same object passed twice).
@@ -482,6 +525,8 @@ class _Replay:
     read_as_input: dict = field(factory=dict)
     no_grad_writes: set = field(factory=set)
     detached_writes: set = field(factory=set)
+    #: The custom Functions' nodes of the functional graph, with the cells their backward writes.
+    custom_nodes: list[_CustomNode] = field(factory=list)
 
     def run(self, values: list[torch.Tensor]):
         storages: dict[int, _Storage] = {}
@@ -556,6 +601,8 @@ class _Replay:
         args = torch.fx.node.map_arg(node.args, self.env.__getitem__)
         if node.target is getitem:
             return args[0][args[1]]
+        if node.target is custom_function_call:
+            return self.custom_function(node, *args)
         kwargs = torch.fx.node.map_arg(node.kwargs, self.env.__getitem__)
         entry = self.program.entries[node]
         name = node.name
@@ -614,6 +661,9 @@ class _Replay:
         # views autograd tracks: unsafe_split's are not (r[ops.aten-views])
         tracked = node.target._schema.returns[0].alias_info is not None
         multi_output &= source.multi_output or (isinstance(layouts, tuple) and tracked)
+        # r[capture.custom-function.outputs]: a view of a custom Function's view output carries
+        # the Function's gradient, as the value it was viewed from does
+        custom_view = source.custom_view and not detached
         if isinstance(layouts, tuple):
             return tuple(
                 _Cell(
@@ -626,6 +676,7 @@ class _Replay:
                     detached=detached,
                     view_of_detached=view_of_detached,
                     multi_output=multi_output,
+                    custom_view=custom_view,
                 )
                 for layout, value in zip(layouts, values, strict=True)
             )
@@ -639,7 +690,59 @@ class _Replay:
             detached=detached,
             view_of_detached=view_of_detached,
             multi_output=multi_output,
+            custom_view=custom_view,
         )
+
+    def custom_function(self, node, key: int, inputs, outputs, saved) -> tuple[_Cell, ...]:
+        """r[capture.custom-function.outputs]: a custom Function's node reads its inputs, its
+        outputs and its saved values, and gives each differentiable output a new value that
+        carries the Function's gradient: a fresh output stays the same tensor, its storage's
+        contents now that value; a view output becomes a view with that value, its storage's
+        contents unchanged. A non-differentiable output stays as the forward made it (without
+        grad) when fresh, and becomes an alias that carries no gradient when it is a view."""
+        function = self.program.custom_functions[key]
+        read = [[_read(c, node.name, self) for c in group] for group in (inputs, outputs, saved)]
+        tracer = get_proxy_mode().tracer
+        proxies = [[get_proxy_slot(v, tracer).proxy for v in group] for group in read]
+        call = tracer.create_proxy("call_function", custom_function_call, (key, *proxies), {})
+        with disable_proxy_modes_tracing():
+            results = [aten.alias(v) for v in read[1]]
+        track_tensor_tree(results, call, constant=None, tracer=tracer)
+        kinds = list(zip(outputs, results, function.differentiable, function.views, strict=True))
+        cells: list[_Cell | None] = [None] * len(outputs)
+        # Fresh outputs first: their storages take new contents, which views of them then read.
+        for j, (cell, result, differentiable, view) in enumerate(kinds):
+            fresh = not (view or cell.storage.caller is not None)
+            if fresh:  # computed under torch.no_grad(): without a gradient until relabelled
+                cells[j] = _relabel(cell, result) if differentiable else cell
+        for j, (cell, result, differentiable, _) in enumerate(kinds):
+            if cells[j] is not None:
+                continue
+            if differentiable:
+                cells[j] = _Cell(
+                    cell.storage,
+                    cell.layout,
+                    result,
+                    cell.storage.version,
+                    root=cell.root,
+                    custom_view=True,
+                )
+            else:
+                cells[j] = _Cell(
+                    cell.storage,
+                    cell.layout,
+                    aten.detach(read[1][j]),
+                    cell.storage.version,
+                    root=cell.root,
+                    viewed_without_grad=True,
+                    detached=True,
+                )
+        written = sorted(k for k in self.backwards[key].written if k < function.num_saved)
+        versions = [cell.storage.version for cell in saved]
+        self.custom_nodes.append(
+            _CustomNode(call.node, key, [(k, saved[k], versions[k]) for k in written], saved)
+        )
+        return tuple(cells)
 
     def effect(self, node, args, read_all):
         if node.target is aten.copy_.default:
@@ -695,6 +798,30 @@ class _Replay:
         return pytree.tree_map(self.fresh, node.target(*read_all(args), **read_all(kwargs)))
 
 
+def _relabel(cell: _Cell, value: torch.Tensor) -> _Cell:
+    """A fresh output of a custom Function: the same tensor, and its storage's contents are now
+    `value`, so what reads the storage later reads the Function's gradient too
+    (`r[capture.custom-function.outputs]`)."""
+    storage = cell.storage
+    storage.origin = value
+    storage.flat = None
+    storage.version += 1
+    cell.value = value
+    cell.version = storage.version
+    return cell
+
+
+@define(eq=False)
+class _CustomNode:
+    """A custom Function's node as the replay met it: the saved values its backward writes into,
+    as (position, cell, the storage's version at the node), and every saved value's cell."""
+
+    node: torch.fx.Node
+    key: int
+    written: list[tuple[int, _Cell, int]]
+    saved: list[_Cell]
+
+
 # ---------------------------------------------------------------- the pass
 
 
@@ -706,17 +833,23 @@ class _Replayed:
     epilogue: tuple[WriteBack | Resize | Rebind, ...] = ()
     outputs: tuple[OutputIsInput | OutputView, ...] = ()
     final_contents: dict[torch.fx.Node, int] = field(factory=dict)
+    custom_calls: dict[torch.fx.Node, CustomCall] = field(factory=dict)
+    output_values: tuple[int, ...] = ()
 
 
-def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalProgram:
-    """The functional graph and epilogue of `program`, specialized to these input tensors."""
+def functionalize(
+    program: Program, tensors: list[torch.Tensor], *, values_out: bool = False
+) -> FunctionalProgram:
+    """The functional graph and epilogue of `program`, specialized to these input tensors.
+    With `values_out`, the graph also returns the value of each of the program's outputs."""
     inputs = InputMeta.of(tensors)
     replayed = _Replayed()
     grad_modes = GradModes()
     regions = CheckpointRegions()
+    backwards = tuple(_functional_backward(function) for function in program.custom_functions)
 
     def replay(*values):
-        state = _Replay(program, inputs, grad_modes, regions)
+        state = _Replay(program, inputs, grad_modes, regions, backwards)
         output_cells = state.run(list(values))
         graph_outputs: list[torch.Tensor] = []
         index_of: dict[int, int] = {}
@@ -751,6 +884,7 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
             if cell.storage.caller != inputs[i].storage or cell.layout != inputs[i].layout:
                 epilogue.append(Rebind(i, where(cell.storage), cell.layout))
         outputs = []
+        carriers: dict[int, int] = {}
         for cell in output_cells:
             if cell.input_index is not None and cell is state.placeholder_cells[cell.input_index]:
                 outputs.append(OutputIsInput(cell.input_index))
@@ -764,8 +898,17 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
                         detached=cell.detached,
                         view_of_detached=cell.view_of_detached,
                         multi_output=cell.multi_output,
+                        gradient_from=_gradient_carrier(cell, graph_outputs, carriers, state),
                     )
                 )
+        if values_out:
+            first = len(graph_outputs)
+            graph_outputs.extend(_read(cell, "output", state) for cell in output_cells)
+            replayed.output_values = tuple(range(first, len(graph_outputs)))
+        replayed.custom_calls = {
+            custom.node: _custom_call(custom, state, backwards, epilogue, index_of)
+            for custom in state.custom_nodes
+        }
         replayed.state = state
         replayed.epilogue = tuple(epilogue)
         replayed.outputs = tuple(outputs)
@@ -785,10 +928,11 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
     # the graph is functional: unused values go, but collectives run (r[collectives.program-order])
     graph_module.graph.eliminate_dead_code(is_impure_node=is_impure)
     graph_module.recompile()
+    alive = set(graph_module.graph.nodes)
     entries = {
         node: lookup(node.target, where=f"functional graph node {node.name}")
         for node in graph_module.graph.nodes
-        if node.op == "call_function" and node.target is not getitem
+        if node.op == "call_function" and node.target not in (getitem, custom_function_call)
     }
     state = replayed.state
     storages = state.caller_storages
@@ -811,4 +955,104 @@ def functionalize(program: Program, tensors: list[torch.Tensor]) -> FunctionalPr
         written=frozenset(s.caller for s in storages if s.written),
         written_with_grad=frozenset(s.caller for s in storages if s.written_with_grad),
         rebound_with_grad=frozenset(state.rebound_with_grad),
+        custom_calls={
+            node: call for node, call in replayed.custom_calls.items() if node in alive
+        },
+        output_values=replayed.output_values,
+    )
+
+
+def _gradient_carrier(
+    cell: _Cell, graph_outputs: list, carriers: dict[int, int], state: _Replay
+) -> int | None:
+    """r[capture.custom-function.outputs]: for an output that is (a view of) a view a custom
+    Function returned, a graph output holding its value, which carries the Function's gradient
+    (one per cell in `carriers`, so a cell returned twice gets its gradient from both); None for
+    other outputs."""
+    if not cell.custom_view:
+        return None
+    if id(cell) in carriers:
+        return carriers[id(cell)]
+    if cell.version != cell.storage.version:
+        raise UnsupportedError(
+            "an output is a view a custom autograd.Function returned (or a view of one), and "
+            "the program writes its storage after the Function returned it: eager autograd "
+            "refuses its backward",
+            rule="capture.custom-function.outputs",
+            fix="clone() the Function's output before writing what it views",
+        )
+    graph_outputs.append(_read(cell, "output", state))
+    carriers[id(cell)] = len(graph_outputs) - 1
+    return carriers[id(cell)]
+
+
+def _functional_backward(function: CustomFunction) -> FunctionalProgram:
+    """r[autograd.custom-function]: a custom Function's traced backward, functionalized on its
+    own, each tensor it reads on a storage of its own laid out as traced; its graph returns the
+    values of its outputs (`values_out`). A backward that resizes or rebinds a tensor is
+    refused."""
+    graph_module = function.backward
+    effects = (aten.set_.source_Tensor, torch.ops.inductor.resize_storage_bytes_.default)
+    if any(node.target in effects for node in graph_module.graph.nodes):
+        raise UnsupportedError(
+            f"the backward of the custom autograd.Function {function.name} resizes a storage or "
+            "rebinds a tensor with set_",
+            rule="capture.custom-function.refused",
+            fix="let the backward compute new tensors (it may write into existing ones)",
+        )
+    traced = [node.meta["val"] for node in graph_module.graph.nodes if node.op == "placeholder"]
+    examples = [torch.empty_strided(v.shape, v.stride(), dtype=v.dtype) for v in traced]
+    return functionalize(Program.of_graph(graph_module, function.name), examples, values_out=True)
+
+
+def _custom_call(custom: _CustomNode, state: _Replay, backwards, epilogue, index_of) -> CustomCall:
+    """r[autograd.custom-function.backward-writes]: where the writes of a custom Function's
+    backward into the tensors it read go: into the caller's storage for a tensor on one (the
+    tensor must be the only saved value on it, its storage neither resized nor rebound by the
+    program, nor written after the Function ran or with history), nowhere for a value the
+    program made that no output reads; a write into a value an output reads is refused."""
+    function = state.program.custom_functions[custom.key]
+    rebinds = any(isinstance(step, Rebind) for step in epilogue)
+    writes = []
+    for k, cell, version in custom.written:
+        storage = cell.storage
+        shared = sum(other.storage is storage for other in custom.saved) > 1
+        problem = None
+        if storage.caller is None:
+            if id(storage) in index_of:
+                problem = "a value an output of the program reads"
+            writes.append((k, None))
+        elif shared or rebinds or storage.resized or storage.written_with_grad:
+            problem = (
+                "a caller's tensor whose storage another saved tensor reads, or that the "
+                "program resizes, rebinds or writes with grad mode on"
+            )
+        elif storage.version != version:
+            problem = "a caller's tensor the program writes after the Function ran"
+        else:
+            writes.append((k, BackwardWrite(_write_target(cell, state), cell.layout)))
+        if problem is not None:
+            raise UnsupportedError(
+                f"the backward of the custom autograd.Function {function.name} writes into "
+                f"{problem}",
+                rule="autograd.custom-function.backward-writes",
+                fix="clone() the tensor in the forward and save the clone, or write it outside "
+                "the backward",
+            )
+    return CustomCall(function, backwards[custom.key], tuple(writes))
+
+
+def _write_target(cell: _Cell, state: _Replay) -> int:
+    """A caller's tensor on the cell's storage that reads it in the cell's dtype: the input the
+    cell was viewed from, else the first such input."""
+    candidates = [cell.root] if cell.root is not None else []
+    candidates += [i for i, meta in enumerate(state.inputs) if meta.storage == cell.storage.caller]
+    for i in candidates:
+        if state.inputs[i].layout.dtype == cell.layout.dtype:
+            return i
+    raise UnsupportedError(
+        "the backward of a custom autograd.Function writes into a caller's storage that no "
+        "argument reads in the written tensor's dtype",
+        rule="autograd.custom-function.backward-writes",
+        fix="pass a tensor of that dtype on the storage, or write it outside the backward",
     )

@@ -24,6 +24,7 @@ import torch.utils._pytree as pytree
 from aotspec.errors import InternalError
 
 from .boundary import storage_from_torch
+from .custom_functions import custom_function_call
 from .ledger import Ledger
 from .lifetimes import last_uses
 from .optable import OpEntry, OpKind, bind
@@ -94,6 +95,10 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
     if node.target is getitem:
         container, index = args
         return container[index]
+    if node.target is custom_function_call:
+        # r[capture.custom-function]: on values, the identity on the Function's outputs (a plan
+        # without autograd keeps the node)
+        return tuple(args[2])
     kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
     bound = bind(node.target._schema, args, kwargs)
     meta = node.meta.get("val")

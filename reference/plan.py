@@ -21,6 +21,7 @@ from aotspec.errors import UnsupportedError
 from .autograd import Differentiated, differentiate
 from .capture import capture, grad_enabled, hooks_silenced_while_tracing
 from .functionalize import (
+    BackwardWrite,
     CallerStorage,
     FunctionalProgram,
     OutputIsInput,
@@ -82,6 +83,10 @@ class Plan:
     #: Per input in `grad_inputs`, the tangents (positions) its gradient is computed from
     #: (`r[autograd.unreached-outputs]`).
     grad_tangents: tuple[frozenset[int], ...] = ()
+    #: Where the values the backward returns after the gradients are written, and the tangents
+    #: that decide whether they are (`r[autograd.custom-function.backward-writes]`).
+    backward_writes: tuple[BackwardWrite, ...] = ()
+    write_tangents: tuple[frozenset[int], ...] = ()
 
     @classmethod
     def without_autograd(cls, functional: FunctionalProgram) -> Plan:
@@ -99,6 +104,8 @@ class Plan:
             graphs.tangent_strides,
             graphs.read_after_call,
             graphs.grad_tangents,
+            graphs.backward_writes,
+            graphs.write_tangents,
         )
 
     @cached_property
@@ -199,6 +206,8 @@ def _check_stolen(functional: FunctionalProgram, stolen: frozenset[int]) -> None
             touched.add(output.input_index)
         elif isinstance(output.storage, CallerStorage):
             touched.add(output.storage.input_index)
+    for call in functional.custom_calls.values():  # written by a custom Function's backward
+        touched.update(write.input_index for _, write in call.writes if write is not None)
     storages_of_stolen = {functional.inputs[i].storage for i in stolen}
     bad = sorted(i for i in touched if functional.inputs[i].storage in storages_of_stolen)
     if bad:

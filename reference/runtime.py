@@ -14,8 +14,9 @@ skeleton does the rest, in this order, on the caller's real torch tensors:
 4. The backward checks the saved inputs (`r[autograd.saved-inputs.version]`), lays the
    tangents out as traced (`r[autograd.tangent-layout]`), runs the backward graph boxed on the
    saved values and tangents (`r[autograd.saved-freed-in-backward]`; the node keeps them when
-   the graph is retained, `r[autograd.retain-graph]`), and scatters the gradients to the
-   inputs that receive one.
+   the graph is retained, `r[autograd.retain-graph]`), writes what custom Functions' backwards
+   wrote into the caller's tensors (`epilogue.py`), and scatters the gradients to the inputs
+   that receive one.
 
 No reference interpreter here: the fast backend uses this module as it is.
 """
@@ -29,7 +30,7 @@ from attrs import define, field
 
 from aotspec.errors import SECOND_BACKWARD, SpecViolation
 
-from .epilogue import apply_epilogue, build_outputs
+from .epilogue import apply_backward_writes, apply_epilogue, build_outputs
 from .plan import Plan
 from .storage import Layout
 
@@ -73,7 +74,9 @@ def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) 
         handed_over = {i: inputs[i] for i in stolen if not inputs[i].requires_grad}
         for i in handed_over:
             inputs[i] = tensors[i] = None
-        call = _Call(plan, graphs, handed_over)
+        # r[autograd.custom-function.backward-writes]: the caller's tensors the backward writes
+        targets = {write.input_index: tensors[write.input_index] for write in plan.backward_writes}
+        call = _Call(plan, graphs, handed_over, targets)
         # r[autograd.grad-mode-inside]: the node records what the program's ops under
         # torch.enable_grad() computed, even when the call is made under torch.no_grad()
         with torch.enable_grad():
@@ -90,6 +93,8 @@ class _Call:
     graphs: Graphs
     #: Stolen inputs by flat index, handed to the forward outside apply's arguments.
     handed_over: dict[int, torch.Tensor]
+    #: The caller's tensors the backward writes into, by flat index.
+    targets: dict[int, torch.Tensor]
     saved: list | None = None
     saved_inputs: SavedInputs | None = None
 
@@ -154,6 +159,9 @@ class _Forward(torch.autograd.Function):
         results = call.graphs.backward(arguments, saved_inputs.tensors, retain)  # clears it
         input_grads: list = [None] * len(plan.functional.inputs)
         reached = [grads[k] is not None for k in plan.differentiable_outputs]
+        written = results[len(plan.grad_inputs) :]
+        del results[len(plan.grad_inputs) :]
+        apply_backward_writes(plan, call.targets, written, reached)
         for i, grad, tangents in zip(plan.grad_inputs, results, plan.grad_tangents, strict=True):
             # r[autograd.unreached-outputs]: from unreached outputs only, no gradient at all.
             if not tangents or any(reached[j] for j in tangents):

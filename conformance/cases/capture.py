@@ -8,9 +8,12 @@ from aotspec.errors import UnsupportedError
 from ..case import (
     COMPILED_ONLY,
     Absent,
+    BackwardRaises,
     Case,
     Identical,
+    Layout,
     Raises,
+    RequiresGrad,
     Separate,
     Shares,
     Values,
@@ -61,6 +64,10 @@ class _HalfGradient(torch.autograd.Function):
 
 def _custom_function(x):
     return _HalfGradient.apply(x) * 2.0
+
+
+def _custom_function_returning_its_input(x):
+    return _HalfGradient.apply(x)
 
 
 def _custom_function_without_grad(x):
@@ -135,6 +142,82 @@ def _writes_a_constant(x):
     c = torch.tensor([7.0, 8.0])
     c.add_(x)
     return c
+def _caller_writes_out0(world):
+    world["out0"].mul_(2)
+
+
+class _DoubledAndTripled(torch.autograd.Function):
+    """Forward: 2x, and 3x marked non-differentiable; backward: twice the first gradient plus the
+    (zero) second."""
+
+    @staticmethod
+    def forward(ctx, x):
+        tripled = x * 3
+        ctx.mark_non_differentiable(tripled)
+        return x * 2, tripled
+
+    @staticmethod
+    def backward(ctx, doubled_grad, tripled_grad):
+        return doubled_grad * 2 + tripled_grad
+
+
+def _non_differentiable_output(x):
+    return _DoubledAndTripled.apply(x)
+
+
+class _BroadcastSum(torch.autograd.Function):
+    """x + y with y broadcast; the backward returns the unreduced gradient for both, the second
+    in float64: eager's engine sums it to y's shape and casts it to y's dtype."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        return x + y
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, grad.double()
+
+
+def _broadcast_sum(x, y):
+    return _BroadcastSum.apply(x, y)
+
+
+class _OneGradientForTwo(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, y):
+        return x * y
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def _one_gradient_for_two(x, y):
+    return _OneGradientForTwo.apply(x, y)
+
+
+class _DoubledInPlace(torch.autograd.Function):
+    """Doubles its input in place and marks it dirty."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x.mul_(2)
+        ctx.mark_dirty(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * 2
+
+
+def _dirty_input(x):
+    return _DoubledInPlace.apply(x * 1)
+
+
+_EAGER_INTERPRETER_REFUSES = {
+    "reference-eager": "the eager interpreter refuses custom Functions a gradient reaches "
+    "(capture.custom-function.eager-interpreter)"
+}
 
 
 def _return_argument(x):
@@ -199,15 +282,118 @@ CASES = [
         expect=[Values("x", [0.0, 2.0, 4.0]), Identical("x", "out0"), Shares("x", "out0")],
     ),
     Case(
-        name="capture.custom-function-a-gradient-reaches-is-refused",
-        rules=["capture.custom-function", "boundary.failed-call"],
+        name="capture.custom-function-runs-its-own-backward",
+        rules=["capture.custom-function", "capture.custom-function.backward"],
         setup=lambda: {"x": torch.ones(3, requires_grad=True)},
         args=["x"],
         program=_custom_function,
         backward=True,
-        expect=[Raises(UnsupportedError, rule="capture.custom-function", match="_HalfGradient")],
-        # eager runs the Function's own backward: x.grad = 2 * 0.5 = [1, 1, 1]
-        skip={"torch-eager": "eager PyTorch runs the Function's backward; the spec refuses it"},
+        # out0 = 2 y, y = x: the sum's gradient reaches y as 2, the Function halves it
+        expect=[Values("out0", [2.0, 2.0, 2.0]), Values("x.grad", [1.0, 1.0, 1.0])],
+        skip=_EAGER_INTERPRETER_REFUSES,
+    ),
+    Case(
+        name="capture.custom-function-returning-its-input",
+        rules=["capture.custom-function.outputs"],
+        setup=lambda: {"x": torch.ones(3, requires_grad=True)},
+        args=["x"],
+        program=_custom_function_returning_its_input,
+        backward=True,
+        # eager makes the returned input a view of it whose gradient is the Function's: 0.5
+        expect=[
+            Values("out0", [1.0, 1.0, 1.0]),
+            Shares("x", "out0"),
+            RequiresGrad("out0"),
+            Values("x.grad", [0.5, 0.5, 0.5]),
+        ],
+        skip=_EAGER_INTERPRETER_REFUSES,
+    ),
+    Case(
+        name="capture.custom-function-view-output-written-by-the-caller",
+        rules=["capture.custom-function.outputs"],
+        setup=lambda: {"x": torch.ones(3, requires_grad=True)},
+        args=["x"],
+        program=_custom_function_returning_its_input,
+        backward=True,
+        before_backward=_caller_writes_out0,
+        # eager: "Output 0 of _HalfGradientBackward is a view and is being modified inplace.
+        # This view was created inside a custom Function (or because an input was returned
+        # as-is) ..."
+        expect=[BackwardRaises(RuntimeError, match="created inside a custom Function")],
+        skip=_EAGER_INTERPRETER_REFUSES,
+    ),
+    Case(
+        name="capture.custom-function-non-differentiable-output",
+        rules=["capture.custom-function.outputs", "capture.custom-function.backward"],
+        setup=lambda: {"x": torch.ones(3, requires_grad=True)},
+        args=["x"],
+        program=_non_differentiable_output,
+        backward=True,
+        # out1 does not require grad, so only out0's sum reaches the Function: 2 * 1 + zeros
+        expect=[
+            Values("out0", [2.0, 2.0, 2.0]),
+            Values("out1", [3.0, 3.0, 3.0]),
+            RequiresGrad("out1", False),
+            Values("x.grad", [2.0, 2.0, 2.0]),
+        ],
+        skip=_EAGER_INTERPRETER_REFUSES,
+    ),
+    Case(
+        name="capture.custom-function-gradients-summed-and-cast",
+        rules=["capture.custom-function.gradients"],
+        setup=lambda: {
+            "x": torch.ones(2, 3, requires_grad=True),
+            "y": torch.ones(3, requires_grad=True),
+        },
+        args=["x", "y"],
+        program=_broadcast_sum,
+        backward=True,
+        # y's gradient: ones(2, 3) in float64, summed over the broadcast dim and cast to float32
+        expect=[
+            Values("x.grad", torch.ones(2, 3)),
+            Values("y.grad", [2.0, 2.0, 2.0]),
+            Layout("y.grad", dtype=torch.float32),
+        ],
+        skip=_EAGER_INTERPRETER_REFUSES,
+    ),
+    Case(
+        name="capture.custom-function-wrong-number-of-gradients",
+        rules=["capture.custom-function.gradients", "boundary.failed-call"],
+        setup=lambda: {
+            "x": torch.ones(3, requires_grad=True),
+            "y": torch.ones(3, requires_grad=True),
+        },
+        args=["x", "y"],
+        program=_one_gradient_for_two,
+        expect=[Raises(RuntimeError, match="incorrect number of gradients (expected 2, got 1)")],
+        skip={
+            **_EAGER_INTERPRETER_REFUSES,
+            "torch-eager": "eager's engine raises the same error in the backward, not the call",
+        },
+    ),
+    Case(
+        name="capture.custom-function-marking-inputs-dirty-is-refused",
+        rules=["capture.custom-function.refused", "boundary.failed-call"],
+        setup=lambda: {"x": torch.ones(3, requires_grad=True)},
+        args=["x"],
+        program=_dirty_input,
+        expect=[
+            Raises(UnsupportedError, rule="capture.custom-function.refused", match="mark_dirty")
+        ],
+        skip={"torch-eager": "eager PyTorch runs it; the spec refuses it"},
+    ),
+    Case(
+        name="capture.custom-function-refused-by-the-eager-interpreter",
+        rules=["capture.custom-function.eager-interpreter", "boundary.failed-call"],
+        setup=lambda: {"x": torch.ones(3, requires_grad=True)},
+        args=["x"],
+        program=_custom_function,
+        expect=[Raises(UnsupportedError, rule="capture.custom-function.eager-interpreter")],
+        skip={
+            "torch-eager": "eager PyTorch runs the Function's backward",
+            "reference": "compiled programs run the Function's backward",
+            "fast": "compiled programs run the Function's backward",
+        },
     ),
     Case(
         name="capture.custom-function-under-no-grad-is-captured",

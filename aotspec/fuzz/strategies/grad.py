@@ -20,7 +20,13 @@ counter):
 - `detach()` makes an alias that requires no grad (of arguments, intermediates and views):
   writes through it carry no gradient (r[autograd.detach]), and may target an argument that
   requires grad, when it is the one such argument on its storage;
-- log and fractional or negative powers read only values known to be positive.
+- log and fractional or negative powers read only values known to be positive;
+- custom autograd.Functions (tests/strategies/functions.py) wrap a product, a scaling, exp or
+  tanh with a hand-written backward (saving inputs, the result, a constant on ctx; one writes
+  the gradient it receives in place, so a product with a scalar is the one reader of its
+  output, one marks an output non-differentiable); one returns its
+  input, which eager makes a view created inside a custom Function: nothing writes that storage
+  afterwards.
 
 The caller calls one program in four under torch.no_grad() (r[autograd.grad-mode-inside]): the
 rules above still hold, as if every op recorded, and the program ends with a product under
@@ -37,6 +43,7 @@ from collections.abc import Callable
 import torch
 from hypothesis import strategies as st
 
+from .functions import FUNCTIONS
 from .model import (
     ITEMSIZE,
     SCALARS,
@@ -58,10 +65,10 @@ POSITIVE_SCALARS = {2.0, 0.5, 3.0}
 #: Ops whose autograd node saves their tensor inputs, or their result, when an input requires
 #: grad.
 SAVES_INPUTS = {"mul", "maximum", "abs", "log", "pow", "mm", "matmul", "amax", "mul_"}
-SAVES_INPUTS |= {"enable_grad_mul", "nested_grad_mul"}
+SAVES_INPUTS |= {"enable_grad_mul", "nested_grad_mul", "fn_product", "fn_tanh"}
 #: Products under torch.enable_grad(): recorded whatever the caller's grad mode.
 GRAD_MODE_PRODUCTS = ["enable_grad_mul", "nested_grad_mul"]
-SAVES_RESULT = {"relu", "sigmoid", "tanh", "exp", "amax"}
+SAVES_RESULT = {"relu", "sigmoid", "tanh", "exp", "amax", "fn_exp"}
 
 
 def _requires_grad(model: Model, v: str) -> bool:
@@ -199,6 +206,45 @@ def _g_unary(draw, model: Model) -> list[Instr]:
         args = (draw(st.sampled_from([2.0, 3.0] + [0.5, -1.0] * positive)),)
     stays_positive = op in ("sigmoid", "exp") or (positive and op in ("pow", "clone"))
     return [_compute(model, op, (Var(x), *args), positive=stays_positive)]
+
+
+def _g_custom_function(draw, model: Model) -> list[Instr]:
+    """A custom autograd.Function (strategies/functions.py) applied to a value: its own backward
+    gives the gradient (r[capture.custom-function])."""
+    x = _recent(draw, list(model.names))
+    op = draw(st.sampled_from(sorted(FUNCTIONS)))
+    positive = _is_positive(model, Var(x))
+    if op == "fn_scaled":
+        c = draw(st.sampled_from(SCALARS))
+        return [_compute(model, op, (Var(x), c), positive=positive and c > 0)]
+    if op == "fn_product":
+        shape = model.lay(x).sizes
+        others = [v for v in model.names if broadcastable(model.lay(v).sizes, shape)]
+        y = Var(draw(st.sampled_from(others)))
+        return [_compute(model, op, (Var(x), y), positive=positive and _is_positive(model, y))]
+    if op == "fn_pass_through":
+        # eager returns a view of x made inside the Function: writing it, or writing x and then
+        # reading it, raises; nothing writes their storage from here on
+        out = model.new_name()
+        _bind_view(model, out, x, model.lay(x))
+        model.storage(out).saved = True
+        return [Instr(op, (out,), (Var(x),))]
+    if op == "fn_halved_and_doubled":
+        halved = _compute(model, "fn_scaled", (Var(x), 0.5), positive=positive)
+        doubled = _compute(model, "fn_scaled", (Var(x), 2.0), positive=positive)
+        model.storage(doubled.outs[0]).requires_grad = False  # marked non-differentiable
+        return [Instr(op, (*halved.outs, *doubled.outs), (Var(x),))]
+    if op == "fn_doubled_grad":
+        # Its backward writes the gradient it receives; eager's result is the spec's only when
+        # that gradient is its own, so a product with a scalar (whose derivative makes a new
+        # tensor) is its one reader, and the product is what the program goes on with.
+        applied = _compute(model, op, (Var(x),), positive=positive)
+        (t,) = applied.outs
+        c = draw(st.sampled_from(SCALARS))
+        scaled = _compute(model, "mul", (Var(t), c), positive=positive and c > 0)
+        del model.names[t]
+        return [applied, scaled]
+    return [_compute(model, op, (Var(x),), positive=positive or op == "fn_exp")]
 
 
 def _g_no_grad(draw, model: Model) -> list[Instr]:
@@ -395,6 +441,8 @@ GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("where", _g_where, lambda m: True),
     ("no_grad", _g_no_grad, lambda m: True),
     ("grad_mode", _g_grad_mode, lambda m: True),
+    ("custom_function", _g_custom_function, lambda m: True),
+    ("custom_function", _g_custom_function, lambda m: True),
     ("no_grad_write", _g_no_grad_write, lambda m: bool(_no_grad_writable(m))),
     # Writes come four times: the point of the exercise, and each is blocked often (saved).
     ("write", _g_write_intermediate, _writes_intermediates),

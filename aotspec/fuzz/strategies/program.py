@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from attrs import frozen
 
+from strategies.functions import FUNCTIONS, functions_source
+
 resize_storage_bytes_ = torch.ops.inductor.resize_storage_bytes_
 set_source_tensor = torch.ops.aten.set_.source_Tensor
 
@@ -149,6 +151,11 @@ def _render_cat(dim, *xs) -> str:
     return f"torch.cat([{', '.join(map(repr, xs))}], {dim})"
 
 
+def _applied(function: type[torch.autograd.Function]) -> Op:
+    """`Function.apply(*args)` of a custom Function (strategies/functions.py)."""
+    return _call(f"{function.__name__}.apply", function.apply)
+
+
 OPS: dict[str, Op] = {
     # views
     **{name: _method(name) for name in ("view", "reshape", "t", "transpose", "permute")},
@@ -193,6 +200,8 @@ OPS: dict[str, Op] = {
     "where": _call("torch.where", torch.where),
     # torch.cat([xs...], dim), with the dim first among the arguments
     "cat": Op(lambda dim, *xs: torch.cat(xs, dim), _render_cat),
+    # custom autograd.Functions with their own backward (r[capture.custom-function])
+    **{name: _applied(function) for name, function in FUNCTIONS.items()},
 }
 
 
@@ -236,7 +245,7 @@ def as_function(program: Program) -> Callable:
 
         for instr in program.body:
             result = OPS[instr.op].run(*map(value, instr.args))
-            if isinstance(result, tuple):  # split
+            if isinstance(result, tuple):  # split, a Function returning several outputs
                 env.update(zip(instr.outs, result, strict=True))
             elif instr.outs:
                 env[instr.outs[0]] = result
@@ -249,7 +258,7 @@ def _render_instr(instr: Instr) -> str:
     call = OPS[instr.op].render(*instr.args)
     if not instr.outs:
         return call
-    if instr.op == "split":  # a tuple, even of one
+    if instr.op == "split" or len(instr.outs) > 1:  # a tuple (split's, even of one)
         return f"{''.join(f'{out}, ' for out in instr.outs).rstrip()} = {call}"
     return f"{instr.outs[0]} = {call}"
 
@@ -300,7 +309,8 @@ def call_source(program: Program) -> str:
 
 def source(program: Program) -> str:
     parts = [setup_source(program.setup), program_source(program), call_source(program)]
-    return "\n\n\n".join(parts)
+    functions = functions_source({instr.op for instr in program.body})
+    return "\n\n\n".join([functions, *parts] if functions else parts)
 
 
 def run_on_eager(run: Callable[[Program], Any], program: Program) -> Any:
