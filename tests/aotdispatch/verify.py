@@ -44,12 +44,6 @@ IGNORE_KNOWN = os.environ.get("AOTDISPATCH_IGNORE_KNOWN") == "1"
 # fmt: off
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
     # test_aotdispatch_autograd.py
-    ("test_fw_bw_mutation_no_functionalization1", "reference"): "unsupported: op _foreach_mul_",
-    ("test_fw_bw_mutation_no_functionalization1", "fast"): "unsupported: op _foreach_mul_",
-    ("test_fw_bw_mutation_no_functionalization1", "dynamo"): "unsupported: op _foreach_mul_",
-    ("test_fw_bw_mutation_no_functionalization2", "reference"): "unsupported: op _foreach_mul_",
-    ("test_fw_bw_mutation_no_functionalization2", "fast"): "unsupported: op _foreach_mul_",
-    ("test_fw_bw_mutation_no_functionalization2", "dynamo"): "unsupported: op _foreach_mul_",
     ("test_some_output_requires_grad_input_doesnt", "reference"):
         "unsupported: requires_grad_() on a view (autograd.requires-grad-inside)",
     ("test_some_output_requires_grad_input_doesnt", "fast"):
@@ -64,12 +58,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: unpack hook turning a saved int64 tensor float (hooks.compiled.untraceable)",
     ("test_saved_tensors_hooks_params", "reference"): "unsupported: dtype float8_e5m2",
     ("test_saved_tensors_hooks_donated_buffers", "reference"): "unsupported: dtype float8_e5m2",
-    ("test_saved_tensors_hooks_gm_data_dependent_probe", "reference"):
-        "unsupported: pack hook calling torch.all(...).item()",
-    ("test_saved_tensors_hooks_gm_data_dependent_probe", "fast"):
-        "unsupported: pack hook calling torch.all(...).item()",
-    ("test_saved_tensors_hooks_gm_data_dependent_probe", "dynamo"):
-        "unsupported: pack hook calling torch.all(...).item()",
     ("test_saved_tensors_hooks_mutations_raise", "reference"):
         "missing error: pack hook writing its input",
     ("test_saved_tensors_hooks_mutations_raise", "fast"):
