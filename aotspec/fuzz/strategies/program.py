@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from attrs import frozen
 
-from strategies.functions import FUNCTIONS, functions_source
+from .functions import FUNCTIONS, functions_source
 
 resize_storage_bytes_ = torch.ops.inductor.resize_storage_bytes_
 set_source_tensor = torch.ops.aten.set_.source_Tensor
@@ -152,7 +152,7 @@ def _render_cat(dim, *xs) -> str:
 
 
 def _applied(function: type[torch.autograd.Function]) -> Op:
-    """`Function.apply(*args)` of a custom Function (strategies/functions.py)."""
+    """`Function.apply(*args)` of a custom Function (aotspec/fuzz/strategies/functions.py)."""
     return _call(f"{function.__name__}.apply", function.apply)
 
 
