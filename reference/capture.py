@@ -3,6 +3,7 @@
 `r[capture.aten-graph]`: the graph is what `make_fx` records on fake tensors, with composite ops
 decomposed by PyTorch's own decomposition tables (the list below) and every mutation kept
 (`add_`, `copy_`, `set_.source_Tensor`, `inductor.resize_storage_bytes_`).
+`r[capture.detach-in-place]`: `detach_()`, which no kernel sees, is recorded as its own node.
 `r[capture.no-side-effects]`: tracing runs on fake tensors, so the caller's tensors are never
 written, resized or rebound by capture.
 `r[capture.flat-inputs]`: arguments are flattened with pytree; tensor leaves become placeholders
@@ -24,7 +25,7 @@ import torch.utils._pytree as pytree
 from attrs import define, frozen
 from torch._decomp import get_decompositions
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
+from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
 from torch.overrides import TorchFunctionMode
 
 from aotspec.errors import UnsupportedError
@@ -108,7 +109,8 @@ class _RequiresGradCall:
 
 class _WatchGradMode(TorchFunctionMode):
     """Notes the user function's grad-mode changes (`torch.no_grad()`, `set_grad_enabled`), and
-    the `requires_grad_()` calls that change a tensor's flag (`r[autograd.requires-grad-inside]`).
+    the `requires_grad_()` calls that change a tensor's flag (`r[autograd.requires-grad-inside]`);
+    records `detach_()` calls (`r[capture.detach-in-place]`).
     """
 
     def __init__(self, modes: GradModes, requires_grad_calls: list[_RequiresGradCall]):
@@ -125,7 +127,20 @@ class _WatchGradMode(TorchFunctionMode):
             if flag != args[0].requires_grad:
                 position = len(get_proxy_mode().tracer.graph.nodes)
                 self.requires_grad_calls.append(_RequiresGradCall(args[0], flag, position))
+        elif func is torch._C.TensorBase.detach_:
+            result = func(*args, **kwargs)
+            _record_detach_(args[0])
+            return result
         return func(*args, **kwargs)
+
+
+def _record_detach_(t: torch.Tensor) -> None:
+    """r[capture.detach-in-place]: a node `aten.detach_.default(t)` at the end of the graph so
+    far (a tensor the trace does not follow, a constant, has nothing to record)."""
+    tracer = get_proxy_mode().tracer
+    slot = get_proxy_slot(t, tracer, None)
+    if slot is not None:
+        tracer.create_proxy("call_function", aten.detach_.default, (slot.proxy,), {})
 
 
 def grad_enabled(node: torch.fx.Node) -> bool:

@@ -274,12 +274,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "wrong autograd meta: view made under no_grad has a grad_fn",
     ("test_output_aliases_intermediate_no_grad_view", "dynamo"):
         "wrong autograd meta: view made under no_grad has a grad_fn",
-    ("test_output_aliases_intermediate_inplace_view_with_detach", "reference"):
-        "unsupported: metadata mutation t_",
-    ("test_output_aliases_intermediate_inplace_view_with_detach", "fast"):
-        "unsupported: metadata mutation t_",
-    ("test_output_aliases_intermediate_inplace_view_with_detach", "dynamo"):
-        "unsupported: metadata mutation t_",
 }
 # fmt: on
 
