@@ -140,7 +140,7 @@ class _WatchGradMode(TorchFunctionMode):
             if flag != args[0].requires_grad:
                 position = len(get_proxy_mode().tracer.graph.nodes)
                 self.requires_grad_calls.append(_RequiresGradCall(args[0], flag, position))
-        elif func is torch._C.TensorBase.detach_:
+        elif func in (torch._C.TensorBase.detach_, aten.detach_.default):
             result = func(*args, **kwargs)
             _record_detach_(args[0])
             return result
