@@ -13,35 +13,11 @@ import pytest
 import torch
 
 import aotspec
+from aotspec.fuzz.strategies.functions import Product, Scaled
 
 from aotdispatch.verify import BACKENDS, randn, same_as_eager, verify
 
 COMPILED = ("reference", "fast")
-
-
-class Scaled(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, c):
-        ctx.c = c
-        return x * c
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad * ctx.c, None
-
-
-class Product(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, y):
-        ctx.save_for_backward(x, y)
-        return x * y
-
-    @staticmethod
-    def backward(ctx, grad):
-        x, y = ctx.saved_tensors
-        x_grad = grad * y if ctx.needs_input_grad[0] else None
-        y_grad = grad * x if ctx.needs_input_grad[1] else None
-        return x_grad, y_grad
 
 
 class TwoOutputs(torch.autograd.Function):
