@@ -248,6 +248,25 @@ class RequiresGrad(Expectation):
 
 
 @frozen
+class History(Expectation):
+    """`name`'s autograd history: the class name of its `grad_fn` (`"TBackward1"`), or None
+    for a tensor without one (a leaf)."""
+
+    name: str
+    grad_fn: str | None
+
+    def check(self, outcome):
+        missing = _missing(outcome, self.name)
+        if missing:
+            return missing
+        grad_fn = outcome.world[self.name].grad_fn
+        actual = None if grad_fn is None else type(grad_fn).__name__
+        if actual != self.grad_fn:
+            return f"{self.name}.grad_fn is {actual}, expected {self.grad_fn}"
+        return None
+
+
+@frozen
 class Absent(Expectation):
     """`name` is not in the world after the call (for example `x.grad` when x gets no gradient)."""
 

@@ -227,6 +227,8 @@ def _requires_grad_nodes(
             if node.args[0] in flows:
                 flows.add(node)
         elif node.op == "call_function":
+            if node in program.stand_ins.no_grad_relayout_reads:
+                _check_no_grad_relayout(node, flows)
             if node.target is not getitem and node.target in NONDIFFERENTIABLE:
                 continue
             if not grad_enabled(node):  # r[capture.grad-mode]: computed under torch.no_grad()
@@ -272,6 +274,20 @@ def _check_detached_write(program: FunctionalProgram, node: torch.fx.Node, flows
             f"({node.name}), which would give the alias a history apart from what it aliases",
             rule="autograd.detach",
             fix="clone() the detached tensor before writing into it",
+        )
+
+
+def _check_no_grad_relayout(node: torch.fx.Node, flows: set) -> None:
+    """r[autograd.no-grad-metadata]: a tensor that carries a gradient and that an in-place
+    metadata op relaid out under torch.no_grad() keeps the history of its old layout in eager;
+    what is read from it would take gradients it could not give back."""
+    if any(used in flows for used in node.all_input_nodes):
+        raise UnsupportedError(
+            f"the program reads a tensor that requires grad ({node.name}) after an in-place "
+            "metadata op (t_, transpose_, ...) changed its layout under torch.no_grad(), which "
+            "leaves it the history of its old layout",
+            rule="autograd.no-grad-metadata",
+            fix="change its layout with grad mode on, or take a view (x.t() rather than x.t_())",
         )
 
 
@@ -584,7 +600,7 @@ def partition(
             saved.append(node)
         elif node in backward_results:  # a forward value the backward returns as it is
             saved.append(node)
-    saved = _save_bases_of_views(saved)
+    saved = _save_bases_of_views(saved, final_contents)
     saved = _recompute_checkpointed(saved, forward_nodes)
     saved, reread = _read_contents_from_inputs(saved, primals, final_contents)
     forward = _extract(joint_module, primals, forward_outputs + saved, keep=draws)
@@ -700,11 +716,18 @@ def _ancestors(roots: list) -> set[torch.fx.Node]:
     return found
 
 
-def _save_bases_of_views(saved: list[torch.fx.Node]) -> list[torch.fx.Node]:
-    """r[autograd.partition.recompute-views]: a saved view is replaced by its base, recursively."""
+def _save_bases_of_views(saved: list[torch.fx.Node], final_contents: dict) -> list[torch.fx.Node]:
+    """r[autograd.partition.recompute-views]: a saved view is replaced by its base, recursively,
+    down to the last contents of a caller storage at most: an alias of it standing for the
+    storage as an in-place metadata op left it is a base (`r[autograd.metadata.inputs]`)."""
     bases: dict[torch.fx.Node, None] = {}  # ordered, with O(1) membership
     for node in saved:
-        while node.op == "call_function" and node.target is not getitem and _is_view(node):
+        while (
+            node.op == "call_function"
+            and node.target is not getitem
+            and node not in final_contents
+            and _is_view(node)
+        ):
             node = node.args[0]
         bases[node] = None
     return list(bases)

@@ -1,5 +1,6 @@
 """Ops that act on storages and tensor cells directly: copy_ (and FSDP's fsdp.copy_), set_,
-resize_storage_bytes_.
+resize_storage_bytes_, and the in-place metadata ops (t_, transpose_, unsqueeze_, squeeze_,
+as_strided_), which give a tensor cell a new layout on its own storage.
 
 Each rule gets the ledger and the interpreter's Tensor cells, in schema order.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from . import ops
 from .ledger import Ledger
 from .optable import effect, effect_defined_on_import
 from .storage import Tensor
@@ -53,3 +55,29 @@ def resize_storage_bytes_(ledger: Ledger, t: Tensor, new_size: int) -> None:
     old_nbytes = t.storage.nbytes
     t.storage.resize(new_size)
     ledger.resized(t.storage, old_nbytes)
+
+
+# ---------------------------------------------------------------- in-place metadata ops
+
+
+def _relayout(inplace_overload, view_overload, layout_rule) -> None:
+    """`x.op_(*args)` is `x` reading its own storage through `x.op(*args)`'s layout."""
+
+    def relayout(ledger: Ledger, t: Tensor, *args) -> Tensor:
+        # r[aliasing.metadata.relayout]: the cell moves, its storage and every other cell stay.
+        # (A layout its storage cannot hold never gets here: capture runs PyTorch's meta kernel,
+        # which raises eager's error.)
+        t.layout = layout_rule(t.layout, *args)
+        return t
+
+    description = "relays out input 0 on its own storage, returns it"
+    effect(inplace_overload, description, relayout_as=view_overload)(relayout)
+
+
+_relayout(aten.t_.default, aten.t.default, ops.t)
+_relayout(aten.transpose_.default, aten.transpose.int, ops.transpose)
+_relayout(aten.unsqueeze_.default, aten.unsqueeze.default, ops.unsqueeze)
+_relayout(aten.squeeze_.default, aten.squeeze.default, ops.squeeze_all)
+_relayout(aten.squeeze_.dim, aten.squeeze.dim, ops.squeeze_dim)
+_relayout(aten.squeeze_.dims, aten.squeeze.dims, ops.squeeze_dims)
+_relayout(aten.as_strided_.default, aten.as_strided.default, ops.as_strided)

@@ -1,8 +1,9 @@
 """What a compiled call does around its graph, on the caller's real tensors (both backends).
 
 After the forward graph has produced its outputs (`flats`, one tensor per storage the graph made
-or wrote), the epilogue acts on the caller's tensors: storage resizes and writes first, then
-rebindings (`r[functionalize.epilogue.data]`, `r[functionalize.epilogue.resize]`,
+or wrote), the epilogue acts on the caller's tensors: storage resizes, the in-place metadata ops
+on argument objects, storage writes, then rebindings (`r[functionalize.epilogue.resize]`,
+`r[functionalize.epilogue.metadata]`, `r[functionalize.epilogue.data]`,
 `r[functionalize.epilogue.set]`), and the outputs are built as views: of the caller's tensors
 for outputs that alias inputs, of the flats for the rest (`r[functionalize.outputs]`), so
 autograd reaches them through ordinary torch views. No reference interpreter here: the fast
@@ -19,6 +20,7 @@ from .functionalize import (
     FunctionalProgram,
     OutputIsInput,
     Rebind,
+    Relayout,
     Resize,
     WriteBack,
 )
@@ -32,12 +34,13 @@ def apply_epilogue(
     for step in program.epilogue:
         if isinstance(step, Resize):
             caller_storages[step.input_index].resize_(step.nbytes)
+        elif isinstance(step, Relayout):
+            _relayout(tensors[step.input_index], caller_storages[step.input_index], step)
         elif isinstance(step, WriteBack):
             flat, storage = flats[step.output_index], caller_storages[step.input_index]
             if flat.requires_grad and step.input_index in program.written_with_grad:
                 with_history.add(step.input_index)
-                meta = program.inputs[step.input_index]
-                _write_with_history(tensors[step.input_index], meta.layout, storage, flat)
+                _write_with_history(tensors[step.input_index], storage, flat)
             else:
                 _write_bytes(storage, flat)
         elif isinstance(step, Rebind):
@@ -54,14 +57,31 @@ def _write_bytes(storage: torch.UntypedStorage, flat: torch.Tensor) -> None:
         torch.empty(0, dtype=flat.dtype).set_(storage).copy_(flat)
 
 
+def _relayout(tensor: torch.Tensor, storage: torch.UntypedStorage, step: Relayout) -> None:
+    """r[functionalize.epilogue.metadata]: the op itself on the caller's object, under the grad
+    mode it ran under in the program, leaves eager's layout, version and autograd history. The
+    op checks the layout against the storage's size, which it held when the program ran it: a
+    storage the program resized to 0 bytes since is grown for the op and shrunk back, its bytes
+    unread."""
+    nbytes = storage.nbytes()
+    needed = step.layout.extent_bytes()
+    if nbytes < needed:
+        storage.resize_(needed)
+    with torch.set_grad_enabled(step.grad_enabled):
+        step.op(tensor, *step.args)
+    if nbytes < needed:
+        storage.resize_(nbytes)
+
+
 def _write_with_history(
-    tensor: torch.Tensor, layout: Layout, storage: torch.UntypedStorage, flat: torch.Tensor
+    tensor: torch.Tensor, storage: torch.UntypedStorage, flat: torch.Tensor
 ) -> None:
     """r[autograd.input-writes]: the caller's tensor (the one object on its storage) takes its
-    window of the new contents by a copy_ autograd records, which gives it the write's history
-    and advances its version once, as the eager in-place op did
-    (`r[functionalize.epilogue.version]`); bytes outside its window are written first, without
-    history (`r[autograd.input-writes.aliased]` leaves them to no other tensor)."""
+    window of the new contents, through the layout the program left it in, by a copy_ autograd
+    records, which gives it the write's history and advances its version once, as the eager
+    in-place op did (`r[functionalize.epilogue.version]`); bytes outside its window are written
+    first, without history (`r[autograd.input-writes.aliased]` leaves them to no other tensor)."""
+    layout = Layout.of(tensor)
     if not _covers(layout, storage):
         _write_bytes(storage, flat.detach())
     with torch.enable_grad():

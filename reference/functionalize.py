@@ -5,6 +5,8 @@ current contents as a value (`r[functionalize.storage-values]`), and `make_fx` r
 replay computes: a graph with no mutation in it. What the mutable program did to the caller's
 tensors comes out as data: an epilogue of storage writes, resizes and rebindings, applied after the
 graph, and a description of every output as a layout on a storage (`r[functionalize.outputs]`).
+In-place metadata ops (`t_`) move a cell to a new layout on its storage; on an argument object the
+epilogue applies them again after the graph (`r[functionalize.epilogue.metadata]`).
 
 Conventions: a `_Cell` is a tensor object of the program (`set_` rebinds it in place), a
 `_Storage` the bytes it reads; `value` is a traced torch tensor; `n` counts bytes.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 from operator import getitem
 
+import numpy as np
 import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
@@ -140,6 +143,19 @@ class Resize:
 
 
 @frozen
+class Relayout:
+    """r[functionalize.epilogue.metadata]: the caller's tensor object takes the in-place metadata
+    op `op(tensor, *args)` the program applied to it, under the grad mode it ran under; `layout`
+    is the layout it leaves the tensor in."""
+
+    input_index: int
+    op: torch._ops.OpOverload
+    args: tuple
+    layout: Layout
+    grad_enabled: bool
+
+
+@frozen
 class Rebind:
     """r[functionalize.epilogue.set]: the caller's tensor object is set_ to `storage` and
     `layout`."""
@@ -219,6 +235,9 @@ class StandIns:
     no_grad_writes: frozenset[torch.fx.Node]
     #: Those of them made with grad mode on, through a detach()ed alias (`r[autograd.detach]`).
     detached_writes: frozenset[torch.fx.Node] = frozenset()
+    #: Reads of tensors an in-place metadata op relaid out under torch.no_grad()
+    #: (`r[autograd.no-grad-metadata]`).
+    no_grad_relayout_reads: frozenset[torch.fx.Node] = frozenset()
 
     def kept_in(self, graph: torch.fx.Graph) -> StandIns:
         """Only the nodes still in `graph` (dead code elimination removes some)."""
@@ -233,6 +252,7 @@ class StandIns:
             kept(self.read_as_input),
             frozenset(node for node in self.no_grad_writes if node in alive),
             frozenset(node for node in self.detached_writes if node in alive),
+            frozenset(node for node in self.no_grad_relayout_reads if node in alive),
         )
 
 
@@ -245,8 +265,9 @@ class FunctionalProgram:
     graph_module: torch.fx.GraphModule
     entries: dict[torch.fx.Node, OpEntry]
     inputs: tuple[InputMeta, ...]
-    #: Applied in order after the graph: storage resizes and writes, then rebindings.
-    epilogue: tuple[WriteBack | Resize | Rebind, ...]
+    #: Applied in order after the graph: storage resizes, in-place metadata ops, storage writes,
+    #: then rebindings.
+    epilogue: tuple[WriteBack | Resize | Relayout | Rebind, ...]
     #: One per tensor the user's function returns, in pytree order.
     outputs: tuple[OutputIsInput | OutputView, ...]
     captured: Program
@@ -265,6 +286,9 @@ class FunctionalProgram:
     #: With `functionalize(..., values_out=True)`: the graph outputs holding the value of each
     #: output of the program, after the storages' contents.
     output_values: tuple[int, ...] = ()
+    #: Caller storages (by first input) an as_strided_ read in other locations than the tensor it
+    #: relaid out read before (`r[autograd.metadata.as-strided]`).
+    relocated: frozenset[int] = frozenset()
 
     @property
     def graph(self) -> torch.fx.Graph:
@@ -328,6 +352,13 @@ class _Cell:
     #: A view a custom Function returned, or a view of one: its value carries the Function's
     #: gradient; its storage's contents do not (`r[capture.custom-function.outputs]`).
     custom_view: bool = False
+    #: set_ rebound it (to any storage and layout).
+    rebound: bool = False
+    #: For a tensor object the caller passed: the in-place metadata ops applied to it, in order.
+    relayouts: list[Relayout] = field(factory=list)
+    #: An in-place metadata op relaid it out under torch.no_grad(): its history, if it has one,
+    #: is for its old layout (`r[autograd.no-grad-metadata]`).
+    relaid_without_grad: bool = False
 
 
 def _flat(storage: _Storage, replay: _Replay) -> torch.Tensor:
@@ -372,6 +403,8 @@ def _read(cell: _Cell, name: str, replay: _Replay, *, for_view: bool = False) ->
         cell.value = aten.as_strided(flat, layout.sizes, layout.strides, layout.offset)
     if cell.read_as_input is not None:  # r[autograd.no-grad-set]
         replay.read_as_input[node_of(cell.value)] = cell.read_as_input
+    if cell.relaid_without_grad:  # r[autograd.no-grad-metadata]
+        replay.no_grad_relayout_reads.add(node_of(cell.value))
     cell.version = cell.storage.version
     return cell.value
 
@@ -386,6 +419,20 @@ def _note_contents(storage: _Storage, contents: torch.Tensor | None = None) -> N
     ones become the input as the call leaves it (`r[autograd.saved-inputs]`)."""
     if storage.caller is not None and storage.flat is not None:
         storage.last_contents = storage.flat if contents is None else contents
+
+
+def _relaid_contents(storage: _Storage, replay: _Replay) -> None:
+    """r[autograd.metadata.inputs]: after an in-place metadata op on a tensor of a caller storage,
+    the storage's contents are a new value (an alias: no byte moves), as eager's version counter
+    moves on, so what the program reads from here on is the storage as the call leaves it, which
+    the backward reads from the caller's tensor (`r[autograd.saved-inputs.final-contents]`)."""
+    unread = storage.unread_since_resize  # a relayout reads no byte
+    contents = _flat(storage, replay)
+    with replay.materializing(grad_enabled=True):
+        storage.flat = aten.alias(contents)
+    storage.unread_since_resize = unread
+    storage.version += 1
+    _note_contents(storage)
 
 
 def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
@@ -460,7 +507,8 @@ def _resize(cell: _Cell, n: int, name: str, replay: _Replay) -> None:
         )
     if cell.input_index is None or cell.layout != cell.entry_layout or storage.caller is None:
         raise UnsupportedError(
-            f"resize_storage_bytes_ of {name}, which is a view or was rebound by set_",
+            f"resize_storage_bytes_ of {name}, which is a view, was rebound by set_, or was "
+            "relaid out by an in-place metadata op",
             rule="resize.compiled.base-only",
             fix="resize the input tensor itself, not a view of it",
         )
@@ -527,6 +575,8 @@ class _Replay:
     detached_writes: set = field(factory=set)
     #: The custom Functions' nodes of the functional graph, with the cells their backward writes.
     custom_nodes: list[_CustomNode] = field(factory=list)
+    no_grad_relayout_reads: set = field(factory=set)
+    relocated: set = field(factory=set)
 
     def run(self, values: list[torch.Tensor]):
         storages: dict[int, _Storage] = {}
@@ -626,7 +676,7 @@ class _Replay:
             _write(target, new, name, self)
             return target
         if entry.kind is OpKind.EFFECT:
-            return self.effect(node, args, read_all)
+            return self.effect(node, args, kwargs, read_all)
         if entry.kind is OpKind.OPAQUE:
             return self.opaque(node, entry, args, kwargs, read_all)
         raise InternalError(f"op table entry of unknown kind: {entry}")
@@ -640,7 +690,7 @@ class _Replay:
             self.grad_enabled
             and not target.detached
             and target.storage.caller is not None
-            and target.storage.version == 0
+            and not (target.storage.written or target.storage.resized)
             and any(meta.requires_grad for meta in self.inputs)
         )
 
@@ -744,7 +794,9 @@ class _Replay:
         )
         return tuple(cells)
 
-    def effect(self, node, args, read_all):
+    def effect(self, node, args, kwargs, read_all):
+        if self.program.entries[node].relayouts:
+            return self.relayout(node, self.program.entries[node], args, kwargs)
         if node.target is aten.copy_.default:
             dst, src = args[0], args[1]
             _write(dst, read_all(src), node.name, self)
@@ -759,9 +811,60 @@ class _Replay:
             return None
         raise InternalError(f"effect op without a functionalization rule: {node.target}")
 
+    def relayout(self, node, entry: OpEntry, args, kwargs) -> _Cell:
+        """r[functionalize.metadata.cell]: an in-place metadata op gives the tensor object the
+        layout its view op would give; the storage and every other tensor on it stay as they
+        are."""
+        cell: _Cell = args[0]
+        bound = bind(node.target._schema, args, kwargs)[1:]
+        layout = lookup(entry.functional, where=node.name).rule(cell.layout, *bound)
+        self.refuse_relayout_after_set(cell, node.name)
+        storage = cell.storage
+        if storage.caller is None:
+            # a value the program made: the value in the new layout is the view of the old one
+            cell.value = entry.functional(_read(cell, node.name, self, for_view=True), *bound)
+            cell.version = storage.version
+        else:
+            _relaid_contents(storage, self)
+            cell.value = None  # read again through the new layout
+            relocates = not np.array_equal(cell.layout.locations(), layout.locations())
+            if entry.functional is aten.as_strided.default and relocates:
+                self.relocated.add(storage.caller)  # r[autograd.metadata.as-strided]
+        cell.layout = layout
+        if not self.grad_enabled:  # r[autograd.no-grad-metadata]
+            cell.relaid_without_grad = True
+            if cell.value is not None:
+                self.no_grad_relayout_reads.add(node_of(cell.value))
+        if cell.input_index is not None:
+            constants = tuple(tuple(a) if isinstance(a, list) else a for a in bound)
+            step = Relayout(cell.input_index, node.target, constants, layout, self.grad_enabled)
+            cell.relayouts.append(step)
+        return cell
+
+    def refuse_relayout_after_set(self, cell: _Cell, name: str, setting: bool = False) -> None:
+        """r[functionalize.metadata.set]: an argument that requires grad may not be both rebound
+        by set_ under torch.no_grad() and relaid out with grad mode on."""
+        i = cell.input_index
+        if i is None or not self.inputs[i].requires_grad:
+            return
+        if setting:
+            clash = not self.grad_enabled and any(r.grad_enabled for r in cell.relayouts)
+        else:
+            clash = self.grad_enabled and cell.rebound
+        if clash:
+            raise UnsupportedError(
+                f"{name}: flat input {i} requires grad, and the program both rebinds it with "
+                "set_ under torch.no_grad() and changes its layout in place with grad mode on, "
+                "so no one history of the caller's tensor is eager's",
+                rule="functionalize.metadata.set",
+                fix="change the layout of a view of the input instead (x.t() rather than "
+                "x.t_()), or do both under torch.no_grad()",
+            )
+
     def set_(self, cell: _Cell, source: _Cell, name: str) -> _Cell:
         # r[functionalize.set.rebinds-cell]: the tensor object moves; its old storage keeps its
         # contents.
+        self.refuse_relayout_after_set(cell, name, setting=True)
         if source.layout.extent_bytes() > source.storage.nbytes:
             raise UnsupportedError(
                 f"set_ of {name} to a source whose storage is smaller than its layout",
@@ -774,6 +877,7 @@ class _Replay:
         cell.root = source.root
         cell.value = source.value
         cell.version = source.version
+        cell.rebound = True
         if cell.input_index is not None and self.grad_enabled:
             self.rebound_with_grad.add(cell.input_index)
         elif cell.input_index is not None:
@@ -830,7 +934,7 @@ class _Replayed:
     """What the traced replay found besides the graph it recorded."""
 
     state: _Replay | None = None
-    epilogue: tuple[WriteBack | Resize | Rebind, ...] = ()
+    epilogue: tuple[WriteBack | Resize | Relayout | Rebind, ...] = ()
     outputs: tuple[OutputIsInput | OutputView, ...] = ()
     final_contents: dict[torch.fx.Node, int] = field(factory=dict)
     custom_calls: dict[torch.fx.Node, CustomCall] = field(factory=dict)
@@ -874,14 +978,17 @@ def functionalize(
                 # r[resize.compiled.epilogue]: resized up or down overall: the caller's storage
                 # follows.
                 epilogue.append(Resize(storage.caller, storage.nbytes))
+        objects = list({id(cell): cell for cell in state.placeholder_cells}.values())
+        for cell in objects:
+            if not cell.rebound:  # r[functionalize.epilogue.metadata]: before the writes
+                epilogue += cell.relayouts
+        for storage in state.caller_storages:
             if storage.nbytes > 0 and storage.written:
                 epilogue.append(WriteBack(storage.caller, graph_storage(storage)))
-        seen: set[int] = set()
-        for i, cell in enumerate(state.placeholder_cells):
-            if id(cell) in seen:
-                continue
-            seen.add(id(cell))
-            if cell.storage.caller != inputs[i].storage or cell.layout != inputs[i].layout:
+        for cell in objects:
+            i = cell.input_index
+            moved = cell.storage.caller != inputs[i].storage or cell.layout != inputs[i].layout
+            if cell.rebound and moved:
                 epilogue.append(Rebind(i, where(cell.storage), cell.layout))
         outputs = []
         carriers: dict[int, int] = {}
@@ -942,6 +1049,7 @@ def functionalize(
         state.read_as_input,
         frozenset(state.no_grad_writes),
         frozenset(state.detached_writes),
+        frozenset(state.no_grad_relayout_reads),
     )
     return FunctionalProgram(
         graph_module,
@@ -959,6 +1067,7 @@ def functionalize(
             node: call for node, call in replayed.custom_calls.items() if node in alive
         },
         output_values=replayed.output_values,
+        relocated=frozenset(state.relocated),
     )
 
 

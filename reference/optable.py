@@ -64,12 +64,19 @@ class OpEntry:
     rule: Callable
     #: What the op aliases or mutates, in words, for specs/ops.md.
     effect: str
-    #: For an in-place op, the functional op it writes back (`add` for `add_`).
+    #: For an in-place op, the functional op it writes back (`add` for `add_`); for an in-place
+    #: metadata op (an effect), the view op whose layout it takes (`t` for `t_`).
     functional: torch._ops.OpOverload | None = None
 
     @property
     def name(self) -> str:
         return qualified_name(self.overload)
+
+    @property
+    def relayouts(self) -> bool:
+        """An in-place metadata op (`t_`): its input reads its own storage through a new layout
+        (`r[aliasing.metadata.relayout]`)."""
+        return self.kind is OpKind.EFFECT and self.functional is not None
 
 
 OP_TABLE: dict[torch._ops.OpOverload, OpEntry] = {}
@@ -148,11 +155,12 @@ def inplace(inplace_overload, functional_overload) -> None:
     )
 
 
-def effect(overload, description: str):
-    """Register `rule` (machine, *args) as an op acting on storages and tensors directly."""
+def effect(overload, description: str, relayout_as=None):
+    """Register `rule` (machine, *args) as an op acting on storages and tensors directly;
+    `relayout_as`: for an in-place metadata op, the view op whose layout it gives its input."""
 
     def register(rule):
-        _register(overload, OpKind.EFFECT, rule, description)
+        _register(overload, OpKind.EFFECT, rule, description, relayout_as)
         return rule
 
     return register

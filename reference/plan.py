@@ -178,6 +178,17 @@ def _check_grad_input_mutations(functional: FunctionalProgram, needs_grad: list[
             fix="set_ such inputs under torch.no_grad() (as FSDP does), rebind them outside the "
             "compiled function, or call it under torch.no_grad()",
         )
+    with_grad = {inputs[i].storage for i in needs_grad} | functional.written_with_grad
+    relocated = sorted(functional.relocated & with_grad)
+    if relocated:
+        # r[autograd.metadata.as-strided]: eager's gradient would depend on every layout between.
+        raise UnsupportedError(
+            f"as_strided_ makes a tensor on the storage of flat input {relocated[0]}, whose "
+            "values carry a gradient, read other storage locations than it read before",
+            rule="autograd.metadata.as-strided",
+            fix="relay it out over the same elements (a new shape or order), or take a view "
+            "with as_strided() instead of changing the tensor in place",
+        )
     for step in functional.epilogue:
         entry = inputs[step.input_index]
         if not (isinstance(step, Rebind) and entry.requires_grad):

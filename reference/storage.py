@@ -148,6 +148,13 @@ class Layout:
         # r[memory.layout.unaddressed-strides]: strides of size-1 dims are not compared.
         return all(mine == theirs for size, mine, theirs in pairs if size > 1)
 
+    def locations(self) -> np.ndarray:
+        """The storage elements this layout reads, each once, in increasing order."""
+        offsets = np.array(self.offset)
+        for n, s in zip(self.sizes, self.strides, strict=True):
+            offsets = offsets[..., None] + np.arange(n) * s
+        return np.unique(offsets)
+
     def has_internal_overlap(self) -> bool:
         """True when two distinct elements share a memory location (an `expand`ed layout)."""
         if self.numel == 0:

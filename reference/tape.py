@@ -8,7 +8,8 @@ if any are active (`r[hooks.eager.pack-on-save]`, `r[hooks.eager.innermost]`). T
 
 In-place ops follow eager autograd: the mutated tensor gets a new history; a write through a view
 gives the view's base a new history too (eager's CopySlices: the old base with the window written),
-and every other view of that base reads its history anew from the base's.
+and every other view of that base reads its history anew from the base's. An in-place metadata op
+(`t_`) gives the tensor the history of its view op (`r[autograd.metadata]`).
 
 Conventions: a `Var` is a value that needs a gradient; `cell` is a reference Tensor; an `entry`
 is one op on the tape.
@@ -114,6 +115,7 @@ class Tape:
         self._views: dict[int, _View] = {}
         self._versions: dict[int, tuple[Storage, int]] = {}
         self._input_storages = {id(cell.storage) for cell in inputs}
+        self._input_cells = {id(cell) for cell in inputs}
         #: (input storage, the caller's tensor on it, its version once the call returned).
         self._callers: list[tuple[Storage, torch.Tensor, int]] = []
         #: The caller's tensors that require grad (each once, in argument order) and their Vars.
@@ -209,6 +211,8 @@ class Tape:
         args = torch.fx.node.map_arg(node.args, env.__getitem__)
         kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
         bound = bind(node.target._schema, args, kwargs)
+        if entry.relayouts:
+            return self._relayout(node, entry, bound, env, ledger)
         if not grad_enabled(node):
             # r[capture.grad-mode]: under torch.no_grad() nothing is recorded; a write still bumps
             # the target's version (an optimizer's update of a parameter).
@@ -275,6 +279,44 @@ class Tape:
         if before is not None:
             self.ledger.release(before)  # the tape holds it now, or pack's result instead
         self._rebase(target, var)
+        return result
+
+    def _relayout(self, node, entry, bound, env, ledger):
+        """r[autograd.metadata]: an in-place metadata op on a tensor that needs a gradient gives it
+        the history of the view op on its old layout; a base relaid out so has its views read
+        their history anew."""
+        cell = bound[0]
+        var = self.var(cell)
+        if var is not None and not grad_enabled(node):
+            raise UnsupportedError(
+                f"{node.name} changes the layout of a tensor that requires grad under "
+                "torch.no_grad(), which leaves it the history of its old layout",
+                rule="autograd.no-grad-metadata",
+                fix="change its layout with grad mode on, or take a view (x.t() rather than "
+                "x.t_())",
+            )
+        if var is not None and id(cell) in self._input_cells:
+            raise UnsupportedError(
+                f"{node.name} changes the layout of a caller's tensor that requires grad, which "
+                "would rebase the caller's autograd history",
+                rule="autograd.mutated-grad-input",
+                fix="take a view inside the function (x.t() rather than x.t_()), or compile the "
+                "function with aotspec.compile, which gives the caller's tensor eager's history",
+            )
+        before = Tensor(cell.storage, cell.layout, name=f"{cell.name}.before")
+        result = call_op(node, entry, env, ledger)
+        self._bump(cell.storage)
+        if var is None:
+            return result
+        view = entry.functional
+        rule = DERIVATIVES[view]
+        (new,) = self._record(
+            node.name, rule, qualified_name(view), cell, [before, *bound[1:]], [var]
+        )
+        self._set_var(cell, new)
+        base = self._bases.get(id(cell.storage))
+        if base is not None and base.cell is cell:
+            base.generation += 1
         return result
 
     def _rebase(self, target: Tensor, var: Var) -> None:

@@ -842,6 +842,14 @@ SAMPLES: dict[torch._ops.OpOverload, OpSamples] = {
     aten.split.Tensor: OpSamples(KINDS, split_samples),
     aten.unbind.int: OpSamples(KINDS, unbind_samples),
     aten.as_strided.default: OpSamples(KINDS, as_strided_samples),
+    # In-place metadata ops: their view op's samples, relaying out the input on its storage.
+    aten.t_.default: OpSamples(KINDS, t_samples),
+    aten.transpose_.default: OpSamples(KINDS, transpose_samples),
+    aten.unsqueeze_.default: OpSamples(KINDS, unsqueeze_samples),
+    aten.squeeze_.default: OpSamples(KINDS, squeeze_samples),
+    aten.squeeze_.dim: OpSamples(KINDS, squeeze_dim_samples),
+    aten.squeeze_.dims: OpSamples(KINDS, squeeze_dims_samples),
+    aten.as_strided_.default: OpSamples(KINDS, as_strided_samples),
     # Effects.
     aten.copy_.default: OpSamples(ALL, copy_samples),
     aten.set_.source_Tensor: OpSamples(KINDS, set_samples),

@@ -7,6 +7,7 @@ from aotspec.errors import UnsupportedError
 from ..case import (
     COMPILED_ONLY,
     Case,
+    Identical,
     Layout,
     Raises,
     Separate,
@@ -17,6 +18,7 @@ from ..case import (
 )
 
 set_ = torch.ops.aten.set_.source_Tensor
+resize_storage_bytes_ = torch.ops.inductor.resize_storage_bytes_
 
 
 def _base_and_alias():
@@ -253,5 +255,181 @@ CASES += [
         program=_set_to,
         expect=[Raises(UnsupportedError, rule="aliasing.set.grows-storage")],
         skip=COMPILED_ONLY,
+    ),
+]
+
+
+# ---------------------------------------------------------------- in-place metadata ops
+
+
+def _two_by_three_and_alias():
+    x = torch.arange(6.0).reshape(2, 3).clone()
+    return {"x": x, "x_alias": x.view(6)}
+
+
+def _relay_out(x):
+    x.t_()  # (3, 2), strides (1, 3)
+    x.unsqueeze_(0)
+    x.squeeze_(0)
+    x.unsqueeze_(2)
+    x.squeeze_()
+    x.unsqueeze_(0)
+    x.squeeze_((0,))
+    return x, x * 10
+
+
+def _swap_and_restride(x, y):
+    x.swapdims_(0, 1)
+    y.as_strided_((2,), (2,), 1)
+    return x + 0, y * 1
+
+
+def _zero_storage():
+    x = torch.ones(4)
+    resize_storage_bytes_(x, 0)
+    return {"x": x}
+
+
+def _unsqueeze_(x):
+    x.unsqueeze_(0)
+
+
+def _transpose_then_write_a_row(x):
+    x.t_()
+    x[0].mul_(10)  # row 0 of the transpose: elements 0 and 3 of the storage
+
+
+def _two_views_of_one_base():
+    base = torch.arange(4.0)
+    return {"base": base, "a": base.view(2, 2), "b": base.view(2, 2)}
+
+
+def _transpose_one(a, b):
+    a.t_()
+    return a + b
+
+
+def _zeros_and_two_by_three():
+    return {"x": torch.zeros(4), "y": torch.arange(6.0).reshape(2, 3).clone()}
+
+
+def _set_then_transpose(x, y):
+    set_(x, y)
+    x.t_()
+
+
+def _one_storage_two_objects():
+    x = torch.arange(4.0)
+    return {"x": x, "v": x.view(4)}
+
+
+def _unsqueeze_then_free(v, x):
+    v.unsqueeze_(0)
+    resize_storage_bytes_(x, 0)
+
+
+CASES += [
+    Case(
+        name="aliasing.metadata-ops-relay-out-the-argument",
+        rules=[
+            "aliasing.metadata.relayout",
+            "functionalize.metadata.cell",
+            "functionalize.epilogue.metadata",
+        ],
+        setup=_two_by_three_and_alias,
+        args=["x"],
+        program=_relay_out,
+        # eager: x is x.t() on its own storage; the alias keeps its layout and every value
+        expect=[
+            Identical("out0", "x"),
+            Layout("x", shape=(3, 2), strides=(1, 3), offset=0),
+            Values("x", [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]),
+            Values("out1", [[0.0, 30.0], [10.0, 40.0], [20.0, 50.0]]),
+            Layout("x_alias", shape=(6,), strides=(1,), offset=0),
+            Values("x_alias", [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]),
+            Shares("x", "x_alias"),
+        ],
+    ),
+    Case(
+        name="aliasing.swapdims-and-as-strided-in-place",
+        rules=["aliasing.metadata.relayout", "functionalize.epilogue.metadata"],
+        setup=lambda: {"x": torch.arange(6.0).reshape(2, 3).clone(), "y": torch.arange(4.0)},
+        args=["x", "y"],
+        program=_swap_and_restride,
+        # swapdims_ is transpose_; as_strided_'s offset counts from the storage's start
+        expect=[
+            Layout("x", shape=(3, 2), strides=(1, 3), offset=0),
+            Values("out0", [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]),
+            Layout("y", shape=(2,), strides=(2,), offset=1),
+            Values("y", [1.0, 3.0]),
+            Values("out1", [1.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="aliasing.metadata-op-beyond-the-storage-raises",
+        rules=["aliasing.metadata.relayout"],
+        setup=_zero_storage,
+        args=["x"],
+        program=_unsqueeze_,
+        # eager: setStorage: sizes [1, 4], ... out of bounds for storage of size 0
+        expect=[Raises(RuntimeError, match="out of bounds")],
+    ),
+    Case(
+        name="aliasing.write-through-a-transposed-argument",
+        rules=[
+            "functionalize.metadata.cell",
+            "functionalize.epilogue.metadata",
+            "functionalize.epilogue.data",
+        ],
+        setup=_two_by_three_and_alias,
+        args=["x"],
+        program=_transpose_then_write_a_row,
+        expect=[
+            Values("x_alias", [0.0, 1.0, 2.0, 30.0, 4.0, 5.0]),
+            Values("x", [[0.0, 30.0], [1.0, 4.0], [2.0, 5.0]]),
+            Layout("x", shape=(3, 2), strides=(1, 3), offset=0),
+        ],
+    ),
+    Case(
+        name="aliasing.metadata-op-on-one-of-two-aliased-arguments",
+        rules=["functionalize.metadata.cell", "aliasing.inputs.shared-storage"],
+        setup=_two_views_of_one_base,
+        args=["a", "b"],
+        program=_transpose_one,
+        # a reads [[0, 2], [1, 3]], b still [[0, 1], [2, 3]]
+        expect=[
+            Values("out0", [[0.0, 3.0], [3.0, 6.0]]),
+            Layout("a", shape=(2, 2), strides=(1, 2)),
+            Layout("b", shape=(2, 2), strides=(2, 1)),
+            Shares("a", "b"),
+            Shares("a", "base"),
+        ],
+    ),
+    Case(
+        name="aliasing.metadata-op-after-set-is-part-of-the-rebinding",
+        rules=["functionalize.epilogue.set", "aliasing.metadata.relayout"],
+        setup=_zeros_and_two_by_three,
+        args=["x", "y"],
+        program=_set_then_transpose,
+        expect=[
+            Shares("x", "y"),
+            Layout("x", shape=(3, 2), strides=(1, 3), offset=0),
+            Values("x", [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]),
+            Layout("y", shape=(2, 3), strides=(3, 1), offset=0),
+        ],
+    ),
+    Case(
+        name="aliasing.metadata-op-then-the-storage-freed",
+        rules=["functionalize.epilogue.metadata", "resize.compiled.epilogue"],
+        setup=_one_storage_two_objects,
+        args=["v", "x"],
+        program=_unsqueeze_then_free,
+        # the unsqueeze_ ran while the storage held 16 bytes; the caller's v is relaid out all
+        # the same (the epilogue resizes first)
+        expect=[
+            StorageBytes("x", 0),
+            Layout("v", shape=(1, 4), strides=(4, 1), offset=0),
+            Layout("x", shape=(4,), strides=(1,), offset=0),
+        ],
     ),
 ]

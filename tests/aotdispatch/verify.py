@@ -90,12 +90,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: write with history after set_ rebinds",
     ("test_set__not_allowed", "dynamo"):
         "unsupported: write with history after set_ rebinds",
-    ("test_input_mutation_is_output_after_mutated_inputs", "reference"):
-        "unsupported: metadata mutation t_",
-    ("test_input_mutation_is_output_after_mutated_inputs", "fast"):
-        "unsupported: metadata mutation t_",
-    ("test_input_mutation_metadata", "reference"): "unsupported: metadata mutation transpose_",
-    ("test_input_mutation_metadata", "fast"): "unsupported: metadata mutation transpose_",
     ("test_input_mutation_resize_", "reference"):
         "unsupported: _fused_moving_avg_obs_fq_helper resizes its state (ops.aten-mutations)",
     ("test_input_mutation_resize_", "fast"):
@@ -106,14 +100,10 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: set_ gives an input requiring grad a new shape",
     ("test_input_mutation_storage_resize_before_set_", "fast"):
         "unsupported: set_ gives an input requiring grad a new shape",
-    ("test_input_mutation_metadata2", "reference"): "unsupported: metadata mutation transpose_",
-    ("test_input_mutation_metadata2", "fast"): "unsupported: metadata mutation transpose_",
-    ("test_input_data_and_metadata_mutation", "reference"): "unsupported: metadata mutation t_",
-    ("test_input_data_and_metadata_mutation", "fast"): "unsupported: metadata mutation t_",
     ("test_input_data_and_metadata_mutation_aliases_other_input", "reference"):
-        "unsupported: metadata mutation t_",
+        "unsupported: write with history into aliased inputs",
     ("test_input_data_and_metadata_mutation_aliases_other_input", "fast"):
-        "unsupported: metadata mutation t_",
+        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_false_aliasing", "reference"):
         "unsupported: write with history into aliased inputs",
     ("test_input_mutation_false_aliasing", "fast"):
@@ -154,44 +144,28 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: write with history into aliased inputs",
     ("test_input_aliased_with_mutation_multiple_nontensors", "dynamo"):
         "unsupported: write with history into aliased inputs",
-    ("test_input_metadata_mutation_aliases", "reference"): "unsupported: metadata mutation t_",
-    ("test_input_metadata_mutation_aliases", "fast"): "unsupported: metadata mutation t_",
     ("test_input_mutation_aliases_bases_out_of_order", "reference"):
-        "unsupported: metadata mutation unsqueeze_",
+        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_aliases_bases_out_of_order", "fast"):
-        "unsupported: metadata mutation unsqueeze_",
+        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_unsqueeze_view_of_base_input", "reference"):
         "unsupported: write with history into aliased inputs",
     ("test_input_mutation_unsqueeze_view_of_base_input", "fast"):
         "unsupported: write with history into aliased inputs",
     ("test_input_mutation_unsqueeze_view_of_base_input", "dynamo"):
         "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_alias_everything", "reference"): "unsupported: metadata mutation t_",
-    ("test_input_mutation_alias_everything", "fast"): "unsupported: metadata mutation t_",
-    ("test_dupe_arg_torture", "reference"): "unsupported: metadata mutation t_",
-    ("test_dupe_arg_torture", "fast"): "unsupported: metadata mutation t_",
-    ("test_invalid_dupe_left_bias", "reference"): "unsupported: metadata mutation t_",
-    ("test_invalid_dupe_left_bias", "fast"): "unsupported: metadata mutation t_",
+    ("test_input_mutation_alias_everything", "reference"):
+        "unsupported: write with history into aliased inputs",
+    ("test_input_mutation_alias_everything", "fast"):
+        "unsupported: write with history into aliased inputs",
 
     # test_aotdispatch_views.py
-    ("test_input_output_view_metadata_mutate_multiple", "reference"):
-        "unsupported: metadata mutation t_",
-    ("test_input_output_view_metadata_mutate_multiple", "fast"):
-        "unsupported: metadata mutation t_",
-    ("test_input_mutation_output_view_multiple", "reference"):
-        "unsupported: metadata mutation transpose_",
-    ("test_input_mutation_output_view_multiple", "fast"):
-        "unsupported: metadata mutation transpose_",
     ("test_output_aliases_intermediate_inplace_view_with_detach", "reference"):
         "unsupported: metadata mutation t_",
     ("test_output_aliases_intermediate_inplace_view_with_detach", "fast"):
         "unsupported: metadata mutation t_",
     ("test_output_aliases_intermediate_inplace_view_with_detach", "dynamo"):
         "unsupported: metadata mutation t_",
-    ("test_output_all_alias_types", "reference"): "unsupported: metadata mutation transpose_",
-    ("test_output_all_alias_types", "fast"): "unsupported: metadata mutation transpose_",
-    ("test_view_and_inplace_view", "reference"): "unsupported: metadata mutation t_",
-    ("test_view_and_inplace_view", "fast"): "unsupported: metadata mutation t_",
 }
 # fmt: on
 
