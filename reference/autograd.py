@@ -227,8 +227,6 @@ def _requires_grad_nodes(
             if node.args[0] in flows:
                 flows.add(node)
         elif node.op == "call_function":
-            if node in program.stand_ins.no_grad_relayout_reads:
-                _check_no_grad_relayout(node, flows)
             if node.target is not getitem and node.target in NONDIFFERENTIABLE:
                 continue
             if not grad_enabled(node):  # r[capture.grad-mode]: computed under torch.no_grad()
@@ -240,6 +238,7 @@ def _requires_grad_nodes(
                 continue
             if _of_custom_function(node) or _may_carry_gradient(node, flows):
                 flows.add(node)
+    _check_no_grad_relayouts(program, flows)
     return flows
 
 
@@ -277,15 +276,17 @@ def _check_detached_write(program: FunctionalProgram, node: torch.fx.Node, flows
         )
 
 
-def _check_no_grad_relayout(node: torch.fx.Node, flows: set) -> None:
+def _check_no_grad_relayouts(program: FunctionalProgram, flows: set) -> None:
     """r[autograd.no-grad-metadata]: a tensor that carries a gradient and that an in-place
     metadata op relaid out under torch.no_grad() keeps the history of its old layout in eager;
-    what is read from it would take gradients it could not give back."""
-    if any(used in flows for used in node.all_input_nodes):
+    what the program reads from it or returns would take gradients it could not give back."""
+    stale = program.stand_ins.stale_histories
+    node = next((node for node in program.graph.nodes if node in stale and node in flows), None)
+    if node is not None:
         raise UnsupportedError(
-            f"the program reads a tensor that requires grad ({node.name}) after an in-place "
-            "metadata op (t_, transpose_, ...) changed its layout under torch.no_grad(), which "
-            "leaves it the history of its old layout",
+            f"the program reads or returns a tensor that requires grad (on {node.name}) after an "
+            "in-place metadata op (t_, transpose_, ...) changed its layout under "
+            "torch.no_grad(), which leaves it the history of its old layout",
             rule="autograd.no-grad-metadata",
             fix="change its layout with grad mode on, or take a view (x.t() rather than x.t_())",
         )

@@ -106,6 +106,8 @@ class Boundary:
         for st, s in self._storages.values():
             write_bytes(st, s)
         for t, cell, storage, layout in self._inputs.values():
+            if cell.detached:
+                t.detach_()  # r[aliasing.metadata.detach]
             if cell.storage is storage and cell.layout == layout:
                 continue
             with torch.no_grad():

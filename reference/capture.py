@@ -4,6 +4,7 @@
 runs, each kernel one op, composite ops decomposed as PyTorch's dispatcher decomposes them, and
 every mutation kept (`add_`, `copy_`, `set_.source_Tensor`, `inductor.resize_storage_bytes_`;
 an ATen-valued op that writes its arguments as its functional variant and copy_).
+`r[capture.detach-in-place]`: `detach_()`, which no kernel sees, is recorded as its own node.
 `r[capture.no-side-effects]`: tracing runs on fake tensors, so the caller's tensors are never
 written, resized or rebound by capture.
 `r[capture.flat-inputs]`: arguments are flattened with pytree; tensor leaves become placeholders
@@ -30,7 +31,7 @@ import torch.utils._pytree as pytree
 import torch.utils.checkpoint
 from attrs import define, frozen
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
+from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
 from torch.overrides import TorchFunctionMode
 
 import aotspec.errors
@@ -174,7 +175,8 @@ _BACKWARD_CALLS = (torch.Tensor.backward, torch.autograd.backward)
 
 class _WatchGradMode(TorchFunctionMode):
     """Notes the user function's grad-mode changes (`torch.no_grad()`, `set_grad_enabled`), and
-    the `requires_grad_()` calls that change a tensor's flag (`r[autograd.requires-grad-inside]`).
+    the `requires_grad_()` calls that change a tensor's flag (`r[autograd.requires-grad-inside]`);
+    records `detach_()` calls (`r[capture.detach-in-place]`).
     """
 
     def __init__(self, modes: GradModes, requires_grad_calls: list[_RequiresGradCall]):
@@ -197,7 +199,10 @@ class _WatchGradMode(TorchFunctionMode):
         kwargs = kwargs or {}
         if not self.paused:
             self._note(func, args, kwargs)
-        return func(*args, **kwargs)
+        result = func(*args, **kwargs)
+        if func is torch._C.TensorBase.detach_ and not self.paused:
+            _record_detach_(args[0])
+        return result
 
     def _note(self, func, args, kwargs) -> None:
         if func is torch._C._set_grad_enabled:
@@ -216,6 +221,15 @@ class _WatchGradMode(TorchFunctionMode):
             if flag != args[0].requires_grad:
                 position = len(get_proxy_mode().tracer.graph.nodes)
                 self.requires_grad_calls.append(_RequiresGradCall(args[0], flag, position))
+
+
+def _record_detach_(t: torch.Tensor) -> None:
+    """r[capture.detach-in-place]: a node `aten.detach_.default(t)` at the end of the graph so
+    far (a tensor the trace does not follow, a constant, has nothing to record)."""
+    tracer = get_proxy_mode().tracer
+    slot = get_proxy_slot(t, tracer, None)
+    if slot is not None:
+        tracer.create_proxy("call_function", aten.detach_.default, (slot.proxy,), {})
 
 
 def grad_enabled(node: torch.fx.Node) -> bool:

@@ -81,3 +81,13 @@ _relayout(aten.squeeze_.default, aten.squeeze.default, ops.squeeze_all)
 _relayout(aten.squeeze_.dim, aten.squeeze.dim, ops.squeeze_dim)
 _relayout(aten.squeeze_.dims, aten.squeeze.dims, ops.squeeze_dims)
 _relayout(aten.as_strided_.default, aten.as_strided.default, ops.as_strided)
+
+
+@effect(
+    aten.detach_.default, "detaches input 0 in place, returns it", relayout_as=aten.detach.default
+)
+def detach_(ledger: Ledger, t: Tensor) -> Tensor:
+    # r[aliasing.metadata.detach]: the layout stays; the tape drops the history, and an argument's
+    # caller tensor is detached when the call returns.
+    t.detached = True
+    return t

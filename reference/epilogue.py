@@ -80,8 +80,16 @@ def _write_with_history(
     window of the new contents, through the layout the program left it in, by a copy_ autograd
     records, which gives it the write's history and advances its version once, as the eager
     in-place op did (`r[functionalize.epilogue.version]`); bytes outside its window are written
-    first, without history (`r[autograd.input-writes.aliased]` leaves them to no other tensor)."""
+    first, without history (`r[autograd.input-writes.aliased]` leaves them to no other tensor).
+    An expanded tensor, which copy_ refuses to write, takes them through a layout that reads its
+    storage once, then its own layout again, both recorded."""
     layout = Layout.of(tensor)
+    if layout.has_internal_overlap():
+        with torch.enable_grad():
+            tensor.as_strided_(flat.shape, (1,), 0)
+            tensor.copy_(flat)
+            tensor.as_strided_(layout.sizes, layout.strides, layout.offset)
+        return
     if not _covers(layout, storage):
         _write_bytes(storage, flat.detach())
     with torch.enable_grad():

@@ -235,9 +235,10 @@ class StandIns:
     no_grad_writes: frozenset[torch.fx.Node]
     #: Those of them made with grad mode on, through a detach()ed alias (`r[autograd.detach]`).
     detached_writes: frozenset[torch.fx.Node] = frozenset()
-    #: Reads of tensors an in-place metadata op relaid out under torch.no_grad()
+    #: The storage contents behind tensors an in-place metadata op relaid out under
+    #: torch.no_grad() and the program read or returned afterwards
     #: (`r[autograd.no-grad-metadata]`).
-    no_grad_relayout_reads: frozenset[torch.fx.Node] = frozenset()
+    stale_histories: frozenset[torch.fx.Node] = frozenset()
 
     def kept_in(self, graph: torch.fx.Graph) -> StandIns:
         """Only the nodes still in `graph` (dead code elimination removes some)."""
@@ -252,7 +253,7 @@ class StandIns:
             kept(self.read_as_input),
             frozenset(node for node in self.no_grad_writes if node in alive),
             frozenset(node for node in self.detached_writes if node in alive),
-            frozenset(node for node in self.no_grad_relayout_reads if node in alive),
+            frozenset(node for node in self.stale_histories if node in alive),
         )
 
 
@@ -356,9 +357,10 @@ class _Cell:
     rebound: bool = False
     #: For a tensor object the caller passed: the in-place metadata ops applied to it, in order.
     relayouts: list[Relayout] = field(factory=list)
-    #: An in-place metadata op relaid it out under torch.no_grad(): its history, if it has one,
-    #: is for its old layout (`r[autograd.no-grad-metadata]`).
-    relaid_without_grad: bool = False
+    #: An in-place metadata op relaid it out under torch.no_grad(), which leaves its history, if
+    #: it has one, for its old layout: the storage contents then, which carry a gradient when
+    #: the tensor has a history (`r[autograd.no-grad-metadata]`).
+    stale_history: torch.Tensor | None = None
 
 
 def _flat(storage: _Storage, replay: _Replay) -> torch.Tensor:
@@ -393,6 +395,8 @@ def _read(cell: _Cell, name: str, replay: _Replay, *, for_view: bool = False) ->
     """
     if not for_view:
         _check_in_bounds(cell, "read", name)
+    if cell.stale_history is not None:  # r[autograd.no-grad-metadata]
+        replay.stale_histories.add(node_of(cell.stale_history))
     if cell.value is not None and cell.version == cell.storage.version:
         return cell.value
     layout = cell.layout
@@ -403,8 +407,6 @@ def _read(cell: _Cell, name: str, replay: _Replay, *, for_view: bool = False) ->
         cell.value = aten.as_strided(flat, layout.sizes, layout.strides, layout.offset)
     if cell.read_as_input is not None:  # r[autograd.no-grad-set]
         replay.read_as_input[node_of(cell.value)] = cell.read_as_input
-    if cell.relaid_without_grad:  # r[autograd.no-grad-metadata]
-        replay.no_grad_relayout_reads.add(node_of(cell.value))
     cell.version = cell.storage.version
     return cell.value
 
@@ -576,6 +578,7 @@ class _Replay:
     #: The custom Functions' nodes of the functional graph, with the cells their backward writes.
     custom_nodes: list[_CustomNode] = field(factory=list)
     no_grad_relayout_reads: set = field(factory=set)
+    stale_histories: set = field(factory=set)
     relocated: set = field(factory=set)
 
     def run(self, values: list[torch.Tensor]):
@@ -820,7 +823,13 @@ class _Replay:
         layout = lookup(entry.functional, where=node.name).rule(cell.layout, *bound)
         self.refuse_relayout_after_set(cell, node.name)
         storage = cell.storage
-        if storage.caller is None:
+        if entry.functional in NONDIFFERENTIABLE:
+            # r[aliasing.metadata.detach]: no layout or version moves; the tensor reads without
+            # a gradient from here on, as a detach()ed alias does (r[autograd.detach])
+            cell.value = aten.detach(_read(cell, node.name, self, for_view=True))
+            cell.detached = cell.viewed_without_grad = True
+            cell.view_of_detached = False
+        elif storage.caller is None:
             # a value the program made: the value in the new layout is the view of the old one
             cell.value = entry.functional(_read(cell, node.name, self, for_view=True), *bound)
             cell.version = storage.version
@@ -831,10 +840,10 @@ class _Replay:
             if entry.functional is aten.as_strided.default and relocates:
                 self.relocated.add(storage.caller)  # r[autograd.metadata.as-strided]
         cell.layout = layout
-        if not self.grad_enabled:  # r[autograd.no-grad-metadata]
-            cell.relaid_without_grad = True
-            if cell.value is not None:
-                self.no_grad_relayout_reads.add(node_of(cell.value))
+        with_history = not (cell.detached or cell.viewed_without_grad)
+        if not self.grad_enabled and with_history and cell.stale_history is None:
+            # r[autograd.no-grad-metadata]
+            cell.stale_history = storage.origin if storage.flat is None else storage.flat
         if cell.input_index is not None:
             constants = tuple(tuple(a) if isinstance(a, list) else a for a in bound)
             step = Relayout(cell.input_index, node.target, constants, layout, self.grad_enabled)
@@ -996,6 +1005,8 @@ def functionalize(
             if cell.input_index is not None and cell is state.placeholder_cells[cell.input_index]:
                 outputs.append(OutputIsInput(cell.input_index))
             else:
+                if cell.stale_history is not None:  # r[autograd.no-grad-metadata]
+                    state.stale_histories.add(node_of(cell.stale_history))
                 outputs.append(
                     OutputView(
                         where(cell.storage),
@@ -1049,7 +1060,7 @@ def functionalize(
         state.read_as_input,
         frozenset(state.no_grad_writes),
         frozenset(state.detached_writes),
-        frozenset(state.no_grad_relayout_reads),
+        frozenset(state.stale_histories),
     )
     return FunctionalProgram(
         graph_module,

@@ -172,6 +172,9 @@ class Tensor:
     storage: Storage
     layout: Layout
     name: str = ""
+    #: `detach_()` was applied to it (`r[aliasing.metadata.detach]`): an argument's caller
+    #: tensor takes it too.
+    detached: bool = False
 
     @property
     def dtype(self) -> torch.dtype:

@@ -287,7 +287,8 @@ class Tape:
         their history anew."""
         cell = bound[0]
         var = self.var(cell)
-        if var is not None and not grad_enabled(node):
+        detaches = entry.functional in NONDIFFERENTIABLE  # r[aliasing.metadata.detach]
+        if var is not None and not grad_enabled(node) and not detaches:
             raise UnsupportedError(
                 f"{node.name} changes the layout of a tensor that requires grad under "
                 "torch.no_grad(), which leaves it the history of its old layout",
@@ -305,6 +306,9 @@ class Tape:
             )
         before = Tensor(cell.storage, cell.layout, name=f"{cell.name}.before")
         result = call_op(node, entry, env, ledger)
+        if detaches:
+            self._set_var(cell, None)  # eager's detach_ leaves the version alone
+            return result
         self._bump(cell.storage)
         if var is None:
             return result

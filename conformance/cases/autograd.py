@@ -1526,10 +1526,32 @@ def _set_then_transpose(x, y):
     return x * 2
 
 
-_KEEPS_HISTORIES = {
-    "reference-eager": "the eager interpreter does not rebase a caller's history "
-    "(autograd.mutated-grad-input)"
-}
+def _expanded_non_leaf_and_scales():
+    p = torch.tensor([[1.0, 2.0, 3.0]], requires_grad=True)
+    return {"p": p, "a": (p * 1).expand(2, 3), "w": torch.tensor([[1.0], [10.0]])}
+
+
+def _double_row_then_scale(a, w):
+    a[0].mul_(2)  # both rows read the one row of memory
+    return a * w
+
+
+def _non_leaf_and_scale():
+    p = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    return {"p": p, "x": p * 1, "w": torch.tensor([1.0, 10.0, 100.0], requires_grad=True)}
+
+
+def _detach_argument(x, w):
+    x.detach_()
+    return x * w
+
+
+def _detach_transposed_intermediate(x, w):
+    out = x.view(3, 1) * 3
+    out.t_()
+    out.detach_()
+    return out, x * w
+
 
 CASES += [
     Case(
@@ -1552,7 +1574,7 @@ CASES += [
             Values("p.grad", [[1.0, 3.0, 5.0], [2.0, 4.0, 6.0]]),
             Values("w.grad", [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]),
         ],
-        skip=_KEEPS_HISTORIES,
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
     ),
     Case(
         name="autograd.as-strided-in-place-over-the-same-elements",
@@ -1566,7 +1588,7 @@ CASES += [
             History("x", "AsStridedBackward1"),
             Values("p.grad", [[1.0, 3.0, 5.0], [2.0, 4.0, 6.0]]),
         ],
-        skip=_KEEPS_HISTORIES,
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
     ),
     Case(
         name="autograd.as-strided-in-place-to-other-elements-raises",
@@ -1586,7 +1608,7 @@ CASES += [
         backward=True,
         # eager: mul saved x at version 0; t_ moved it to 1
         expect=[BackwardRaises(RuntimeError, match="modified by an inplace operation")],
-        skip=_KEEPS_HISTORIES,
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
     ),
     Case(
         name="autograd.metadata-op-on-a-leaf-raises",
@@ -1627,7 +1649,7 @@ CASES += [
             Layout("x", shape=(4, 3), strides=(3, 1), offset=0),
             Values("p.grad", [[0.0, 0.0, 0.0], [2.0, 2.0, 2.0], [2.0, 2.0, 2.0], [0.0] * 3]),
         ],
-        skip=_KEEPS_HISTORIES,
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
     ),
     Case(
         name="autograd.no-grad-metadata-op-then-a-read-raises",
@@ -1656,6 +1678,56 @@ CASES += [
             Absent("p.grad"),
         ],
         skip={"reference-eager": "the eager interpreter refuses the op itself"},
+    ),
+    Case(
+        name="autograd.detach-in-place-of-an-argument",
+        rules=["aliasing.metadata.detach", "capture.detach-in-place"],
+        setup=_non_leaf_and_scale,
+        args=["x", "w"],
+        program=_detach_argument,
+        backward=True,
+        # eager: x is a leaf without history afterwards; only w gets a gradient, x's values
+        expect=[
+            RequiresGrad("x", False),
+            History("x", None),
+            Values("out0", [1.0, 20.0, 300.0]),
+            Values("w.grad", [1.0, 2.0, 3.0]),
+            Absent("p.grad"),
+        ],
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
+    ),
+    Case(
+        name="autograd.detach-in-place-of-a-transposed-intermediate",
+        rules=["aliasing.metadata.detach", "capture.detach-in-place", "autograd.metadata"],
+        setup=_non_leaf_and_scale,
+        args=["x", "w"],
+        program=_detach_transposed_intermediate,
+        backward=True,
+        # out0 = 3x as a row, without history; d sum(x * w) / d p = w
+        expect=[
+            Values("out0", [[3.0, 6.0, 9.0]]),
+            Layout("out0", shape=(1, 3), strides=(1, 1)),
+            RequiresGrad("out0", False),
+            History("out0", None),
+            Values("p.grad", [1.0, 10.0, 100.0]),
+        ],
+    ),
+    Case(
+        name="autograd.write-into-an-expanded-argument",
+        rules=["autograd.input-writes"],
+        setup=_expanded_non_leaf_and_scales,
+        args=["a", "w"],
+        program=_double_row_then_scale,
+        backward=True,
+        # a = 2 * (p expanded), a history back to p: d sum(a * w) / d p = 2 * (1 + 10)
+        expect=[
+            Values("a", [[2.0, 4.0, 6.0], [2.0, 4.0, 6.0]]),
+            Layout("a", shape=(2, 3), strides=(0, 1)),
+            RequiresGrad("a"),
+            Values("out0", [[2.0, 4.0, 6.0], [20.0, 40.0, 60.0]]),
+            Values("p.grad", [[22.0, 22.0, 22.0]]),
+        ],
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
     ),
     Case(
         name="autograd.set-then-metadata-op-with-grad-raises",

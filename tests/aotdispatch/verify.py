@@ -160,12 +160,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: write with history into aliased inputs",
 
     # test_aotdispatch_views.py
-    ("test_output_aliases_intermediate_inplace_view_with_detach", "reference"):
-        "unsupported: metadata mutation t_",
-    ("test_output_aliases_intermediate_inplace_view_with_detach", "fast"):
-        "unsupported: metadata mutation t_",
-    ("test_output_aliases_intermediate_inplace_view_with_detach", "dynamo"):
-        "unsupported: metadata mutation t_",
 }
 # fmt: on
 

@@ -20,8 +20,14 @@ counter):
 - `detach()` makes an alias that requires no grad (of arguments, intermediates and views):
   writes through it carry no gradient (r[autograd.detach]), and may target an argument that
   requires grad, when it is the one such argument on its storage;
+- in-place metadata ops (`t_`, `transpose_`, `swapdims_`, `unsqueeze_`, `squeeze_`) of
+  arguments, intermediates and views of either (r[autograd.metadata]): never of a leaf that
+  requires grad or a view of one (eager raises), never of a storage autograd saved a tensor on
+  (they advance the version counter too), under torch.no_grad() only of tensors that require no
+  grad (r[autograd.no-grad-metadata]), and `as_strided_` only of intermediates (on an argument's
+  storage it must keep the elements read: r[autograd.metadata.as-strided]);
 - log and fractional or negative powers read only values known to be positive;
-- custom autograd.Functions (tests/strategies/functions.py) wrap a product, a scaling, exp or
+- custom autograd.Functions (aotspec/fuzz/strategies/functions.py) wrap a product, a scaling, exp or
   tanh with a hand-written backward (saving inputs, the result, a constant on ctx; one writes
   the gradient it receives in place, so a product with a scalar is the one reader of its
   output, one marks an output non-differentiable); one returns its
@@ -52,7 +58,9 @@ from .model import (
     apply_view,
     broadcastable,
     copy_sources,
+    draw_relayout,
     draw_view_args,
+    relayout_ops,
     view_ops,
     viewable,
 )
@@ -194,6 +202,29 @@ def _g_detach(draw, model: Model) -> list[Instr]:
     _bind_view(model, out, v, model.lay(v))
     model.obj(out).detached = True
     return [Instr("detach", (out,), (Var(v),))]
+
+
+def _relayable(model: Model) -> list[str]:
+    """What an in-place metadata op may change (see the section comment)."""
+    return [
+        v
+        for v in model.names
+        if not model.storage(v).saved
+        and (model.obj(v).detached or not model.storage(v).leaf)
+        and (model.grad_enabled or not _requires_grad(model, v))
+    ]
+
+
+def _g_relayout(draw, model: Model) -> list[Instr]:
+    """`x.t_()` and the like: the object takes a new layout on its storage, and its history."""
+    v = _recent(draw, _relayable(model))
+    obj = model.obj(v)
+    ops = relayout_ops(obj.lay)
+    if model.storage(v).caller:
+        ops.remove("as_strided_")
+    op = draw(st.sampled_from(ops))
+    args, obj.lay = draw_relayout(draw, op, obj.lay, model.storage(v).nbytes)
+    return [Instr(op, (), (Var(v), *args))]
 
 
 def _g_unary(draw, model: Model) -> list[Instr]:
@@ -433,6 +464,7 @@ def _g_write_argument(draw, model: Model) -> list[Instr]:
 GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("view", _g_view, lambda m: True),
     ("detach", _g_detach, lambda m: True),
+    ("relayout", _g_relayout, lambda m: bool(_relayable(m))),
     ("unary", _g_unary, lambda m: True),
     ("binary", _g_binary, lambda m: True),
     ("matmul", _g_matmul, lambda m: any(len(m.lay(v).sizes) == 2 for v in m.names)),
@@ -459,6 +491,7 @@ def grad_programs(draw, max_steps: int = 10) -> Program:
     model = initial_grad_model(setup)
     grad_arguments = [v for v in model.names if _requires_grad(model, v)]
     grad_enabled = draw(st.sampled_from([True, True, True, False]))
+    model.grad_enabled = grad_enabled
     retain_graph = draw(st.sampled_from([False, False, False, True]))
     body: list[Instr] = []
     # At least two steps (one rarely reaches a write), then go on with odds 5:1. A "go on" choice

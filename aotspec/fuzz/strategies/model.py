@@ -8,7 +8,9 @@ address nothing, which validity never depends on).
 
 Generates views: `draw_view` draws a view op that eager accepts on a layout, its arguments, and
 the layouts of its results (`as_strided`-based views only of tensors in bounds of their storage,
-as eager's setStorage check raises otherwise; `view` and viewable `reshape` of any tensor).
+as eager's setStorage check raises otherwise; `view` and viewable `reshape` of any tensor); and
+`draw_relayout` an in-place metadata op (`t_`, `as_strided_`, ...) that eager accepts on a tensor
+in bounds of its storage, its arguments, and the layout it leaves.
 """
 
 from __future__ import annotations
@@ -104,7 +106,7 @@ class _Object:
     storage: int
     lay: Strided
     param: bool = False  # an object the caller passed
-    rebound: bool = False  # set_ moved it to another storage or layout
+    rebound: bool = False  # set_ or an in-place metadata op moved it (storage or layout)
     detached: bool = False  # made from a detach()ed alias: requires no grad, whatever its storage
 
 
@@ -118,6 +120,9 @@ class Model:
     compiled: bool = False
     #: Boolean masks of programs with backward (for `where`), by name: their shapes.
     masks: dict[str, tuple[int, ...]] = field(factory=dict)
+    #: The caller's grad mode (programs with backward): under torch.no_grad() no in-place
+    #: metadata op changes a tensor that requires grad (r[autograd.no-grad-metadata]).
+    grad_enabled: bool = True
 
     def new_storage(self, nbytes: int, **flags) -> int:
         self.storages.append(_Storage(nbytes, nbytes, **flags))
@@ -284,3 +289,46 @@ def draw_view(draw, lay: Strided, in_bounds: bool, may_copy: bool):
     op = draw(st.sampled_from(view_ops(lay, in_bounds)))
     args = draw_view_args(draw, op, lay, may_copy=may_copy)
     return op, args, apply_view(op, lay, args)
+
+
+# ---------------------------------------------------------------- in-place metadata ops
+
+#: In-place metadata ops, each with the view op whose layout it gives (as_strided_: see below).
+RELAYOUTS = {
+    "t_": "t",
+    "transpose_": "transpose",
+    "swapdims_": "transpose",
+    "unsqueeze_": "unsqueeze",
+    "squeeze_": "squeeze",
+    "as_strided_": None,
+}
+
+
+def relayout_ops(lay: Strided) -> list[str]:
+    """The in-place metadata ops eager accepts on a tensor in bounds of its storage."""
+    ndim = len(lay.sizes)
+    ops = ["unsqueeze_", "squeeze_", "as_strided_"]
+    if ndim <= 2:
+        ops.append("t_")
+    if ndim >= 2:
+        ops += ["transpose_", "swapdims_"]
+    return ops
+
+
+def draw_relayout(draw, op: str, lay: Strided, storage_bytes: int) -> tuple[tuple, Strided]:
+    """The arguments of `x.op(...)` on a tensor laid out as `lay`, in bounds of its storage of
+    `storage_bytes`, and the layout it leaves x in. as_strided_ takes the layout of a view of the
+    whole storage seen as one dim, so it stays in bounds."""
+    ndim = len(lay.sizes)
+    if op == "as_strided_":
+        whole = Strided.contiguous((storage_bytes // ITEMSIZE,))
+        _, _, results = draw_view(draw, whole, in_bounds=True, may_copy=False)
+        new = draw(st.sampled_from(results))
+        return (new.sizes, new.strides, new.offset), new
+    if op == "squeeze_":
+        dims = [(d,) for d in range(ndim)] + [(tuple(range(ndim)),)] * (ndim > 0)
+        args = draw(st.sampled_from([(), *dims]))
+    else:
+        args = draw_view_args(draw, RELAYOUTS[op], lay, may_copy=False)
+    (new,) = apply_view(RELAYOUTS[op], lay, args)
+    return args, new

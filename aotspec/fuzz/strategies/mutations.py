@@ -15,10 +15,14 @@ model letting the generator emit only:
 - `set_` with a same-dtype source. A source on a zero storage makes eager grow that storage to
   the source's extent with uninitialized bytes, so the generator follows it at once with the
   resize-and-fill above, or with a resize back to zero; and it never pairs such a source with a
-  tensor of the very same sizes and strides (eager raises there).
+  tensor of the very same sizes and strides (eager raises there);
+- in-place metadata ops (`t_`, `transpose_`, `swapdims_`, `unsqueeze_`, `squeeze_`,
+  `as_strided_`) of tensors in bounds of their storage, arguments and views of them included, to
+  layouts in bounds (eager's setStorage check raises otherwise).
 
 `programs(compiled=True)` draws only what `aotspec.compile` accepts on top of that: resizes only
-of argument objects that `set_` has not moved, and no `set_` that grows a storage.
+of argument objects that neither `set_` nor an in-place metadata op has moved, and no `set_` that
+grows a storage.
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from .model import (
     Strided,
     broadcastable,
     copy_sources,
+    draw_relayout,
     draw_view,
+    relayout_ops,
     viewable,
 )
 from .program import OPS, Instr, Program, Var
@@ -57,6 +63,21 @@ def _step_view(draw, model: Model) -> list[Instr]:
         model.bind(out, storage, lay)
         outs.append(out)
     return [Instr(op, tuple(outs), (Var(v), *args))]
+
+
+def _step_relayout(draw, model: Model) -> list[Instr]:
+    """An in-place metadata op: the object (every name bound to it) takes a new layout."""
+    v = draw(st.sampled_from(_relayable(model)))
+    obj = model.obj(v)
+    op = draw(st.sampled_from(relayout_ops(obj.lay)))
+    args, lay = draw_relayout(draw, op, obj.lay, model.storage(v).nbytes)
+    obj.rebound |= lay != obj.lay  # compiled programs resize only objects laid out as passed
+    obj.lay = lay
+    return [Instr(op, (), (Var(v), *args))]
+
+
+def _relayable(model: Model) -> list[str]:
+    return [v for v in model.names if model.in_bounds(v)]
 
 
 def _draw_other(draw, model: Model, target: str):
@@ -212,6 +233,7 @@ STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("inplace", _step_inplace, lambda m: bool(_writable_names(m))),
     ("copy", _step_copy, lambda m: any(copy_sources(m, v) for v in _writable_names(m))),
     ("set", _step_set, lambda m: any(_set_sources(m, v) for v in m.names)),
+    ("relayout", _step_relayout, lambda m: bool(_relayable(m))),
     ("resize", _step_resize, lambda m: bool(_resizable_down(m) or _resizable_up(m))),
     ("pointwise", _step_pointwise, lambda m: bool(m.readable_names())),
     ("full", _step_full, lambda m: True),

@@ -161,6 +161,9 @@ OPS: dict[str, Op] = {
     **{name: _method(name) for name in ("view", "reshape", "t", "transpose", "permute")},
     **{name: _method(name) for name in ("select", "unsqueeze", "expand", "split")},
     "slice": Op(_slice, _render_slice),
+    # in-place metadata ops: the tensor object takes a new layout on its own storage
+    **{name: _method(name) for name in ("t_", "transpose_", "swapdims_", "unsqueeze_")},
+    **{name: _method(name) for name in ("squeeze_", "as_strided_")},
     # in-place
     "add_": _with_alpha("add_"),
     "sub_": _with_alpha("sub_"),
