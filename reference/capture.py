@@ -186,6 +186,8 @@ class _WatchGradMode(TorchFunctionMode):
         #: While a custom Function's backward is traced into a graph of its own, nothing it does
         #: belongs to the captured graph.
         self.paused = False
+        #: Storages of tensors that require grad and that an in-place metadata op relaid out.
+        self.relaid: set[int] = set()
 
     @contextlib.contextmanager
     def pausing(self):
@@ -197,11 +199,18 @@ class _WatchGradMode(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if not self.paused:
-            self._note(func, args, kwargs)
-        result = func(*args, **kwargs)
-        if func is torch._C.TensorBase.detach_ and not self.paused:
+        if self.paused:
+            return func(*args, **kwargs)
+        self._note(func, args, kwargs)
+        try:
+            result = func(*args, **kwargs)
+        except (RuntimeError, ValueError) as error:
+            self._refuse_stale_view(args, kwargs, error)
+            raise
+        if func is torch._C.TensorBase.detach_:
             _record_detach_(args[0])
+        if func in _METADATA_OPS and args[0].requires_grad:
+            self.relaid.add(args[0].untyped_storage()._cdata)
         return result
 
     def _note(self, func, args, kwargs) -> None:
@@ -221,6 +230,28 @@ class _WatchGradMode(TorchFunctionMode):
             if flag != args[0].requires_grad:
                 position = len(get_proxy_mode().tracer.graph.nodes)
                 self.requires_grad_calls.append(_RequiresGradCall(args[0], flag, position))
+
+    def _refuse_stale_view(self, args, kwargs, error: Exception) -> None:
+        """r[capture.metadata-views]: fake tensors regenerate a view's history by replaying its
+        view ops on its base, which may fail once an in-place metadata op relaid the base out
+        (eager regenerates it by address)."""
+        tensors = [a for a in pytree.tree_leaves((args, kwargs)) if _is_tensor(a)]
+        if any(t._is_view() and t.untyped_storage()._cdata in self.relaid for t in tensors):
+            raise UnsupportedError(
+                "the function uses, with grad mode on, a view taken before an in-place metadata "
+                "op (t_, transpose_, ...) changed the layout of the tensor it views; tracing "
+                f"cannot regenerate that view's history ({error})",
+                rule="capture.metadata-views",
+                fix="take the view again after the in-place op, or use a view op (x.t()) "
+                "instead of the in-place one",
+            ) from None
+
+
+#: The in-place metadata ops as the function calls them (`swapdims_` and `swapaxes_` included).
+_METADATA_OPS = frozenset(
+    getattr(torch._C.TensorBase, name)
+    for name in ("t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_")
+) | {torch._C.TensorBase.as_strided_}
 
 
 def _record_detach_(t: torch.Tensor) -> None:
@@ -338,12 +369,12 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         it = iter(flat_tensors)
         rebuilt = [next(it) if leaf is TENSOR else leaf for leaf in in_leaves]
         call_args, call_kwargs = pytree.tree_unflatten(rebuilt, in_spec)
-        histories_before = [_input_history(t) for t in flat_tensors]
+        histories_before = [_history(t) for t in flat_tensors]
         with watch, intercepting_apply(interception), _checkpoint_regions_noted(regions):
             result = fn(*call_args, **call_kwargs)
         out, out_spec = pytree.tree_flatten(result)
         outputs = [leaf for leaf in out if _is_tensor(leaf)]
-        histories_after = [t.grad_fn for t in outputs] + [_input_history(t) for t in flat_tensors]
+        histories_after = [_history(t) for t in [*outputs, *flat_tensors]]
         _refuse_custom_functions(histories_after, histories_before, interception.handled)
         returned.spec = out_spec
         returned.leaves = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in out)
@@ -518,13 +549,20 @@ def hooks_silenced_while_tracing(rule: str = "hooks.eager.innermost"):
             torch._C._autograd._saved_tensors_hooks_disable(previous, False)
 
 
-def _input_history(t: torch.Tensor):
-    """The input's grad_fn; None when autograd refuses to regenerate it (a view made under
+def _history(t: torch.Tensor):
+    """The tensor's grad_fn; None when autograd refuses to regenerate it (a view made under
     torch.no_grad() whose base was written since): eager raises only where something reads it,
-    and anything in the function that does raises the same while capturing."""
+    and anything in the function that does raises the same while capturing. Nor can tracing
+    regenerate the history of a view whose base an in-place metadata op relaid out since
+    (`r[capture.metadata-views]`): a view the function returns is left so, and the ops the
+    failed replay traced, which feed nothing, leave the graph."""
+    graph = get_proxy_mode().tracer.graph
+    before = len(graph.nodes)
     try:
         return t.grad_fn
-    except RuntimeError:
+    except (RuntimeError, ValueError):
+        for node in list(itertools.islice(reversed(graph.nodes), len(graph.nodes) - before)):
+            graph.erase_node(node)
         return None
 
 

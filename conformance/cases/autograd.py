@@ -1526,6 +1526,13 @@ def _set_then_transpose(x, y):
     return x * 2
 
 
+def _view_before_transpose(x, w):
+    y = x * 2
+    flat = y.view(6)
+    y.t_()
+    return flat * 1  # autograd regenerates flat's history from y, now transposed
+
+
 def _expanded_non_leaf_and_scales():
     p = torch.tensor([[1.0, 2.0, 3.0]], requires_grad=True)
     return {"p": p, "a": (p * 1).expand(2, 3), "w": torch.tensor([[1.0], [10.0]])}
@@ -1711,6 +1718,15 @@ CASES += [
             History("out0", None),
             Values("p.grad", [1.0, 10.0, 100.0]),
         ],
+    ),
+    Case(
+        name="autograd.view-taken-before-a-metadata-op-raises",
+        rules=["capture.metadata-views"],
+        setup=_non_leaf_and_weight,
+        args=["x", "w"],
+        program=_view_before_transpose,
+        expect=[Raises(UnsupportedError, rule="capture.metadata-views")],
+        skip={"torch-eager": "eager regenerates the view's history by address, and runs it"},
     ),
     Case(
         name="autograd.write-into-an-expanded-argument",

@@ -25,10 +25,12 @@ counter):
   requires grad or a view of one (eager raises), never of a storage autograd saved a tensor on
   (they advance the version counter too), under torch.no_grad() only of tensors that require no
   grad (r[autograd.no-grad-metadata]), and `as_strided_` only of intermediates (on an argument's
-  storage it must keep the elements read: r[autograd.metadata.as-strided]);
+  storage it must keep the elements read: r[autograd.metadata.as-strided]); after one on a
+  tensor that requires grad, no other tensor of its view family is used (tracing could not
+  regenerate their histories: r[capture.metadata-views]);
 - log and fractional or negative powers read only values known to be positive;
-- custom autograd.Functions (aotspec/fuzz/strategies/functions.py) wrap a product, a scaling, exp or
-  tanh with a hand-written backward (saving inputs, the result, a constant on ctx; one writes
+- custom autograd.Functions (functions.py beside this module) wrap a product, a scaling, exp
+  or tanh with a hand-written backward (saving inputs, the result, a constant on ctx; one writes
   the gradient it receives in place, so a product with a scalar is the one reader of its
   output, one marks an output non-differentiable); one returns its
   input, which eager makes a view created inside a custom Function: nothing writes that storage
@@ -224,6 +226,13 @@ def _g_relayout(draw, model: Model) -> list[Instr]:
         ops.remove("as_strided_")
     op = draw(st.sampled_from(ops))
     args, obj.lay = draw_relayout(draw, op, obj.lay, model.storage(v).nbytes)
+    if _requires_grad(model, v):
+        # r[capture.metadata-views]: the other tensors of its view family are used no more
+        index = model.names[v]
+        family = [n for n in model.names if model.obj(n).storage == obj.storage]
+        for name in family:
+            if model.names[name] != index:
+                del model.names[name]
     return [Instr(op, (), (Var(v), *args))]
 
 
