@@ -207,7 +207,7 @@ class _WatchGradMode(TorchFunctionMode):
         except (RuntimeError, ValueError) as error:
             self._refuse_stale_view(args, kwargs, error)
             raise
-        if func is torch._C.TensorBase.detach_:
+        if func in (torch._C.TensorBase.detach_, aten.detach_.default):
             _record_detach_(args[0])
         if func in _METADATA_OPS and args[0].requires_grad:
             self.relaid.add(args[0].untyped_storage()._cdata)

@@ -649,6 +649,13 @@ def as_strided_samples(make: Make) -> Iterable[Sample]:
     yield sample(make((2, 3)), [], [])
 
 
+def detach__samples(make: Make) -> Iterable[Sample]:
+    # Eager refuses detach_ on a view: tensors of their own only.
+    yield sample(make((3, 5)))
+    yield sample(make(()))
+    yield sample(make((0, 2)))
+
+
 # Effects act on storages.
 
 
@@ -850,6 +857,7 @@ SAMPLES: dict[torch._ops.OpOverload, OpSamples] = {
     aten.squeeze_.dim: OpSamples(KINDS, squeeze_dim_samples),
     aten.squeeze_.dims: OpSamples(KINDS, squeeze_dims_samples),
     aten.as_strided_.default: OpSamples(KINDS, as_strided_samples),
+    aten.detach_.default: OpSamples(KINDS, detach__samples),
     # Effects.
     aten.copy_.default: OpSamples(ALL, copy_samples),
     aten.set_.source_Tensor: OpSamples(KINDS, set_samples),
