@@ -23,6 +23,7 @@ from aotspec.reference.plan import (
     Placement,
     Plan,
     SavedTensorHooks,
+    bases_key,
     build_plan,
     input_facts,
     lift,
@@ -156,10 +157,12 @@ class CompiledFunction:
             if hooks is not None and self.hooks_filter == "no_static"
             else frozenset()
         )
+        facts = input_facts(tensors)
         key = (
             structure,
             constants,
-            input_facts(tensors),
+            facts,
+            bases_key(tensors, facts),
             grad_enabled,
             None if hooks is None else hooks.key,
             static,
@@ -178,7 +181,13 @@ class CompiledFunction:
         del args, kwargs, leaves
         for stolen_list in stolen_lists:
             stolen_list.clear()  # r[boxed.steal]: the caller's list is emptied by the call
-        outputs = self._runtime.run(self, compiled, tensors, stolen)
+        bases = compiled.bases  # r[autograd.input-writes.synthetic-base]
+        if bases.groups:
+            stolen = frozenset(bases.program_index(i) for i in stolen)
+            outputs = self._runtime.run(self, compiled, bases.inputs(tensors), stolen)
+            outputs = bases.with_caller_objects(outputs, tensors)
+        else:
+            outputs = self._runtime.run(self, compiled, tensors, stolen)
         return compiled.functional.captured.unflatten_outputs(outputs)
 
     def _stolen_lists(self, args, kwargs) -> list[list]:

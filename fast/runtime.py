@@ -52,6 +52,10 @@ class FastPlan:
         return self.plan.functional
 
     @property
+    def bases(self):
+        return self.plan.bases
+
+    @property
     def source(self) -> str:
         """The generated code, forward then backward, for reading."""
         parts = [self.forward.code] + ([self.backward.code] if self.backward is not None else [])

@@ -133,6 +133,15 @@ def _write_backs_with_history(program: FunctionalProgram, flows: set) -> tuple[W
     return tuple(found)
 
 
+class AliasedInputsWritten(Exception):
+    """A write with history lands in a storage several arguments read: the flat inputs of those
+    arguments (`r[autograd.input-writes.synthetic-base]`, which `reference/plan.py` applies)."""
+
+    def __init__(self, inputs: list[int]):
+        super().__init__(f"flat inputs {inputs} share a storage written with history")
+        self.inputs = inputs
+
+
 def _check_one_object(program: FunctionalProgram, storage: int) -> None:
     """r[autograd.input-writes.aliased]: the history goes to the one tensor object on the storage;
     with two (aliasing arguments), or with set_ moving a tensor onto or off it, raise."""
@@ -150,7 +159,10 @@ def _check_one_object(program: FunctionalProgram, storage: int) -> None:
             )
         )
     ]
-    if len(objects) > 1 or rebound:
+    if len(objects) > 1 and not rebound:
+        # r[autograd.input-writes.synthetic-base]: the plan compiles them as views of a base.
+        raise AliasedInputsWritten(objects)
+    if rebound:
         sharing = f"flat inputs {objects} share" if len(objects) > 1 else "set_ rebinds"
         raise UnsupportedError(
             f"the program writes with grad mode on into the storage of flat input {storage}, "

@@ -14,11 +14,12 @@ from __future__ import annotations
 from functools import cached_property
 
 import torch
-from attrs import field, frozen
+from attrs import evolve, field, frozen
 
 from aotspec.errors import UnsupportedError
 
-from .autograd import Differentiated, differentiate
+from .autograd import AliasedInputsWritten, Differentiated, differentiate
+from .bases import SyntheticBases, bases_key
 from .capture import capture, grad_enabled, hooks_silenced_while_tracing
 from .functionalize import (
     BackwardWrite,
@@ -40,6 +41,7 @@ __all__ = [
     "Placement",
     "Plan",
     "SavedTensorHooks",
+    "bases_key",
     "build_plan",
     "input_facts",
     "lift",
@@ -87,6 +89,9 @@ class Plan:
     #: that decide whether they are (`r[autograd.custom-function.backward-writes]`).
     backward_writes: tuple[BackwardWrite, ...] = ()
     write_tangents: tuple[frozenset[int], ...] = ()
+    #: Arguments compiled as views of a base (`r[autograd.input-writes.synthetic-base]`): the
+    #: runtime passes the base in their place.
+    bases: SyntheticBases = SyntheticBases()
 
     @classmethod
     def without_autograd(cls, functional: FunctionalProgram) -> Plan:
@@ -132,6 +137,34 @@ def build_plan(
     """The plan of `fn(*args, **kwargs)`, specialized to its flat `tensors` and grad mode.
     Every rule check raises here, before the runtime touches an input
     (`r[functionalize.errors-before-running]`)."""
+    bases = SyntheticBases()
+    while True:
+        try:
+            return _build_plan(fn, args, kwargs, tensors, stolen, hooks, bases)
+        except AliasedInputsWritten as written:
+            # r[autograd.input-writes.synthetic-base]: compile them as views of their base; each
+            # round merges a group (or raises), so the loop ends.
+            bases = bases.merged(written.inputs, tensors)
+
+
+def _build_plan(
+    fn, args: tuple, kwargs: dict, tensors: list, stolen, hooks, bases: SyntheticBases
+) -> Plan:
+    returned: list = []
+    if bases.groups:
+        fn, args, kwargs, returned = bases.program(fn, args, kwargs, tensors)
+        stolen = frozenset(bases.program_index(i) for i in stolen)
+        if hooks is not None:
+            static = frozenset(bases.program_index(i) for i in hooks.static_inputs)
+            hooks = evolve(hooks, static_inputs=static)
+        tensors = bases.inputs(tensors)
+    plan = _build_program_plan(fn, args, kwargs, tensors, stolen, hooks)
+    if not bases.groups:
+        return plan
+    return evolve(plan, bases=evolve(bases, returned=tuple(returned)))
+
+
+def _build_program_plan(fn, args, kwargs, tensors, stolen, hooks) -> Plan:
     # r[hooks.compiled.traced]: hooks entered inside the function cannot be placed.
     with hooks_silenced_while_tracing(rule="hooks.compiled.traced"):
         program = capture(fn, args, kwargs)

@@ -956,13 +956,20 @@ CASES = [
         ],
     ),
     Case(
-        name="autograd.gradient-carrying-write-into-aliased-inputs",
-        rules=["autograd.input-writes.aliased"],
+        name="autograd.gradient-carrying-write-into-a-base-passed-with-its-view",
+        rules=["autograd.input-writes.synthetic-base"],
         setup=_aliasing_world,
         args=["a", "v"],
         program=_doubles_a_reads_v,
-        expect=[Raises(UnsupportedError, rule="autograd.input-writes.aliased")],
-        skip=COMPILED_ONLY,
+        backward=True,
+        # eager: a = 2x, and v, a view of a, reads it: out0 = 4x; d sum(out0) / dx = 4
+        expect=[
+            Values("out0", [4.0, 8.0, 12.0]),
+            Values("v", [2.0, 4.0, 6.0]),
+            RequiresGrad("v"),
+            Values("x.grad", [4.0, 4.0, 4.0]),
+        ],
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
     ),
     Case(
         name="autograd.set-of-a-grad-input-with-grad-mode-on",
@@ -1752,6 +1759,135 @@ CASES += [
         args=["x", "y"],
         program=_set_then_transpose,
         expect=[Raises(UnsupportedError, rule="functionalize.metadata.set")],
+        skip=COMPILED_ONLY,
+    ),
+]
+
+
+# ------------------------------------------------------- aliasing arguments written with grad
+
+
+def _rows_of_a_non_leaf():
+    p = torch.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    x = p * 1
+    return {"p": p, "x": x, "a": x[0], "b": x[1]}
+
+
+def _row_and_its_base():
+    p = torch.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    x = p * 1
+    return {"p": p, "x": x, "a": x[0]}
+
+
+def _rows_without_grad_and_a_scale():
+    x = torch.ones(2, 2)
+    return {"x": x, "a": x[0], "b": x[1], "y": torch.tensor([2.0, 3.0], requires_grad=True)}
+
+
+def _non_leaf_and_a_second_object_on_its_storage():
+    p = torch.tensor([[1.0, 2.0], [3.0, 4.0]], requires_grad=True)
+    x = p * 1
+    y = torch.empty(0).set_(x.untyped_storage(), 0, (2, 2), (2, 1))  # no ._base: not a view
+    return {"p": p, "x": x, "y": y}
+
+
+def _row_plus_twice_other_row(a, b):
+    a.add_(b * 2)
+    return a + b
+
+
+def _double_row_return_base(a, x):
+    a.mul_(2)
+    return x
+
+
+def _row_times_scale(a, b, y):
+    a.mul_(y)
+    return a + b
+
+
+def _double_then_add_alias(x, y):
+    x.mul_(2)
+    return x + y
+
+
+def _double_row_unsqueeze_other(a, b):
+    a.mul_(2)
+    b.unsqueeze_(0)
+    return a + b
+
+
+CASES += [
+    Case(
+        name="autograd.write-into-a-row-read-beside-another-row",
+        rules=["autograd.input-writes.synthetic-base", "autograd.input-writes"],
+        setup=_rows_of_a_non_leaf,
+        args=["a", "b"],
+        program=_row_plus_twice_other_row,
+        backward=True,
+        # eager: a = [1, 2] + 2 * [3, 4] = [7, 10], written into x's row 0; out0 = a + b =
+        # [10, 14] = a_old + 3 b: p.grad is 1 on row 0 and 3 on row 1
+        expect=[
+            Values("out0", [10.0, 14.0]),
+            Values("x", [[7.0, 10.0], [3.0, 4.0]]),
+            Values("a", [7.0, 10.0]),
+            RequiresGrad("a"),
+            Values("p.grad", [[1.0, 1.0], [3.0, 3.0]]),
+        ],
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
+    ),
+    Case(
+        name="autograd.write-into-a-row-passed-beside-its-base",
+        rules=["autograd.input-writes.synthetic-base"],
+        setup=_row_and_its_base,
+        args=["a", "x"],
+        program=_double_row_return_base,
+        backward=True,
+        # eager returns x itself, its row 0 doubled; d sum(x) / d p = 2 on row 0, 1 on row 1
+        expect=[
+            Identical("out0", "x"),
+            Values("x", [[2.0, 4.0], [3.0, 4.0]]),
+            Values("a", [2.0, 4.0]),
+            Values("p.grad", [[2.0, 2.0], [1.0, 1.0]]),
+        ],
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
+    ),
+    Case(
+        name="autograd.write-with-grad-into-rows-that-required-none",
+        rules=["autograd.input-writes.synthetic-base", "autograd.input-writes"],
+        setup=_rows_without_grad_and_a_scale,
+        args=["a", "b", "y"],
+        program=_row_times_scale,
+        backward=True,
+        # eager: a = [1, 1] * y = [2, 3], and a, and its base x, now require grad;
+        # out0 = a + b = [3, 4]; d sum(out0) / d y = a_old = [1, 1]
+        expect=[
+            Values("out0", [3.0, 4.0]),
+            Values("x", [[2.0, 3.0], [1.0, 1.0]]),
+            RequiresGrad("a"),
+            RequiresGrad("x"),
+            Values("y.grad", [1.0, 1.0]),
+        ],
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
+    ),
+    Case(
+        name="autograd.aliasing-arguments-without-a-common-base-raise",
+        rules=["autograd.input-writes.aliased", "boundary.failed-call"],
+        setup=_non_leaf_and_a_second_object_on_its_storage,
+        args=["x", "y"],
+        program=_double_then_add_alias,
+        # eager runs it: x = [[2, 4], [6, 8]] with MulBackward0, y reads the same memory
+        expect=[Raises(UnsupportedError, rule="autograd.input-writes.aliased")],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="autograd.metadata-op-on-an-argument-taken-as-a-view-of-its-base-raises",
+        rules=["autograd.input-writes.synthetic-base", "boundary.failed-call"],
+        setup=_rows_of_a_non_leaf,
+        args=["a", "b"],
+        program=_double_row_unsqueeze_other,
+        # eager: b becomes shape (1, 2) with UnsqueezeBackward; out0 = [[2, 4]] + [[3, 4]]
+        expect=[Raises(UnsupportedError, rule="autograd.input-writes.synthetic-base")],
         skip=COMPILED_ONLY,
     ),
 ]

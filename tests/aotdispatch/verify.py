@@ -100,66 +100,12 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: set_ gives an input requiring grad a new shape",
     ("test_input_mutation_storage_resize_before_set_", "fast"):
         "unsupported: set_ gives an input requiring grad a new shape",
-    ("test_input_data_and_metadata_mutation_aliases_other_input", "reference"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_data_and_metadata_mutation_aliases_other_input", "fast"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_false_aliasing", "reference"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_false_aliasing", "fast"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_false_aliasing", "dynamo"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_aliases_other_input", "reference"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_aliases_other_input", "fast"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_aliases_other_input", "dynamo"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_aliases_other_input2", "reference"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_aliases_other_input2", "fast"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_aliases_other_input2", "dynamo"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_aliases_and_output_alias", "reference"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_aliases_and_output_alias", "fast"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_aliases_and_output_alias", "dynamo"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_aliased_with_mutation_output_alias", "reference"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_aliased_with_mutation_output_alias", "fast"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_aliased_with_mutation_nontensor_interleaved", "reference"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_aliased_with_mutation_nontensor_interleaved", "fast"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_aliased_with_mutation_nontensor_interleaved", "dynamo"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_aliased_with_mutation_multiple_nontensors", "reference"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_aliased_with_mutation_multiple_nontensors", "fast"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_aliased_with_mutation_multiple_nontensors", "dynamo"):
-        "unsupported: write with history into aliased inputs",
     ("test_input_mutation_aliases_bases_out_of_order", "reference"):
-        "unsupported: write with history into aliased inputs",
+        "unsupported: unsqueeze_ of an argument taken as a view of its base "
+        "(autograd.input-writes.synthetic-base)",
     ("test_input_mutation_aliases_bases_out_of_order", "fast"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_unsqueeze_view_of_base_input", "reference"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_unsqueeze_view_of_base_input", "fast"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_unsqueeze_view_of_base_input", "dynamo"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_alias_everything", "reference"):
-        "unsupported: write with history into aliased inputs",
-    ("test_input_mutation_alias_everything", "fast"):
-        "unsupported: write with history into aliased inputs",
-
-    # test_aotdispatch_views.py
+        "unsupported: unsqueeze_ of an argument taken as a view of its base "
+        "(autograd.input-writes.synthetic-base)",
 }
 # fmt: on
 

@@ -11,8 +11,10 @@ counter):
 - nothing writes a leaf that requires grad or a view of one with grad mode on (eager raises);
   under torch.no_grad() it may, when it is the one argument requiring grad on its storage;
 - an argument's storage takes a history (a value that requires grad, or any write once it has
-  one) only when one argument object reads it (aotspec.compile rejects aliasing arguments
-  there: rule autograd.input-writes.aliased);
+  one) only when one argument object reads it, or when the argument objects on it are all the
+  base tensor or views of it, none a detached alias and none relaid out by an in-place
+  metadata op (r[autograd.input-writes.synthetic-base]; aotspec.compile rejects other aliasing
+  arguments there: rule autograd.input-writes.aliased);
 - nothing writes a storage once autograd saved a tensor on it for the backward (eager's
   backward raises "modified by an inplace operation"): `SAVES_INPUTS` and `SAVES_RESULT`
   over-approximate what autograd saves when some input requires grad;
@@ -117,7 +119,14 @@ def _takes_history(model: Model, v: str) -> bool:
 
 
 def _shared_argument(model: Model, v: str) -> bool:
-    return model.storage(v).caller and model.storage(v).args > 1
+    """An argument storage several argument objects read that cannot be taken as views of one
+    base: one of them is a detached alias, or an in-place metadata op relaid a tensor on it out
+    (r[autograd.input-writes.synthetic-base])."""
+    storage = model.storage(v)
+    # Under a call made under torch.no_grad() the write records nothing, and the arguments
+    # requiring grad on the storage must be one (r[autograd.no-grad-input-writes.identity]).
+    one_base = model.grad_enabled and not (storage.detached_args or storage.relaid)
+    return storage.caller and storage.args > 1 and not one_base
 
 
 def _grad_sources(model: Model, dst: str) -> list[str]:
@@ -214,7 +223,16 @@ def _relayable(model: Model) -> list[str]:
         if not model.storage(v).saved
         and (model.obj(v).detached or not model.storage(v).leaf)
         and (model.grad_enabled or not _requires_grad(model, v))
+        and not _may_have_a_synthetic_base(model, v)
     ]
+
+
+def _may_have_a_synthetic_base(model: Model, v: str) -> bool:
+    """An argument storage several argument objects read, whose contents carry a gradient: a
+    write may give it a history through their base, and then none of them may be relaid out
+    (r[autograd.input-writes.synthetic-base])."""
+    storage = model.storage(v)
+    return storage.caller and storage.args > 1 and storage.requires_grad
 
 
 def _g_relayout(draw, model: Model) -> list[Instr]:
@@ -226,6 +244,7 @@ def _g_relayout(draw, model: Model) -> list[Instr]:
         ops.remove("as_strided_")
     op = draw(st.sampled_from(ops))
     args, obj.lay = draw_relayout(draw, op, obj.lay, model.storage(v).nbytes)
+    model.storage(v).relaid = True
     if _requires_grad(model, v):
         # r[capture.metadata-views]: the other tensors of its view family are used no more
         index = model.names[v]

@@ -92,8 +92,13 @@ class _Storage:
     #: (r[autograd.no-grad-input-writes.identity]).
     grad_args: int = 0
     #: Distinct argument objects on it: a write that gives it a history needs exactly one
-    #: (r[autograd.input-writes.aliased]).
+    #: (r[autograd.input-writes.aliased]), or all of them views of one base, none detached and
+    #: none relaid out (r[autograd.input-writes.synthetic-base]).
     args: int = 0
+    #: Distinct argument objects on it that are detached aliases (no `._base`).
+    detached_args: int = 0
+    #: An in-place metadata op changed the layout of a tensor on it.
+    relaid: bool = False
     #: An argument storage of a leaf that requires grad: eager forbids writing it, or a view of
     #: it, with grad mode on.
     leaf: bool = False

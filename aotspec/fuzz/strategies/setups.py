@@ -158,4 +158,5 @@ def initial_grad_model(setup: Setup) -> Model:
             counted.add(name)
             storage.args += 1
             storage.grad_args += name in requires_grad
+            storage.detached_args += name in detached
     return model
