@@ -58,12 +58,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: unpack hook turning a saved int64 tensor float (hooks.compiled.untraceable)",
     ("test_saved_tensors_hooks_params", "reference"): "unsupported: dtype float8_e5m2",
     ("test_saved_tensors_hooks_donated_buffers", "reference"): "unsupported: dtype float8_e5m2",
-    ("test_saved_tensors_hooks_mutations_raise", "reference"):
-        "missing error: pack hook writing its input",
-    ("test_saved_tensors_hooks_mutations_raise", "fast"):
-        "missing error: pack hook writing its input",
-    ("test_saved_tensors_hooks_mutations_raise", "dynamo"):
-        "missing error: pack hook writing its input",
 
     # test_aotdispatch_misc.py
     ("test_complex_linear", "reference"): "unsupported: dtype complex64",
