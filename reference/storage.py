@@ -31,6 +31,7 @@ NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
     torch.float16: np.dtype(np.float16),
     torch.bfloat16: np.dtype(ml_dtypes.bfloat16),
     torch.float8_e4m3fn: np.dtype(ml_dtypes.float8_e4m3fn),
+    torch.float8_e5m2: np.dtype(ml_dtypes.float8_e5m2),
     torch.int64: np.dtype(np.int64),
     torch.int32: np.dtype(np.int32),
     torch.int16: np.dtype(np.int16),
@@ -40,7 +41,9 @@ NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
 }
 
 # r[ops.opmath]: reduced-precision floats are computed in float32 and rounded once to the result.
-REDUCED_FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float8_e4m3fn})
+REDUCED_FLOATS = frozenset(
+    {torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2}
+)
 
 
 def numpy_dtype(dtype: torch.dtype) -> np.dtype:
@@ -201,13 +204,16 @@ class Tensor:
         dtype = numpy_dtype(layout.dtype)
         if layout.numel == 0:
             return np.empty(layout.sizes, dtype=dtype)
-        flat = self.storage.buffer[: layout.extent_elements() * dtype.itemsize].view(dtype)
+        # Strided through unsigned integers of the item's size, then read as the dtype: numpy's
+        # as_strided cannot name some ml_dtypes types (float8_e5m2) in its array interface.
+        carrier = np.dtype(f"u{dtype.itemsize}")
+        flat = self.storage.buffer[: layout.extent_elements() * dtype.itemsize].view(carrier)
         return np.lib.stride_tricks.as_strided(
             flat[layout.offset :],
             shape=layout.sizes,
             strides=tuple(s * dtype.itemsize for s in layout.strides),
             writeable=writeable,
-        )
+        ).view(dtype)
 
     def check_readable(self) -> None:
         """SpecViolation unless the layout reads within the storage

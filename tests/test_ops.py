@@ -55,6 +55,7 @@ CAST_TARGETS = (
     torch.float16,
     torch.bfloat16,
     torch.float8_e4m3fn,
+    torch.float8_e5m2,
     torch.int64,
     torch.bool,
 )
@@ -271,9 +272,9 @@ def threshold_backward_samples(make: Make) -> Iterable[Sample]:
     yield sample(make((11,)), make.special(), 0.0)
 
 
-#: Just above a tie of float16 (then bfloat16, float8_e4m3fn) at 1.0, by less than float32 keeps:
-#: converted through float32 (PyTorch), they round down to 1.0; converted directly, up.
-DOUBLE_ROUNDING = [1 + 2**-11 + 2**-40, 1 + 2**-8 + 2**-40, 1 + 2**-4 + 2**-40]
+#: Just above a tie of float16 (then bfloat16, float8_e4m3fn, float8_e5m2) at 1.0, by less than
+#: float32 keeps: converted through float32 (PyTorch), they round down to 1.0; directly, up.
+DOUBLE_ROUNDING = [1 + 2**-11 + 2**-40, 1 + 2**-8 + 2**-40, 1 + 2**-4 + 2**-40, 1 + 2**-3 + 2**-40]
 
 
 def cast_samples(make: Make) -> Iterable[Sample]:
