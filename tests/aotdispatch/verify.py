@@ -76,12 +76,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     # test_aotdispatch_mutations.py
     ("test_set__and_data_mutation_good", "dynamo"):
         "unsupported: write into aliased inputs requiring grad",
-    ("test_set__not_allowed", "reference"):
-        "unsupported: write with history after set_ rebinds",
-    ("test_set__not_allowed", "fast"):
-        "unsupported: write with history after set_ rebinds",
-    ("test_set__not_allowed", "dynamo"):
-        "unsupported: write with history after set_ rebinds",
     ("test_input_mutation_resize_", "reference"):
         "unsupported: _fused_moving_avg_obs_fq_helper resizes its state (ops.aten-mutations)",
     ("test_input_mutation_resize_", "fast"):
