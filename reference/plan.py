@@ -176,6 +176,7 @@ def _build_program_plan(fn, args, kwargs, tensors, stolen, hooks) -> Plan:
             return Plan.without_autograd(functional)
         _check_grad_input_mutations(functional, needs_grad)
         plan = Plan.with_autograd(functional, differentiate(functional, tensors))
+        _check_rebound_grad_inputs(functional, plan.grad_inputs)
         if hooks is None:
             return plan
         return inline_hooks(
@@ -222,18 +223,24 @@ def _check_grad_input_mutations(functional: FunctionalProgram, needs_grad: list[
             fix="relay it out over the same elements (a new shape or order), or take a view "
             "with as_strided() instead of changing the tensor in place",
         )
+
+
+def _check_rebound_grad_inputs(functional: FunctionalProgram, grad_inputs: tuple[int, ...]):
+    """r[autograd.no-grad-set]: an input the program's gradients reach keeps its identity, so its
+    sizes and dtype, through a set_."""
     for step in functional.epilogue:
-        entry = inputs[step.input_index]
-        if not (isinstance(step, Rebind) and entry.requires_grad):
+        entry = functional.inputs[step.input_index]
+        if not (isinstance(step, Rebind) and step.input_index in grad_inputs):
             continue
         new, old = step.layout, entry.layout
         if (new.sizes, new.dtype) != (old.sizes, old.dtype):
-            # r[autograd.no-grad-set]: the input keeps its identity, so its sizes and dtype.
             raise UnsupportedError(
-                f"set_ gives flat input {step.input_index}, which requires grad, sizes "
-                f"{new.sizes} and dtype {new.dtype} where it had {old.sizes} and {old.dtype}",
+                f"set_ gives flat input {step.input_index}, which requires grad and which the "
+                f"program's gradients reach, sizes {new.sizes} and dtype {new.dtype} where it had "
+                f"{old.sizes} and {old.dtype}",
                 rule="autograd.no-grad-set",
-                fix="set_ a tensor that requires grad only to a source of its own sizes and dtype",
+                fix="set_ a tensor that requires grad only to a source of its own sizes and "
+                "dtype, or read it only through the source after the set_",
             )
 
 

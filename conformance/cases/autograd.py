@@ -1891,3 +1891,31 @@ CASES += [
         skip=COMPILED_ONLY,
     ),
 ]
+
+
+def _set_to_other_sizes_then_unread(p, y, w):
+    with torch.no_grad():
+        p.set_(y.view(2, 2))
+    return w * 2
+
+
+CASES += [
+    Case(
+        name="autograd.no-grad-set-to-other-sizes-of-an-input-no-gradient-reaches",
+        rules=["autograd.no-grad-set", "functionalize.epilogue.set"],
+        setup=_set_world(),
+        args=["p", "y", "w"],
+        program=_set_to_other_sizes_then_unread,
+        backward=True,
+        # eager: p, still the leaf that requires grad, reads y's storage as 2 x 2; nothing the
+        # program returns reads p, so only w gets a gradient: d sum(2w) / dw = 2
+        expect=[
+            Layout("p", shape=(2, 2), strides=(2, 1), offset=0),
+            Values("p", [[0.0, 1.0], [2.0, 3.0]]),
+            Shares("p", "y"),
+            RequiresGrad("p"),
+            Absent("p.grad"),
+            Values("w.grad", [2.0, 2.0, 2.0, 2.0]),
+        ],
+    ),
+]

@@ -82,10 +82,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: _fused_moving_avg_obs_fq_helper resizes its state (ops.aten-mutations)",
     ("test_input_mutation_resize_", "dynamo"):
         "unsupported: _fused_moving_avg_obs_fq_helper resizes its state (ops.aten-mutations)",
-    ("test_input_mutation_storage_resize_before_set_", "reference"):
-        "unsupported: set_ gives an input requiring grad a new shape",
-    ("test_input_mutation_storage_resize_before_set_", "fast"):
-        "unsupported: set_ gives an input requiring grad a new shape",
     ("test_input_mutation_aliases_bases_out_of_order", "reference"):
         "unsupported: unsqueeze_ of an argument taken as a view of its base "
         "(autograd.input-writes.synthetic-base)",
