@@ -296,6 +296,9 @@ class Program:
     name: str
     #: Flat inputs the function calls `requires_grad_()` on (`r[autograd.requires-grad-inside]`).
     requires_grad_inputs: frozenset[int] = frozenset()
+    #: Flat outputs the function calls `requires_grad_()` on after their last use
+    #: (`r[autograd.requires-grad-inside.outputs]`).
+    requires_grad_outputs: frozenset[int] = frozenset()
     #: The custom Functions a gradient reaches, by the key their `custom_function_call` nodes
     #: name (`r[capture.custom-function]`).
     custom_functions: tuple[CustomFunction, ...] = ()
@@ -360,6 +363,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
     regions = CheckpointRegions()
     requires_grad_calls: list[_RequiresGradCall] = []
     requires_grad_inputs: set[int] = set()
+    requires_grad_outputs: set[int] = set()
     watch = _WatchGradMode(grad_modes, requires_grad_calls)
     interception = Interception(grad_modes, watch.pausing)
     # r[collectives.derivatives]: the collectives' library autograd is the table's to replace
@@ -378,8 +382,10 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         _refuse_custom_functions(histories_after, histories_before, interception.handled)
         returned.spec = out_spec
         returned.leaves = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in out)
-        requires_grad_inputs.update(_inputs_set_to_require_grad(requires_grad_calls, flat_tensors))
-        return [leaf for leaf in out if _is_tensor(leaf)]
+        set_inputs, set_outputs = _set_to_require_grad(requires_grad_calls, flat_tensors, outputs)
+        requires_grad_inputs.update(set_inputs)
+        requires_grad_outputs.update(set_outputs)
+        return outputs
 
     # make_fx keeps stack traces only for frames of registered functions: register the user's.
     torch.fx.proxy._register_stack_trace_anchor(fn)
@@ -416,6 +422,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         entries=entries,
         name=getattr(fn, "__qualname__", repr(fn)),
         requires_grad_inputs=frozenset(requires_grad_inputs),
+        requires_grad_outputs=frozenset(requires_grad_outputs),
         custom_functions=tuple(interception.functions),
     )
 
@@ -490,23 +497,38 @@ def _entries(graph: torch.fx.Graph) -> dict[torch.fx.Node, OpEntry]:
     return entries
 
 
-def _inputs_set_to_require_grad(calls: list[_RequiresGradCall], inputs: tuple) -> set[int]:
+def _set_to_require_grad(
+    calls: list[_RequiresGradCall], inputs: tuple, outputs: list
+) -> tuple[set[int], set[int]]:
     """r[autograd.requires-grad-inside]: the flat inputs that `requires_grad_()` sets to require
-    grad before any op reads them; every other call changing a flag is refused."""
-    graph = get_proxy_mode().tracer.graph
-    index = {node: k for k, node in enumerate(graph.nodes)}
-    placeholders = [node for node in graph.nodes if node.op == "placeholder"]
-    found: set[int] = set()
+    grad before any op reads them, and the flat outputs it sets to require grad after the last op
+    that reads them (`r[autograd.requires-grad-inside.outputs]`); every other call changing a flag
+    is refused."""
+    tracer = get_proxy_mode().tracer
+    index = {node: k for k, node in enumerate(tracer.graph.nodes)}
+    placeholders = [node for node in tracer.graph.nodes if node.op == "placeholder"]
+    found_inputs: set[int] = set()
+    found_outputs: set[int] = set()
     for call in calls:
         which = {k for k, t in enumerate(inputs) if t is call.tensor}
         read_before = any(
             index[user] < call.position for k in which for user in placeholders[k].users
         )
         if call.flag and which and not read_before:
-            found |= which
+            found_inputs |= which
+            continue
+        returned = {k for k, t in enumerate(outputs) if t is call.tensor}
+        slot = get_proxy_slot(call.tensor, tracer, None)
+        users = slot.proxy.node.users if slot is not None else {}
+        read_after = any(index[user] >= call.position for user in users)
+        if call.flag and returned and not which and not read_after:
+            found_outputs |= returned  # r[autograd.requires-grad-inside.outputs]
             continue
         if not which:
-            problem = "a tensor the function made (or a view it took)"
+            problem = (
+                "a tensor the function made (or a view it took), which it does not return or "
+                "reads afterwards"
+            )
         elif read_before:
             problem = f"flat input {min(which)} after an op read it"
         else:
@@ -515,9 +537,10 @@ def _inputs_set_to_require_grad(calls: list[_RequiresGradCall], inputs: tuple) -
             f"the function calls requires_grad_() on {problem}",
             rule="autograd.requires-grad-inside",
             fix="call requires_grad_() on the caller's tensor before the call, or, inside the "
-            "function, on an input before any op reads it",
+            "function, on an input before any op reads it, or on a tensor it returns after its "
+            "last use",
         )
-    return found
+    return found_inputs, found_outputs
 
 
 _HOOKS_INSIDE = "saved_tensors_hooks entered inside a function the reference captures"

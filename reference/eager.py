@@ -84,5 +84,7 @@ def execute(program: Program, args, kwargs) -> EagerRun:
     run = EagerRun(None, ledger, program)
     if tape is not None:
         torch_outputs = connect(tape, outputs, torch_outputs, run)
+    for k in program.requires_grad_outputs:
+        torch_outputs[k].requires_grad_()  # r[autograd.requires-grad-inside.outputs]
     run.outputs = program.unflatten_outputs(torch_outputs)
     return run

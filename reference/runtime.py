@@ -84,7 +84,10 @@ def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) 
     apply_epilogue(program, tensors, caller_storages, flats)
     if call is not None:
         call.saved_inputs.after_call()
-    return build_outputs(program, tensors, caller_storages, flats)
+    outputs = build_outputs(program, tensors, caller_storages, flats)
+    for k in program.captured.requires_grad_outputs:
+        outputs[k].requires_grad_()  # r[autograd.requires-grad-inside.outputs]: as it returns
+    return outputs
 
 
 @define

@@ -1919,3 +1919,51 @@ CASES += [
         ],
     ),
 ]
+
+
+def _doubled_then_marked(x):
+    y = x * 2
+    y.requires_grad_()
+    return y
+
+
+def _view_marked(a, w):
+    v = a.view(-1)
+    v.requires_grad_()
+    return v, w * 3
+
+
+CASES += [
+    Case(
+        name="autograd.requires-grad-on-a-returned-tensor-makes-a-leaf",
+        rules=["autograd.requires-grad-inside.outputs"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0])},
+        args=["x"],
+        program=_doubled_then_marked,
+        backward=True,
+        # eager: y = [2, 4] is a leaf that requires grad; the backward of sum(y) fills y.grad
+        expect=[
+            Values("out0", [2.0, 4.0]),
+            RequiresGrad("out0"),
+            History("out0", None),
+            Values("out0.grad", [1.0, 1.0]),
+            Absent("x.grad"),
+        ],
+    ),
+    Case(
+        name="autograd.requires-grad-on-a-returned-view-of-an-input",
+        rules=["autograd.requires-grad-inside.outputs", "functionalize.outputs"],
+        setup=lambda: {"a": torch.ones(2, 2), "w": torch.ones(2, requires_grad=True)},
+        args=["a", "w"],
+        program=_view_marked,
+        backward=True,
+        # eager: v, a view of a, is a leaf that requires grad (a does not); w * 3 sends 3 to w
+        expect=[
+            Values("out0", [1.0, 1.0, 1.0, 1.0]),
+            Shares("out0", "a"),
+            History("out0", None),
+            Values("out0.grad", [1.0, 1.0, 1.0, 1.0]),
+            Values("w.grad", [3.0, 3.0]),
+        ],
+    ),
+]

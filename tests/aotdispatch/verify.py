@@ -44,10 +44,6 @@ IGNORE_KNOWN = os.environ.get("AOTDISPATCH_IGNORE_KNOWN") == "1"
 # fmt: off
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
     # test_aotdispatch_autograd.py
-    ("test_some_output_requires_grad_input_doesnt", "reference"):
-        "unsupported: requires_grad_() on a view (autograd.requires-grad-inside)",
-    ("test_some_output_requires_grad_input_doesnt", "fast"):
-        "unsupported: requires_grad_() on a view (autograd.requires-grad-inside)",
 
     # test_aotdispatch_hooks.py
     ("test_saved_tensors_hooks_base", "reference"):
