@@ -17,7 +17,7 @@ import torch
 import torch.utils._pytree as pytree
 from attrs import field, frozen
 
-from aotspec.errors import UnsupportedError
+from aotspec.errors import InternalError, UnsupportedError
 
 
 @frozen
@@ -59,6 +59,11 @@ class SyntheticBases:
                 rule="autograd.input-writes.aliased",
                 fix="pass one tensor of that storage and take the others as views of it inside "
                 "the function, or write under torch.no_grad()",
+            )
+        if group in self.groups:  # compiled as views of their base, and still not one object
+            raise InternalError(
+                f"a write with history lands in the storage of flat inputs {list(group)} after "
+                "they were compiled as views of their base"
             )
         kept = [g for g in self.groups if not members.intersection(g)]
         return SyntheticBases(tuple(sorted([*kept, group])))
