@@ -51,11 +51,16 @@ def facts(t: torch.Tensor) -> TensorFacts:
     )
 
 
+def _strided(value) -> bool:
+    """A tensor with a storage read through a layout (not a sparse one)."""
+    return isinstance(value, torch.Tensor) and value.layout == torch.strided
+
+
 def observe(world: dict[str, object]) -> Observation:
-    tensors = {name: facts(t) for name, t in world.items() if isinstance(t, torch.Tensor)}
+    tensors = {name: facts(t) for name, t in world.items() if _strided(t)}
     groups: dict[int, list[str]] = {}
     for name, t in world.items():
-        if isinstance(t, torch.Tensor):
+        if _strided(t):
             groups.setdefault(t.untyped_storage()._cdata, []).append(name)
     sharing = tuple(sorted(tuple(sorted(g)) for g in groups.values() if len(g) > 1))
     return Observation(tensors, sharing)

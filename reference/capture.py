@@ -214,6 +214,8 @@ class _WatchGradMode(TorchFunctionMode):
         return result
 
     def _note(self, func, args, kwargs) -> None:
+        if getattr(func, "__name__", None) in _SPARSE_MAKERS:
+            refuse_layout(f"{func.__name__}()", "makes a sparse tensor")
         if func is torch._C._set_grad_enabled:
             self.modes.note(bool(args[0]))
         elif func in _BACKWARD_CALLS:
@@ -252,6 +254,24 @@ _METADATA_OPS = frozenset(
     getattr(torch._C.TensorBase, name)
     for name in ("t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_")
 ) | {torch._C.TensorBase.as_strided_}
+
+
+#: Functions that make sparse tensors, by name (torch.sparse_csr_tensor, Tensor.to_sparse, ...).
+_SPARSE_MAKERS = frozenset(
+    [f"sparse_{kind}_tensor" for kind in ("coo", "csr", "csc", "bsr", "bsc", "compressed")]
+    + [f"to_sparse{suffix}" for suffix in ("", "_csr", "_csc", "_bsr", "_bsc")]
+)
+
+
+def refuse_layout(what: str, problem: str) -> None:
+    """r[memory.layout.strided-only]: a tensor without a strided layout has no storage read
+    through a layout; it cannot be an input, an output or a value of a captured program."""
+    raise UnsupportedError(
+        f"{what} {problem}: only strided tensors have layouts on storages",
+        rule="memory.layout.strided-only",
+        fix="make and use sparse tensors outside the compiled function, and pass it dense ones "
+        "(to_dense())",
+    )
 
 
 def _record_detach_(t: torch.Tensor) -> None:
@@ -358,6 +378,9 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
     leaves, in_spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
     in_leaves = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in leaves)
     tensors = [leaf for leaf in leaves if _is_tensor(leaf)]
+    for i, t in enumerate(tensors):
+        if t.layout != torch.strided:
+            refuse_layout(f"flat input {i}", f"has layout {t.layout}")
     returned = _Returned()
     grad_modes = GradModes()
     regions = CheckpointRegions()

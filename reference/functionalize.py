@@ -33,7 +33,14 @@ from torch.fx.experimental.proxy_tensor import (
 
 from aotspec.errors import InternalError, SpecViolation, UnsupportedError
 
-from .capture import CheckpointRegions, GradModes, Program, checkpoint_region, grad_enabled
+from .capture import (
+    CheckpointRegions,
+    GradModes,
+    Program,
+    checkpoint_region,
+    grad_enabled,
+    refuse_layout,
+)
 from .collectives import is_impure
 from .custom_functions import CustomFunction, custom_function_call
 from .graph import traced_from
@@ -90,6 +97,8 @@ def input_facts(tensors: list[torch.Tensor]) -> tuple[tuple, ...]:
     first_object: dict[int, int] = {}
     facts = []
     for i, t in enumerate(tensors):
+        if t.layout != torch.strided:
+            refuse_layout(f"flat input {i}", f"has layout {t.layout}")  # before its storage
         storage = t.untyped_storage()
         facts.append(
             (

@@ -229,3 +229,38 @@ CASES.append(
         ],
     )
 )
+
+
+def _sparse_rows_doubled(v):
+    rows, cols = torch.tensor([0, 2, 4]), torch.tensor([0, 1, 0, 1])
+    return torch.sparse_csr_tensor(rows, cols, v, size=(2, 2)).to_dense() * 2
+
+
+def _dense_doubled(s):
+    return s.to_dense() * 2
+
+
+_EAGER_RUNS_SPARSE = {"torch-eager": "eager PyTorch runs sparse tensors"}
+
+CASES += [
+    Case(
+        name="memory.sparse-tensor-made-inside-raises",
+        rules=["memory.layout.strided-only", "boundary.failed-call"],
+        setup=lambda: {"v": torch.tensor([1.0, 2.0, 3.0, 4.0])},
+        args=["v"],
+        program=_sparse_rows_doubled,
+        # eager: [[2, 4], [6, 8]]
+        expect=[Raises(UnsupportedError, rule="memory.layout.strided-only")],
+        skip=_EAGER_RUNS_SPARSE,
+    ),
+    Case(
+        name="memory.sparse-input-raises",
+        rules=["memory.layout.strided-only"],
+        setup=lambda: {"s": torch.eye(2).to_sparse()},
+        args=["s"],
+        program=_dense_doubled,
+        # eager: [[2, 0], [0, 2]]
+        expect=[Raises(UnsupportedError, rule="memory.layout.strided-only")],
+        skip=_EAGER_RUNS_SPARSE,
+    ),
+]
