@@ -136,6 +136,7 @@ def _memory(name: str, runner: str) -> tuple[int, int]:
     torch.manual_seed(5)
     with tracker:
         loss = call(*inputs)
+        tracker.sweep()  # frees since the forward's last op
         after_forward = tracker.live_bytes
         tracker.reset_peak()
         loss.backward()
