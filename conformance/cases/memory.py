@@ -234,7 +234,8 @@ CASES.append(
         program=_activations_in_place,
         backward=True,
         expect=[
-            # d/dx 2 * 2^cos(relu(sin x)) = 2 * 2^c * ln 2 * -sin(relu(sin x)) * [sin x > 0] * cos x
+            # d/dx 2 * 2^cos(relu(sin x)) = 2 * 2^c ln 2 * -sin(relu(sin x)) [sin x > 0] cos x,
+            # with c = cos(relu(sin x))
             Values(
                 "x.grad",
                 2
