@@ -33,19 +33,26 @@ from aotspec.tracker import MemoryTracker
 RUNNERS = ["reference", "fast", "dynamo-reference", "dynamo-fast"]
 
 #: PyTorch's GRU transposes tensors in place (`aten.transpose_`), an in-place metadata op the
-#: specification does not cover yet; the work that covers it turns these into passes.
+#: specification does not cover yet; the work that covers it (issue 17) turns these into passes.
 NEEDS_TRANSPOSE_ = pytest.mark.xfail(
     raises=aotspec.UnsupportedError,
     strict=True,
     reason="aten.transpose_ (in-place metadata mutation) is refused until issue 17 lands",
 )
+#: Once the GRU runs, its fast step keeps more than eager's (38,160 bytes after the forward
+#: against 29,968, measured with issue 17's work merged): its cells write in place into chunks of
+#: one matmul's result, and each write is a scatter into a new copy of the whole result, two of
+#: which the backward reads, where eager keeps the one storage.
+GRU_MEMORY = pytest.mark.xfail(
+    strict=True,
+    reason="aten.transpose_ is refused until issue 17 lands; then the GRU's writes into chunks "
+    "keep two copies of each gate matmul's result",
+)
 
 
-def _zoo() -> list:
+def _zoo(gru_mark=NEEDS_TRANSPOSE_) -> list:
     """The zoo's model names as test parameters, the GRU's marked."""
-    return [
-        pytest.param(name, marks=NEEDS_TRANSPOSE_) if name == "gru" else name for name in MODELS
-    ]
+    return [pytest.param(name, marks=gru_mark) if name == "gru" else name for name in MODELS]
 
 
 def _built(name: str):
@@ -143,7 +150,7 @@ def _memory(name: str, runner: str) -> tuple[int, int]:
     return after_forward, tracker.peak_bytes
 
 
-@pytest.mark.parametrize("name", _zoo())
+@pytest.mark.parametrize("name", _zoo(gru_mark=GRU_MEMORY))
 def test_fast_memory_is_at_most_eagers(name):
     """The fast backend keeps no more bytes alive after the forward than eager, and its backward
     peaks no higher: it runs the kernels eager runs, saves what eager saves, and lays gradients
