@@ -31,10 +31,10 @@ import os
 import warnings
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from aotspec.conformance.ranks import RanksFailed, run_on_ranks
+from aotspec.examples.transformer import Block
 from aotspec.tracker import MemoryTracker
 
 DIM, HEADS, SEQ, BLOCK_BATCH = 256, 4, 24, 2
@@ -50,50 +50,13 @@ MODES = {
 # ---------------------------------------------------------------- FSDP2 block
 
 
-class Attention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.norm = nn.LayerNorm(DIM)
-        self.qkv = nn.Linear(DIM, 3 * DIM)
-        self.proj = nn.Linear(DIM, DIM)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.norm(x)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, HEADS, d // HEADS).transpose(1, 2) for z in (q, k, v))
-        scores = torch.softmax(q @ k.transpose(-1, -2) / (d // HEADS) ** 0.5, dim=-1)
-        return self.proj((scores @ v).transpose(1, 2).reshape(b, t, d))
-
-
-class MLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.norm = nn.LayerNorm(DIM)
-        self.up = nn.Linear(DIM, 4 * DIM)
-        self.down = nn.Linear(4 * DIM, DIM)
-
-    def forward(self, x):
-        return self.down(F.gelu(self.up(self.norm(x))))
-
-
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.attn = Attention()
-        self.mlp = MLP()
-
-    def forward(self, x):
-        x = x + self.attn(x)
-        return x + self.mlp(x)
-
-
 def _fsdp2_block(mode: str):
     """The sharded block, the function a step calls, the tensors to track, the gathered sizes."""
     from torch.distributed.fsdp import fully_shard
 
     warnings.filterwarnings("ignore", "FSDP2-wrapped module")  # a Linear's output is a view
     torch.manual_seed(0)
-    block = Block()
+    block = Block(DIM, HEADS)
     units = [block.attn, block.mlp]
     sizes = {p.numel() * p.element_size() for p in block.parameters()}
     sizes |= {sum(p.numel() * p.element_size() for p in unit.parameters()) for unit in units}

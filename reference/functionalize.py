@@ -446,9 +446,11 @@ def _relaid_contents(storage: _Storage, replay: _Replay) -> None:
     _note_contents(storage)
 
 
-def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
+def _write(
+    cell: _Cell, new: torch.Tensor, name: str, replay: _Replay, *, private: bool = False
+) -> None:
     """r[functionalize.writes]: a write through a layout is an as_strided_scatter into the
-    contents."""
+    contents. `private`: no tensor of the program reads `new` but this write."""
     if replay.region is not None:  # r[checkpoint.functional]
         raise UnsupportedError(
             f"{name} writes a tensor in place inside a checkpointed region",
@@ -476,6 +478,11 @@ def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
         storage.flat = aten.view(contents, [storage.elements])
         replay.resized_contents[node_of(storage.flat)] = storage.caller
         storage.unread_since_resize = False
+    elif private and with_grad and storage.caller is None and _replaces(new, layout, storage):
+        # r[functionalize.writes.whole-private]: the written values are the new contents, as
+        # eager's in-place op leaves them in the one storage, not held beside a copy.
+        contents = None
+        storage.flat = aten.view(new, [storage.elements])
     else:
         contents = None
         storage.flat = aten.as_strided_scatter(
@@ -493,6 +500,11 @@ def _write(cell: _Cell, new: torch.Tensor, name: str, replay: _Replay) -> None:
     # (r[autograd.no-grad-input-writes])
     storage.written_with_grad |= with_grad
     _note_contents(storage, contents)
+
+
+def _replaces(new: torch.Tensor, layout: Layout, storage: _Storage) -> bool:
+    """Writing `new` through `layout` replaces all of `storage`'s contents, in `new`'s order."""
+    return _covers(layout, storage) and new.is_contiguous()
 
 
 def _covers(layout: Layout, storage: _Storage) -> bool:
@@ -685,7 +697,7 @@ class _Replay:
             if self.keeps_original(target):
                 operands = (aten.clone(operands[0]), *operands[1:])
             new = entry.functional(*operands, **read_all(kwargs))
-            _write(target, new, name, self)
+            _write(target, new, name, self, private=True)
             return target
         if entry.kind is OpKind.EFFECT:
             return self.effect(node, args, kwargs, read_all)
@@ -811,7 +823,10 @@ class _Replay:
             return self.relayout(node, self.program.entries[node], args, kwargs)
         if node.target is aten.copy_.default:
             dst, src = args[0], args[1]
-            _write(dst, read_all(src), node.name, self)
+            # an ATen-valued in-place op is captured as its functional op and a copy_ of the
+            # result, which nothing else reads (r[ops.aten-mutations])
+            private = _read_only_here(src, node.args[1], node)
+            _write(dst, read_all(src), node.name, self, private=private)
             return dst
         if self.program.entries[node].name == "fsdp.copy_.default":  # r[aliasing.copy.fsdp]
             _write(args[0], read_all(args[1]), node.name, self)
@@ -918,6 +933,18 @@ class _Replay:
                 "instead",
             )
         return pytree.tree_map(self.fresh, node.target(*read_all(args), **read_all(kwargs)))
+
+
+def _read_only_here(cell: _Cell, made_by: torch.fx.Node, reader: torch.fx.Node) -> bool:
+    """`cell`, which node `made_by` made, is a whole storage the program made, unwritten, that
+    nothing reads but `reader`: no later op, no view of it, no output."""
+    storage = cell.storage
+    return (
+        storage.caller is None
+        and storage.flat is None
+        and cell.value is storage.origin
+        and set(made_by.users) == {reader}
+    )
 
 
 def _relabel(cell: _Cell, value: torch.Tensor) -> _Cell:

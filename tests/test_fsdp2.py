@@ -14,52 +14,12 @@ import warnings
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from aotspec.conformance.ranks import run_on_ranks
+from aotspec.examples.transformer import Block
 
 DIM, HEADS, STEPS = 16, 2, 3
 BACKENDS = ["reference", "fast"]
-
-
-class Attention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.norm = nn.LayerNorm(DIM)
-        self.qkv = nn.Linear(DIM, 3 * DIM)
-        self.proj = nn.Linear(DIM, DIM)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.norm(x)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, HEADS, d // HEADS).transpose(1, 2) for z in (q, k, v))
-        scores = torch.softmax(q @ k.transpose(-1, -2) / (d // HEADS) ** 0.5, dim=-1)
-        return self.proj((scores @ v).transpose(1, 2).reshape(b, t, d))
-
-
-class MLP(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.norm = nn.LayerNorm(DIM)
-        self.up = nn.Linear(DIM, 4 * DIM)
-        self.down = nn.Linear(4 * DIM, DIM)
-
-    def forward(self, x):
-        return self.down(F.gelu(self.up(self.norm(x))))
-
-
-class Block(nn.Module):
-    """A pre-norm transformer block; FSDP2 shards the attention, the MLP and the block."""
-
-    def __init__(self):
-        super().__init__()
-        self.attn = Attention()
-        self.mlp = MLP()
-
-    def forward(self, x):
-        x = x + self.attn(x)
-        return x + self.mlp(x)
 
 
 def _train(compile_with: str | None) -> dict:
@@ -72,7 +32,7 @@ def _train(compile_with: str | None) -> dict:
     # the block makes none
     warnings.filterwarnings("ignore", "FSDP2-wrapped module")
     torch.manual_seed(0)  # the same block on every rank
-    block = Block()
+    block = Block(DIM, HEADS)
     fully_shard(block.attn)
     fully_shard(block.mlp)
     fully_shard(block)

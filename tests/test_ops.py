@@ -1187,6 +1187,17 @@ def diagonal_samples(make: Make) -> Iterable[Sample]:
     yield sample(make((2, 3, 4), "sliced"), -1, 1, 2)
 
 
+def safe_softmax_samples(make: Make) -> Iterable[Sample]:
+    """Scaled dot product attention's softmax over masked scores (transformers' GPT2 and BERT,
+    `nn.TransformerEncoderLayer`): a row masked whole gives zeros, not NaN."""
+    scores = make((3, 5))
+    masked = scores.masked_fill(
+        torch.tensor([[False] * 4 + [True], [True] * 5, [False] * 5]), -math.inf
+    )
+    yield sample(masked, -1)
+    yield sample(make((4, 3), "transposed"), 0)
+
+
 def foreach_mul_samples(make: Make) -> Iterable[Sample]:
     yield sample([make((3,)), make((2, 2), "transposed")], 2.5)
 
@@ -1220,6 +1231,7 @@ ATEN_SAMPLES: dict[torch._ops.OpOverload, tuple[Callable, bool]] = {
     aten.unsafe_split.Tensor: (unsafe_split_samples, True),
     aten.cumsum.default: (cumsum_samples, True),
     aten.diagonal.default: (diagonal_samples, True),
+    aten._safe_softmax.default: (safe_softmax_samples, True),
     aten.upsample_bilinear2d.default: (upsample_samples, True),
     aten._foreach_mul_.Scalar: (foreach_mul_samples, False),
     aten.index_add_.default: (index_add_samples, False),

@@ -65,6 +65,14 @@ def _rebind(x, y):
     return x + 1
 
 
+def _activations_in_place(x):
+    y = x.sin()
+    y.relu_()  # an op of the table: relu, written into y's storage
+    z = y.cos()
+    z.exp2_()  # an ATen-valued op: captured as exp2, then a copy_ of its result into z
+    return z * 2
+
+
 def _shrink_to_zero(x):
     resize(x, 0)
     resize(x, 16)
@@ -214,6 +222,36 @@ CASES += [
         skip=COMPILED_ONLY,
     ),
 ]
+
+_ANGLES = torch.tensor([-0.5, 0.5, 1.0, 1.5])
+
+CASES.append(
+    Case(
+        name="memory.in-place-activation-holds-one-storage",
+        rules=["functionalize.writes.whole-private", "memory.live"],
+        setup=lambda: {"x": _ANGLES.clone().requires_grad_()},
+        args=["x"],
+        program=_activations_in_place,
+        backward=True,
+        expect=[
+            # d/dx 2 * 2^cos(relu(sin x)) = 2 * 2^c ln 2 * -sin(relu(sin x)) [sin x > 0] cos x,
+            # with c = cos(relu(sin x))
+            Values(
+                "x.grad",
+                2
+                * torch.exp2(_ANGLES.sin().relu().cos())
+                * torch.log(torch.tensor(2.0))
+                * -_ANGLES.sin().relu().sin()
+                * (_ANGLES.sin() > 0)
+                * _ANGLES.cos(),
+            ),
+            # x 16; y 16, which relu_'s derivative saves (its result) and cos's (its input);
+            # z 16, which exp2_'s derivative saves (its result); the output 16. The written
+            # values are each storage's contents, never held beside a copy.
+            LiveBytesAfter("mul", 64),
+        ],
+    )
+)
 
 CASES.append(
     Case(
