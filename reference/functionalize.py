@@ -327,6 +327,9 @@ class _Storage:
     last_contents: torch.Tensor | None = None
     #: A resize up gave it `flat`, and nothing has read those bytes since.
     unread_since_resize: bool = False
+    #: The layout each write went through, by the version it gave the storage
+    #: (`r[functionalize.reads.unwritten]`).
+    writes: dict[int, Layout] = field(factory=dict)
 
     def __attrs_post_init__(self):
         if self.entry_nbytes is None:
@@ -406,7 +409,7 @@ def _read(cell: _Cell, name: str, replay: _Replay, *, for_view: bool = False) ->
         _check_in_bounds(cell, "read", name)
     if cell.stale_history is not None:  # r[autograd.no-grad-metadata]
         replay.stale_histories.add(node_of(cell.stale_history))
-    if cell.value is not None and cell.version == cell.storage.version:
+    if cell.value is not None and _unwritten_since(cell):
         return cell.value
     layout = cell.layout
     flat = _flat(cell.storage, replay)
@@ -418,6 +421,22 @@ def _read(cell: _Cell, name: str, replay: _Replay, *, for_view: bool = False) ->
         replay.read_as_input[node_of(cell.value)] = cell.read_as_input
     cell.version = cell.storage.version
     return cell.value
+
+
+#: How many later writes `_unwritten_since` looks through before it reads the storage again: a
+#: bound that keeps a read's cost constant.
+_WRITES_LOOKED_THROUGH = 8
+
+
+def _unwritten_since(cell: _Cell) -> bool:
+    """r[functionalize.reads.unwritten]: the cell's value, from its last read or write, is still
+    what its layout reads: every change of its storage since was a write through a layout that
+    touches none of its bytes (a write into another chunk of one result)."""
+    storage = cell.storage
+    later = range(cell.version + 1, storage.version + 1)
+    if len(later) > _WRITES_LOOKED_THROUGH:
+        return False
+    return all(v in storage.writes and not storage.writes[v].overlaps(cell.layout) for v in later)
 
 
 def node_of(value: torch.Tensor) -> torch.fx.Node:
@@ -495,11 +514,16 @@ def _write(
         if replay.grad_enabled and cell.detached:  # r[autograd.detach]: as if under no_grad
             replay.detached_writes.add(node_of(storage.flat))
     storage.version += 1
+    storage.writes[storage.version] = layout
     storage.written = True
     # r[autograd.input-writes]; a write under torch.no_grad() gives the input no history
     # (r[autograd.no-grad-input-writes])
     storage.written_with_grad |= with_grad
     _note_contents(storage, contents)
+    if with_grad and storage.caller is None and not cell.viewed_without_grad:
+        # r[functionalize.reads.unwritten]: what the cell reads now is what was written, with
+        # the write's history, until a write touches its bytes
+        cell.value, cell.version = new, storage.version
 
 
 def _replaces(new: torch.Tensor, layout: Layout, storage: _Storage) -> bool:

@@ -158,6 +158,23 @@ class Layout:
             offsets = offsets[..., None] + np.arange(n) * s
         return np.unique(offsets)
 
+    def byte_span(self) -> tuple[int, int]:
+        """The bytes of the storage this layout can touch: [first, last) (empty for no element)."""
+        if self.numel == 0:
+            return (0, 0)
+        first = self.offset + sum((n - 1) * s for n, s in zip(self.sizes, self.strides) if s < 0)
+        return (first * self.itemsize, self.extent_bytes())
+
+    def overlaps(self, other: Layout) -> bool:
+        """Some byte of the storage is read by both layouts."""
+        (a, b), (c, d) = self.byte_span(), other.byte_span()
+        if b <= c or d <= a:
+            return False
+        return bool(np.intersect1d(self._bytes(), other._bytes(), assume_unique=True).size)
+
+    def _bytes(self) -> np.ndarray:
+        return (self.locations()[:, None] * self.itemsize + np.arange(self.itemsize)).ravel()
+
     def has_internal_overlap(self) -> bool:
         """True when two distinct elements share a memory location (an `expand`ed layout)."""
         if self.numel == 0:

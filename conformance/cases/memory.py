@@ -302,3 +302,46 @@ CASES += [
         skip=_EAGER_RUNS_SPARSE,
     ),
 ]
+
+
+def _activations_of_two_chunks(x):
+    g = x * 1
+    r, n = g.unsafe_chunk(2)  # two rows of one storage, as a GRU cell's gates
+    r.sigmoid_()
+    n.tanh_()
+    return r * n
+
+
+_ROWS = torch.tensor([[-1.0, 0.0, 1.0, 2.0], [0.5, -0.5, 1.5, -1.5]])
+
+CASES.append(
+    Case(
+        name="memory.in-place-activations-of-chunks-hold-no-copy",
+        rules=["functionalize.reads.unwritten", "memory.live"],
+        setup=lambda: {"x": _ROWS.clone().requires_grad_()},
+        args=["x"],
+        program=_activations_of_two_chunks,
+        backward=True,
+        expect=[
+            Values("out0", (_ROWS[0].sigmoid() * _ROWS[1].tanh())[None]),
+            # d/dx0 = s (1 - s) tanh(x1); d/dx1 = s (1 - tanh(x1)^2), with s = sigmoid(x0)
+            Values(
+                "x.grad",
+                torch.stack(
+                    [
+                        _ROWS[0].sigmoid() * (1 - _ROWS[0].sigmoid()) * _ROWS[1].tanh(),
+                        _ROWS[0].sigmoid() * (1 - _ROWS[1].tanh() ** 2),
+                    ]
+                ),
+            ),
+            # after r * n: x 32; the two activations 16 + 16, which sigmoid_'s and tanh_'s
+            # derivatives save and the product reads; the output 16. Eager holds the same 80:
+            # x, the one 32-byte storage of g, and the output; no copy of g is kept per write.
+            LiveBytesAfter("mul_1", 80),
+        ],
+        skip={
+            "reference-eager": "the eager interpreter gives unsafe_split's outputs one version "
+            "counter, where eager gives each its own, so its backward refuses sigmoid_'s result"
+        },
+    )
+)
