@@ -37,6 +37,7 @@ either (they are not new storages).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import torch
 import torch.utils._pytree as pytree
@@ -202,6 +203,21 @@ class _Watch(TorchDispatchMode):
         outputs = func(*args, **(kwargs or {}))
         self.tracker._after_op((args, kwargs), outputs)
         return outputs
+
+
+def step_memory(forward: Callable[[], torch.Tensor], *tracked) -> tuple[int, int]:
+    """(bytes alive when `forward()` returns, the peak of its loss's backward) of one training
+    step, counting the storages the step makes and those of `tracked` (inputs, parameters)."""
+    tracker = MemoryTracker()
+    tracker.track(*tracked)
+    with tracker:
+        loss = forward()
+        tracker.sweep()  # frees since the forward's last op
+        after_forward = tracker.live_bytes
+        tracker.reset_peak()
+        loss.backward()
+        del loss
+    return after_forward, tracker.peak_bytes
 
 
 def _is_plain(value) -> bool:

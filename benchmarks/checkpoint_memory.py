@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 import aotspec
-from aotspec.tracker import MemoryTracker
+from aotspec.tracker import step_memory
 
 BLOCKS, BATCH, WIDTH, HIDDEN = 8, 64, 256, 1024
 
@@ -49,15 +49,7 @@ def _measure(make_step, checkpointed: bool) -> tuple[int, int]:
     x = torch.randn(BATCH, WIDTH)
     step(x).backward()  # warm-up: compiles outside the tracker
     model.zero_grad(set_to_none=True)
-    tracker = MemoryTracker()
-    with tracker:
-        loss = step(x)
-        tracker.sweep()
-        after_forward = tracker.live_bytes
-        tracker.reset_peak()
-        loss.backward()
-        del loss
-    return after_forward, tracker.peak_bytes
+    return step_memory(lambda: step(x))
 
 
 CONTENDERS = {

@@ -41,7 +41,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from aotspec.examples.zoo import MODELS  # noqa: E402
-from aotspec.tracker import MemoryTracker  # noqa: E402
+from aotspec.tracker import step_memory  # noqa: E402
 
 #: The contenders: how each compiles a module (None: eager), and the share of the timed steps it
 #: takes.
@@ -98,15 +98,7 @@ def _step_times(contenders: dict[str, Contender], inputs, repeats: int) -> dict[
 
 def _memory(contender: Contender, inputs) -> tuple[int, int]:
     """Bytes alive after the forward, and the backward's peak, of one warm step."""
-    tracker = MemoryTracker()
-    with tracker:
-        loss = contender.step(inputs)
-        tracker.sweep()
-        after_forward = tracker.live_bytes
-        tracker.reset_peak()
-        loss.backward()
-        del loss
-    return after_forward, tracker.peak_bytes
+    return step_memory(lambda: contender.step(inputs))
 
 
 def measure(name: str, contender_names: list[str], repeats: int) -> dict:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 import aotspec
 from aotspec.examples.zoo import EXTRAS, MODELS
-from aotspec.tracker import MemoryTracker
+from aotspec.tracker import step_memory
 
 #: Compiled ways to run a step: `aotspec.compile` on a backend, or Dynamo then a backend.
 RUNNERS = ["reference", "fast", "dynamo-reference", "dynamo-fast"]
@@ -132,16 +132,8 @@ def _memory(name: str, runner: str) -> tuple[int, int]:
         call = _lifted(module, "fast")
         call(*inputs).backward()  # compile before the tracker watches
         module.zero_grad(set_to_none=True)
-    tracker = MemoryTracker()
-    tracker.track(*inputs, *module.parameters(), *module.buffers())
     torch.manual_seed(5)
-    with tracker:
-        loss = call(*inputs)
-        tracker.sweep()  # frees since the forward's last op
-        after_forward = tracker.live_bytes
-        tracker.reset_peak()
-        loss.backward()
-    return after_forward, tracker.peak_bytes
+    return step_memory(lambda: call(*inputs), *inputs, *module.parameters(), *module.buffers())
 
 
 @pytest.mark.parametrize("name", _zoo(gru_mark=GRU_MEMORY))
