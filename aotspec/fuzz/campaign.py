@@ -86,6 +86,9 @@ class Campaign:
     done: set[int] = field(factory=set)
     failures: dict[str, Failure] = field(factory=dict)
     counts: dict[str, int] = field(factory=dict)
+    #: This run's programs judged, the seconds it spent judging them, and in all (shrinking).
+    judged: int = 0
+    finding_seconds: float = 0.0
     seconds: float = 0.0
 
     # -------------------------------------------------------- files
@@ -176,6 +179,7 @@ class Campaign:
             tasks = self._tasks(programs, finding)
             for task, result in pool.map(tasks):
                 self._judged(task.args[2], _verdict(result))
+            self.finding_seconds = time.monotonic() - start
             deadline = None if budget is None else start + budget
             for failure in list(self.failures.values()):
                 if not failure.shrunk:
@@ -200,6 +204,7 @@ class Campaign:
             kind, _, _ = draw_at(self.seed, index, kinds_for(self.backend))
         status = verdict.status
         self.done.add(index)
+        self.judged += 1
         self.counts[status] = self.counts.get(status, 0) + 1
         record = {"index": index, "kind": kind, "status": status}
         if verdict.signature:

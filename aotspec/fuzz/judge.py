@@ -148,7 +148,9 @@ def signature(found: list[str]) -> str:
         words = re.sub(r"\[[^\]]*\]", "[...]", error.group(2))
         return f"error {error.group(1)}: {re.sub(r'[0-9]+', '#', words)[:72]}"
     if first.startswith(("forward", "backward", "stolen list", "graphs run")):
-        return "memory " + re.sub(r"\d+|\(.*|\[.*", "#", first.split(":")[0])[:60]
+        # Not which node: one bug of the runtime's lifetimes shows after many different nodes.
+        fact = re.sub(r", after \S+", ", storages alive after a node", first.split(":")[0])
+        return "memory " + re.sub(r"\d+|\(.*|\[.*", "#", fact)[:60]
     if first.startswith("after the first backward"):
         first = first.split(": ", 1)[1]
     name = first.split(" ")[0].split(":")[0]
