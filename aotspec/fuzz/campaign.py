@@ -170,9 +170,12 @@ class Campaign:
 
     # -------------------------------------------------------- running
 
-    def run(self, *, programs: int | None, budget: float | None) -> None:
+    def run(
+        self, *, programs: int | None, budget: float | None, shrinking: float | None = None
+    ) -> None:
         """Judge programs until `programs` of them ran (this run and earlier ones) or
-        `budget` seconds are spent, then shrink the failures not shrunk yet."""
+        `budget` seconds are spent, then shrink the failures not shrunk yet, for at most
+        `shrinking` seconds (and within the budget)."""
         start = time.monotonic()
         finding = None if budget is None else start + budget * 2 / 3
         with Pool(self.jobs, self.timeout) as pool:
@@ -180,7 +183,9 @@ class Campaign:
             for task, result in pool.map(tasks):
                 self._judged(task.args[2], _verdict(result))
             self.finding_seconds = time.monotonic() - start
-            deadline = None if budget is None else start + budget
+            ends = [start + budget] if budget is not None else []
+            ends += [time.monotonic() + shrinking] if shrinking is not None else []
+            deadline = min(ends, default=None)
             for failure in list(self.failures.values()):
                 if not failure.shrunk:
                     self._shrink(pool, failure, deadline)
@@ -217,24 +222,32 @@ class Campaign:
             self.on_result(index, kind, verdict)
 
     def _shrink(self, pool: Pool, failure: Failure, deadline: float | None) -> None:
-        """Greedy passes over hypothesis's choices, each batch judged in parallel: drop a run
-        of choices, or make one smaller; keep the smallest that fails with the same signature."""
+        """Greedy passes over hypothesis's choices, judged in parallel: drop a run of choices,
+        or make one smaller; go on from the first candidate that fails with the same
+        signature (and any judged alongside it, the smallest), until none does, the attempts
+        are spent or the deadline has passed."""
         best, found, attempts = list(failure.choices), failure.found, 0
+
+        def out_of_time() -> bool:
+            return deadline is not None and time.monotonic() >= deadline
+
         improved = True
-        while improved and attempts < SHRINK_ATTEMPTS:
+        while improved and attempts < SHRINK_ATTEMPTS and not out_of_time():
             improved = False
             for batch in _candidate_batches(best):
-                if deadline is not None and time.monotonic() >= deadline:
-                    improved = False
-                    break
-                tasks = [Task(check_choices, (self.backend, failure.kind, c)) for c in batch]
-                attempts += len(tasks)
-                winners = [
-                    (task.args[2], verdict)
-                    for task, result in pool.map(tasks)
-                    for verdict in [_verdict_of_check(result)]
-                    if verdict is not None and verdict.signature == failure.signature
-                ]
+                winners = []
+
+                def tasks(batch=batch, winners=winners) -> Iterator[Task]:
+                    for choices in batch:
+                        if winners or out_of_time() or attempts >= SHRINK_ATTEMPTS:
+                            return  # what is running finishes; nothing new starts
+                        yield Task(check_choices, (self.backend, failure.kind, choices))
+
+                for task, result in pool.map(tasks()):
+                    attempts += 1
+                    verdict = _verdict_of_check(result)
+                    if verdict is not None and verdict.signature == failure.signature:
+                        winners.append((task.args[2], verdict))
                 if winners:
                     best, verdict = min(winners, key=lambda w: _sort_key(w[0]))
                     found, improved = verdict.found, True
