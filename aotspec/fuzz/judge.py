@@ -30,6 +30,7 @@ from attrs import frozen
 from hypothesis import strategies as st
 from hypothesis.errors import StopTest
 from hypothesis.internal.conjecture.data import ConjectureData
+from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
 import aotspec
 
@@ -270,9 +271,17 @@ def _judge_fast(subject, expected) -> list[str]:
 def judge(subject, backend: str) -> Verdict:
     """`subject` on `backend` (a name `aotspec fuzz --backend` takes), against the oracles.
     Warnings (hooks that apply to nothing, say) are the program's business: not shown."""
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _lazy_graph_code(backend):
         warnings.simplefilter("ignore")
         return _judge(subject, backend)
+
+
+def _lazy_graph_code(backend: str):
+    """On aotspec's own backends, the graphs that tracing makes write their Python code only
+    when something calls them or reads it, as under Dynamo: the reference interprets its
+    graphs and the fast backend writes code of its own, so most graphs never need theirs.
+    Foreign backends run as their users run them."""
+    return _use_lazy_graph_module(backend in ("fast", "reference"))
 
 
 def _judge(subject, backend: str) -> Verdict:
