@@ -211,7 +211,8 @@ def _results(cases, backends, jobs: int, timeout: float) -> Iterator[CaseResult]
 def _log_lines(log: str) -> tuple[str, ...]:
     """The lines of a crashed worker's log worth showing: the fault handler's report."""
     lines = [line for line in log.splitlines() if line.strip()]
-    return tuple(lines[:12])
+    # not the thread's address: it differs at every run
+    return tuple(line for line in lines if not line.startswith("Current thread 0x"))[:12]
 
 
 def apply_xfail(results: list[CaseResult], known: set[tuple[str, str]]) -> list[CaseResult]:

@@ -115,7 +115,7 @@ def test_a_segfault_is_a_failure_and_the_campaign_goes_on(here, capsys):
     # the backend runs: a failure of its own).
     assert printed.count("program ") == 3
     assert printed.count("fail: crash SIGSEGV") >= 1
-    repro = here / "crashed/repro_crash_sigsegv.py"
+    (repro,) = (here / "crashed").glob("repro_crash_sigsegv_*.py")
     alone = subprocess.run([sys.executable, str(repro)], capture_output=True)
     assert alone.returncode == -11  # SIGSEGV, on its own
     on_eager = subprocess.run([sys.executable, str(repro), "torch-eager"], capture_output=True)
@@ -130,6 +130,10 @@ def test_signatures_name_the_error_or_the_observable_not_the_numbers():
         "storage_nbytes of a caller's tensor"
     )
     assert signature(["b0.grad values: mismatch"]) == "gradient values"
+    # What torch.compile's backends raise is told by the error inside the wrapper.
+    wrapped = "the backend raised BackendCompilerFailed: backend='{}' raised: RuntimeError: no"
+    assert signature([wrapped.format("inductor")]) == "error RuntimeError: no"
+    assert signature([wrapped.format("aot_eager")]) == "error RuntimeError: no"
     # One bug of the runtime's lifetimes shows after many nodes: one signature, one repro.
     late = "forward, after {}: alive [('abs_1', 0), ('sub', 0)] on the reference, [] on fast"
     assert signature([late.format("abs_1")]) == signature([late.format("sigmoid")])

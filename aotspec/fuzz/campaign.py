@@ -19,6 +19,7 @@ out as standalone repros, all of it safe to kill and resume.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import pickle
 import re
@@ -86,6 +87,8 @@ class Campaign:
     done: set[int] = field(factory=set)
     failures: dict[str, Failure] = field(factory=dict)
     counts: dict[str, int] = field(factory=dict)
+    #: Programs judged, by the signature of their failure.
+    failing: dict[str, int] = field(factory=dict)
     #: This run's programs judged, the seconds it spent judging them, and in all (shrinking).
     judged: int = 0
     finding_seconds: float = 0.0
@@ -123,8 +126,7 @@ class Campaign:
         results = self.directory / "results.jsonl"
         if results.exists():
             for line in _lines(results):
-                self.done.add(line["index"])
-                self.counts[line["status"]] = self.counts.get(line["status"], 0) + 1
+                self._count(line["index"], line["status"], line.get("signature"))
         failures = self.directory / "failures.jsonl"
         if failures.exists():
             for line in _lines(failures):
@@ -159,8 +161,11 @@ class Campaign:
         )
 
     def repro_path(self, failure: Failure) -> Path:
-        slug = re.sub(r"[^a-z0-9]+", "_", failure.signature.lower()).strip("_")[:48]
-        return self.directory / f"repro_{slug}.py"
+        """`repro_<the signature's first words>_<a hash of all of it>.py`: signatures that
+        begin alike get files of their own."""
+        slug = re.sub(r"[^a-z0-9]+", "_", failure.signature.lower()).strip("_")[:40].strip("_")
+        digest = hashlib.sha1(failure.signature.encode()).hexdigest()[:6]
+        return self.directory / f"repro_{slug}_{digest}.py"
 
     def write_repro(self, failure: Failure) -> Path:
         subject = from_choices(failure.kind, failure.choices)
@@ -208,9 +213,8 @@ class Campaign:
         if kind is None:  # the worker died: draw the program here to know its kind
             kind, _, _ = draw_at(self.seed, index, kinds_for(self.backend))
         status = verdict.status
-        self.done.add(index)
+        self._count(index, status, verdict.signature)
         self.judged += 1
-        self.counts[status] = self.counts.get(status, 0) + 1
         record = {"index": index, "kind": kind, "status": status}
         if verdict.signature:
             record["signature"] = verdict.signature
@@ -220,6 +224,12 @@ class Campaign:
             self._record_failure(Failure(verdict.signature, index, kind, choices, verdict.found))
         if self.on_result is not None:
             self.on_result(index, kind, verdict)
+
+    def _count(self, index: int, status: str, signature: str | None) -> None:
+        self.done.add(index)
+        self.counts[status] = self.counts.get(status, 0) + 1
+        if status == "fail":
+            self.failing[signature] = self.failing.get(signature, 0) + 1
 
     def _shrink(self, pool: Pool, failure: Failure, deadline: float | None) -> None:
         """Greedy passes over hypothesis's choices, judged in parallel: drop a run of choices,
@@ -277,7 +287,9 @@ def _verdict_of_check(result) -> Verdict | None:
 
 
 def _fault_lines(log: str) -> tuple[str, ...]:
-    return tuple(line for line in log.splitlines() if line.strip())[:8]
+    """The fault handler's report, without the thread's address (it differs at every run)."""
+    lines = [line for line in log.splitlines() if line.strip()]
+    return tuple(line for line in lines if not line.startswith("Current thread 0x"))[:8]
 
 
 def _sort_key(choices: list) -> tuple:

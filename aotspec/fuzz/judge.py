@@ -146,8 +146,13 @@ def signature(found: list[str]) -> str:
     first = found[0]
     error = re.match(r"the backend raised (\w+): ?(.*)", first)
     if error:
-        words = re.sub(r"\[[^\]]*\]", "[...]", error.group(2))
-        return f"error {error.group(1)}: {re.sub(r'[0-9]+', '#', words)[:72]}"
+        kind, words = error.groups()
+        # torch.compile wraps what its backend raised: the same error on any backend.
+        wrapped = re.match(r"backend=\S+ raised: (\w+): ?(.*)", words)
+        if kind == "BackendCompilerFailed" and wrapped:
+            kind, words = wrapped.groups()
+        words = re.sub(r"\[[^\]]*\]", "[...]", words)
+        return f"error {kind}: {re.sub(r'[0-9]+', '#', words)[:72]}"
     if first.startswith(("forward", "backward", "stolen list", "graphs run")):
         # Not which node: one bug of the runtime's lifetimes shows after many different nodes.
         fact = re.sub(r", after \S+", ", storages alive after a node", first.split(":")[0])
