@@ -66,15 +66,27 @@ def write_report(
 
 
 def _xfail(results: list[CaseResult], out: Path) -> str:
+    """The failures as a known-failures file; a line that the file already has keeps its
+    comment (someone may have written what PyTorch does wrong there), unless the status it
+    begins with changed."""
+    path = out.with_suffix(".xfail")
+    said = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        entry, _, comment = line.partition("#")
+        if len(entry.split()) == 2:
+            said[tuple(entry.split())] = comment.strip()
     lines = [
         f"# Known failures of torch {torch.__version__} (written by aotspec report with "
         f"{out.name}): `BACKEND CASE  # what happened`.",
     ]
     for result in results:
-        if result.status in FAILING:
-            first = result.messages[0] if result.messages else result.status
-            first = " ".join(first.split())[:100]
-            lines.append(f"{result.backend} {result.case.name}  # {result.status}: {first}")
+        if result.status not in FAILING:
+            continue
+        comment = said.get((result.backend, result.case.name), "")
+        if not comment.startswith(f"{result.status}:"):
+            first = result.messages[0] if result.messages else ""
+            comment = f"{result.status}: {_clean(first)[:100]}"
+        lines.append(f"{result.backend} {result.case.name}  # {comment}")
     return "\n".join(lines) + "\n"
 
 
@@ -171,7 +183,8 @@ def _markdown(results, campaigns, repros: dict, backends, out: Path, programs: i
             link = f"{out.with_suffix('').name}/{path.name}"
             shown = Path(os.path.relpath(path.resolve(), Path.cwd())).as_posix()
             lines.append(
-                f"- **{failure.signature}** (program {failure.index}, {failure.kind}"
+                f"- **{failure.signature}**, in {campaign.failing.get(failure.signature, 1)} "
+                f"programs (the first: program {failure.index}, {failure.kind}"
                 f"{', shrunk' if failure.shrunk else ''}): [{path.name}]({link}), "
                 f"which fails alone: `python {shown}`"
             )
