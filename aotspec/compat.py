@@ -183,8 +183,8 @@ def _markdown(results, campaigns, repros: dict, backends, out: Path, programs: i
             link = f"{out.with_suffix('').name}/{path.name}"
             shown = Path(os.path.relpath(path.resolve(), Path.cwd())).as_posix()
             lines.append(
-                f"- **{failure.signature}**, in {campaign.failing.get(failure.signature, 1)} "
-                f"programs (the first: program {failure.index}, {failure.kind}"
+                f"- **{failure.signature}**, in {_programs(campaign, failure.signature)} "
+                f"(the first: program {failure.index}, {failure.kind}"
                 f"{', shrunk' if failure.shrunk else ''}): [{path.name}]({link}), "
                 f"which fails alone: `python {shown}`"
             )
@@ -195,6 +195,11 @@ def _markdown(results, campaigns, repros: dict, backends, out: Path, programs: i
             lines += ["  ```", "", "  </details>", ""]
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _programs(campaign: Campaign, signature: str) -> str:
+    count = campaign.failing.get(signature, 1)
+    return f"{count} program{'s' if count > 1 else ''}"
 
 
 def _case_link(case, root: str) -> str:
