@@ -23,10 +23,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
+from attrs import evolve
 
 from aotspec.conformance.cases import ALL_CASES
 from aotspec.conformance.runner import FAILING, CaseResult, cell, run_cases
-from aotspec.fuzz.campaign import Campaign
+from aotspec.fuzz.campaign import Campaign, repro_source
 from aotspec.fuzz.judge import from_choices, subject_source
 from aotspec.rules import all_rules
 
@@ -53,10 +54,12 @@ def write_report(
             campaign.start(resume=False)
             campaign.run(programs=programs, budget=None, shrinking=SHRINK_SECONDS)
             for failure in campaign.failures.values():
-                written = campaign.repro_path(failure)
                 slug = re.sub(r"[^a-z0-9]+", "_", backend.lower())
-                target = repro_dir / f"{written.stem}__{slug}.py"
-                text = written.read_text().replace(written.name, target.name)
+                target = repro_dir / f"{campaign.repro_path(failure).stem}__{slug}.py"
+                # as the campaign wrote it, without this machine's paths
+                found = tuple(_clean(line) for line in failure.found)
+                subject = from_choices(failure.kind, failure.choices)
+                text = repro_source(subject, evolve(failure, found=found), backend, 0, target.name)
                 target.write_text(text)
                 repros[backend, failure.signature] = target
             campaigns[backend] = campaign
@@ -216,7 +219,7 @@ def _case_link(case, root: str) -> str:
 
 def _clean(message: str) -> str:
     """A message on one line, without this machine's paths (the checkout, the installed
-    packages, the compile caches), and with no `|` to break a table."""
+    packages, the compile caches)."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     text = " ".join(message.split())
@@ -227,4 +230,4 @@ def _clean(message: str) -> str:
         (tempfile.gettempdir(), "<tmp>"),
     ]:
         text = text.replace(path + "/", name + "/" if name else "")
-    return text[:400].replace("|", "\\|")
+    return text[:400]
