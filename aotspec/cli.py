@@ -131,7 +131,8 @@ def _fuzz(options) -> int:
         + ", ".join(f"{n} {status}" for status, n in sorted(campaign.counts.items()))
     )
     for failure in campaign.failures.values():
-        print(f"FAIL {failure.signature}: {campaign.repro_path(failure)}")
+        hits = campaign.failing.get(failure.signature, 1)
+        print(f"FAIL {failure.signature} ({hits} programs): {campaign.repro_path(failure)}")
         print(f"    {failure.found[0]}")
     invalid = campaign.counts.get("invalid", 0)
     if invalid:
