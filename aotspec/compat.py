@@ -230,4 +230,6 @@ def _clean(message: str) -> str:
         (tempfile.gettempdir(), "<tmp>"),
     ]:
         text = text.replace(path + "/", name + "/" if name else "")
-    return text[:400]
+    # and not what differs from run to run: ports, the numbers of generated code's names
+    text = re.sub(r"\[127\.0\.0\.1\]:\d+", "[127.0.0.1]:PORT", text)
+    return re.sub(r"<eval_with_key>\.\d+", "<eval_with_key>", text)[:400]
