@@ -10,13 +10,13 @@ differences forgiven when no farther from a float64 run than eager's), the refer
 facts (aotspec/fuzz/judge.py). When found:
     the backend crashed the worker with SIGSEGV
     Fatal Python error: Segmentation fault
-      File "/tmp/j2-inductor-cache/7d/c7dfx43vpuq4ehha26mfd63gh42hqgqnjh6dzpqbyr7haqh6ztvg.py", line 131 in call
-      File "/work/wt/judge2/.venv/lib/python3.11/site-packages/torch/_inductor/output_code.py", line 763 in __call__
-      File "/work/wt/judge2/.venv/lib/python3.11/site-packages/torch/_functorch/_aot_autograd/subclass_codegen.py:codegen(runtime_wrapper_orchestration)", line 9 in _runtime_wrapper
-      File "/work/wt/judge2/.venv/lib/python3.11/site-packages/torch/_functorch/_aot_autograd/runtime_wrappers.py", line 1141 in runtime_wrapper
-      File "/work/wt/judge2/.venv/lib/python3.11/site-packages/torch/_functorch/_aot_autograd/runtime_wrappers.py", line 2548 in __call__
-      File "/work/wt/judge2/.venv/lib/python3.11/site-packages/torch/_functorch/aot_autograd.py", line 1277 in forward
-      File "/work/wt/judge2/.venv/lib/python3.11/site-packages/torch/_dynamo/eval_frame.py", line 1446 in _fn
+    File "<inductor cache>/7d/c7dfx43vpuq4ehha26mfd63gh42hqgqnjh6dzpqbyr7haqh6ztvg.py", line 131 in call
+    File "torch/_inductor/output_code.py", line 763 in __call__
+    File "torch/_functorch/_aot_autograd/subclass_codegen.py:codegen(runtime_wrapper_orchestration)", line 9 in _runtime_wrapper
+    File "torch/_functorch/_aot_autograd/runtime_wrappers.py", line 1141 in runtime_wrapper
+    File "torch/_functorch/_aot_autograd/runtime_wrappers.py", line 2548 in __call__
+    File "torch/_functorch/aot_autograd.py", line 1277 in forward
+    File "torch/_dynamo/eval_frame.py", line 1446 in _fn
 """
 
 import base64
