@@ -122,14 +122,17 @@ def _fuzz(options) -> int:
         return 2
     campaign.run(programs=options.programs, budget=options.budget)
     ran = sum(campaign.counts.values())
-    rate = ran / campaign.seconds if campaign.seconds else 0.0
+    finding = campaign.finding_seconds
+    rate = campaign.judged / finding if finding else 0.0
     print(
         f"{options.backend}: {ran} programs judged in {campaign.directory} "
-        f"({campaign.seconds:.0f} s this run, {rate:.1f} programs/s); "
+        f"({campaign.judged} this run in {finding:.0f} s, {rate:.1f} programs/s; "
+        f"{campaign.seconds - finding:.0f} s shrinking); "
         + ", ".join(f"{n} {status}" for status, n in sorted(campaign.counts.items()))
     )
     for failure in campaign.failures.values():
-        print(f"FAIL {failure.signature}: {campaign.repro_path(failure)}")
+        hits = campaign.failing.get(failure.signature, 1)
+        print(f"FAIL {failure.signature} ({hits} programs): {campaign.repro_path(failure)}")
         print(f"    {failure.found[0]}")
     invalid = campaign.counts.get("invalid", 0)
     if invalid:

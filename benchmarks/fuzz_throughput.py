@@ -1,42 +1,136 @@
 """Throughput of `aotspec fuzz`: programs judged per second per worker, isolation included.
 
 Run on demand: `.venv/bin/python benchmarks/fuzz_throughput.py [BACKEND] [PROGRAMS]` (default
-`fast`, 200). It runs one campaign (seed 0) with one worker process in a temporary directory,
+`fast`, 200). It runs campaigns (seed 0) with one worker process in a temporary directory,
 exactly as `aotspec fuzz --jobs 1` does: drawing each program, judging it against eager PyTorch
 and, on `fast`, the reference's memory facts, in a worker that survives crashes. The clock
-starts after a warm-up campaign, so the worker's start and the first compilations are not in it;
-per-kind rates follow, from the campaign's results.
+starts after a warm-up campaign, so the worker's start and the first compilations are not in it.
+`--repeat N` (default 3) times the same programs N times and gives the median (the machine may
+be shared); per-kind counts follow.
+
+`--phases` says where the time goes instead: the same programs judged in this process, with
+the time of each stage of the pipeline (drawing, the eager oracle, the reference's capture,
+functionalization, autograd and hooks passes, its run, the fast backend's code and run, the
+comparisons), per program, largest first.
 """
 
 from __future__ import annotations
 
+import argparse
+import collections
+import functools
 import json
+import statistics
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 
 from aotspec.fuzz.campaign import Campaign
 
+WARM_UP = 10
 
-def main() -> None:
-    backend = sys.argv[1] if len(sys.argv) > 1 else "fast"
-    programs = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+
+def _rate(backend: str, programs: int) -> tuple[float, collections.Counter]:
     with tempfile.TemporaryDirectory() as scratch:
         campaign = Campaign(backend, Path(scratch), seed=0, jobs=1)
         campaign.start(resume=False)
-        campaign.run(programs=10, budget=None)  # warm-up: worker start, first compilations
+        campaign.run(programs=WARM_UP, budget=None)  # the worker's start, first compilations
         start = time.monotonic()
-        campaign.run(programs=10 + programs, budget=None)
+        campaign.run(programs=WARM_UP + programs, budget=None)
         seconds = time.monotonic() - start
-        lines = (Path(scratch) / "results.jsonl").read_text().splitlines()[10:]
-        kinds = Counter(json.loads(line)["kind"] for line in lines)
+        lines = (Path(scratch) / "results.jsonl").read_text().splitlines()[WARM_UP:]
+    return programs / seconds, collections.Counter(json.loads(line)["kind"] for line in lines)
+
+
+def throughput(backend: str, programs: int, repeat: int) -> None:
+    rates = []
+    for _ in range(repeat):
+        rate, kinds = _rate(backend, programs)
+        rates.append(rate)
+        print(f"{backend}: {programs} programs with 1 worker: {rate:.1f} programs/s", flush=True)
     print(
-        f"{backend}: {programs} programs in {seconds:.1f} s with 1 worker: "
-        f"{programs / seconds:.1f} programs/s per core"
+        f"{backend}: median of {repeat}: {statistics.median(rates):.1f} programs/s per core "
+        "(isolation included)"
     )
     print("programs by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
+
+
+# ---------------------------------------------------------------- --phases
+
+
+class _Stages:
+    """Wall time per stage, each stage's own (what the stages inside it took is theirs)."""
+
+    def __init__(self):
+        self.seconds: collections.Counter[str] = collections.Counter()
+        self._inner: list[float] = []
+
+    def wrap(self, owner, attribute: str, stage: str) -> None:
+        original = getattr(owner, attribute)
+
+        @functools.wraps(original)
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            self._inner.append(0.0)
+            try:
+                return original(*args, **kwargs)
+            finally:
+                spent = time.perf_counter() - start
+                self.seconds[stage] += spent - self._inner.pop()
+                if self._inner:
+                    self._inner[-1] += spent
+
+        setattr(owner, attribute, timed)
+
+
+def phases(backend: str, programs: int) -> None:
+    from aotspec.fuzz import judge, oracle
+
+    plan = sys.modules["aotspec.reference.plan"]
+    api = sys.modules["aotspec.api"]
+    stages = _Stages()
+    for owner, attribute, stage in [
+        (judge, "draw_at", "draw the program (hypothesis)"),
+        (judge, "_eager", "eager oracle"),
+        (plan, "capture", "reference: capture (make_fx)"),
+        (plan, "functionalize", "reference: functionalize (make_fx)"),
+        (plan, "differentiate", "reference: autograd (make_fx)"),
+        (plan, "inline_hooks", "reference: saved-tensor hooks"),
+        (api, "build_plan", "reference: rest of the plan"),
+        (judge, "run_reference", "reference: run, ledgers"),
+        (oracle.FastPlan, "of", "fast: generate code"),
+        (judge, "run_fast", "fast: run, tracker"),
+        (judge, "compare", "compare with eager"),
+        (judge, "numerically_explained", "float64 rerun"),
+        (judge, "memory_differences", "compare memory facts"),
+        (judge, "check_index", "the rest"),
+    ]:
+        stages.wrap(owner, attribute, stage)
+    for index in range(WARM_UP):
+        judge.check_index(backend, 0, index)
+    stages.seconds.clear()
+    start = time.perf_counter()
+    for index in range(WARM_UP, WARM_UP + programs):
+        judge.check_index(backend, 0, index)
+    total = time.perf_counter() - start
+    print(f"{backend}, in this process: {total / programs * 1000:.1f} ms a program")
+    print(f"{'stage':40} {'ms/program':>10} {'share':>6}")
+    for stage, seconds in stages.seconds.most_common():
+        print(f"{stage:40} {seconds / programs * 1000:10.1f} {seconds / total:6.0%}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("backend", nargs="?", default="fast")
+    parser.add_argument("programs", nargs="?", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--phases", action="store_true", help="time each stage, in-process")
+    options = parser.parse_args()
+    if options.phases:
+        phases(options.backend, options.programs)
+    else:
+        throughput(options.backend, options.programs, options.repeat)
 
 
 if __name__ == "__main__":

@@ -211,7 +211,8 @@ def _results(cases, backends, jobs: int, timeout: float) -> Iterator[CaseResult]
 def _log_lines(log: str) -> tuple[str, ...]:
     """The lines of a crashed worker's log worth showing: the fault handler's report."""
     lines = [line for line in log.splitlines() if line.strip()]
-    return tuple(lines[:12])
+    # not the thread's address: it differs at every run
+    return tuple(line for line in lines if not line.startswith("Current thread 0x"))[:12]
 
 
 def apply_xfail(results: list[CaseResult], known: set[tuple[str, str]]) -> list[CaseResult]:
@@ -239,22 +240,33 @@ def run_in_group(cases: list[Case], backends: list[str]) -> list[CaseResult]:
     results = {}
     for ranks in sorted({case.ranks for case in cases}):
         pairs = [(case, backend) for case in cases if case.ranks == ranks for backend in backends]
-        names = [(case.name, backend) for case, backend in pairs]
-        try:
-            per_rank = run_on_ranks(_run_named, names, ranks=ranks, timeout=60 + 10 * len(names))
-        except RanksFailed as failed:
-            if len(pairs) > 1:  # find the cases that take a group down: each in its own group
-                for case, backend in pairs:
-                    (results[case.name, backend],) = run_in_group([case], [backend])
-                continue
-            status = "crash" if "died" in str(failed) else "fail"
-            lost = (f"the group of {ranks} ranks failed: {failed}",)
-            results.update({(c.name, b): CaseResult(c, b, status, lost) for c, b in pairs})
-            continue
-        for k, (case, backend) in enumerate(pairs):
-            on_each_rank = [answers[k] for answers in per_rank]
-            results[case.name, backend] = _merged(case, backend, on_each_rank)
+        for (case, backend), result in zip(pairs, _in_groups(pairs, ranks), strict=True):
+            results[case.name, backend] = result
     return [results[case.name, backend] for case in cases for backend in backends]
+
+
+def _in_groups(pairs: list[tuple[Case, str]], ranks: int) -> list[CaseResult]:
+    """`pairs` (case, backend) in order on one group of `ranks` ranks, where it can: a case that
+    takes the group down runs again alone, to be told from the others; and as a failed case may
+    leave the group broken (a peer gave up on a collective), the cases after the first failure
+    run again on a new group."""
+    names = [(case.name, backend) for case, backend in pairs]
+    try:
+        per_rank = run_on_ranks(_run_named, names, ranks=ranks, timeout=60 + 10 * len(names))
+    except RanksFailed as failed:
+        if len(pairs) > 1:  # find the cases that take a group down: each in its own group
+            return [result for pair in pairs for result in _in_groups([pair], ranks)]
+        status = "crash" if "died" in str(failed) else "fail"
+        lost = (f"the group of {ranks} ranks failed: {failed}",)
+        return [CaseResult(case, backend, status, lost) for case, backend in pairs]
+    results = [
+        _merged(case, backend, [answers[k] for answers in per_rank])
+        for k, (case, backend) in enumerate(pairs)
+    ]
+    first = next((k for k, result in enumerate(results) if result.status in FAILING), None)
+    if first is None or first == len(pairs) - 1:
+        return results
+    return results[: first + 1] + _in_groups(pairs[first + 1 :], ranks)
 
 
 def _run_named(names: list[tuple[str, str]]) -> list[tuple[str, tuple[str, ...]]]:

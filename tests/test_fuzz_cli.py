@@ -8,6 +8,7 @@ The failing backends are Dynamo backend callables of a module in a temporary dir
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -114,7 +115,7 @@ def test_a_segfault_is_a_failure_and_the_campaign_goes_on(here, capsys):
     # the backend runs: a failure of its own).
     assert printed.count("program ") == 3
     assert printed.count("fail: crash SIGSEGV") >= 1
-    repro = here / "crashed/repro_crash_sigsegv.py"
+    (repro,) = (here / "crashed").glob("repro_crash_sigsegv_*.py")
     alone = subprocess.run([sys.executable, str(repro)], capture_output=True)
     assert alone.returncode == -11  # SIGSEGV, on its own
     on_eager = subprocess.run([sys.executable, str(repro), "torch-eager"], capture_output=True)
@@ -129,3 +130,58 @@ def test_signatures_name_the_error_or_the_observable_not_the_numbers():
         "storage_nbytes of a caller's tensor"
     )
     assert signature(["b0.grad values: mismatch"]) == "gradient values"
+    # What torch.compile's backends raise is told by the error inside the wrapper.
+    wrapped = "the backend raised BackendCompilerFailed: backend='{}' raised: RuntimeError: no"
+    assert signature([wrapped.format("inductor")]) == "error RuntimeError: no"
+    assert signature([wrapped.format("aot_eager")]) == "error RuntimeError: no"
+    # One bug of the runtime's lifetimes shows after many nodes: one signature, one repro.
+    late = "forward, after {}: alive [('abs_1', 0), ('sub', 0)] on the reference, [] on fast"
+    assert signature([late.format("abs_1")]) == signature([late.format("sigmoid")])
+    assert signature([late.format("abs_1")]) != signature(["backward" + late[7:].format("mul")])
+
+
+#: A bug planted in the fast backend of every process started with its directory on PYTHONPATH
+#: (the fuzz campaign, its fork server and workers, a repro run alone): an off-by-one in the
+#: generated code's lifetimes, each value deleted one node after its last use
+#: (what r[boxed.args-cleared] says: "every intermediate dies right after its last use").
+LATE_DEL = """
+import aotspec.fast.codegen as codegen
+
+_last_uses = codegen.last_uses
+
+
+def last_uses(graph):
+    dies_at = _last_uses(graph)
+    nodes = list(graph.nodes)
+    late = {node: [] for node in nodes}
+    for node, following in zip(nodes, nodes[1:] + nodes[-1:]):
+        late[following] += dies_at[node]
+    return late
+
+
+codegen.last_uses = last_uses
+"""
+
+
+def test_a_bug_planted_in_the_fast_backend_is_found_and_its_repro_fails_alone(tmp_path):
+    """`aotspec fuzz --backend fast` on a fast backend that frees each value one node late:
+    the reference's memory facts catch it, and the repro fails alone on the buggy backend and
+    passes on the correct one and on eager."""
+    plant = tmp_path / "plant"
+    plant.mkdir()
+    (plant / "sitecustomize.py").write_text(LATE_DEL)
+    planted = {**os.environ, "PYTHONPATH": str(plant)}
+    argv = [sys.executable, "-m", "aotspec.cli", "fuzz", "--backend", "fast"]
+    argv += ["--programs", "6", "--budget", "20s", "--out", str(tmp_path / "found")]
+    fuzz = subprocess.run(argv, env=planted, capture_output=True, text=True)
+    assert fuzz.returncode == 1, fuzz.stdout + fuzz.stderr
+    assert "FAIL memory " in fuzz.stdout, fuzz.stdout
+    repro = sorted((tmp_path / "found").glob("repro_memory_*.py"))[0]
+
+    def alone(*backend, env=None):
+        return subprocess.run([sys.executable, str(repro), *backend], env=env, capture_output=True)
+
+    buggy = alone(env=planted)
+    assert buggy.returncode == 1 and b"on the reference" in buggy.stderr, buggy.stderr
+    assert alone().returncode == 0  # the fast backend without the bug
+    assert alone("torch-eager").returncode == 0

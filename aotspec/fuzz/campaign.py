@@ -19,6 +19,7 @@ out as standalone repros, all of it safe to kill and resume.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import pickle
 import re
@@ -86,6 +87,11 @@ class Campaign:
     done: set[int] = field(factory=set)
     failures: dict[str, Failure] = field(factory=dict)
     counts: dict[str, int] = field(factory=dict)
+    #: Programs judged, by the signature of their failure.
+    failing: dict[str, int] = field(factory=dict)
+    #: This run's programs judged, the seconds it spent judging them, and in all (shrinking).
+    judged: int = 0
+    finding_seconds: float = 0.0
     seconds: float = 0.0
 
     # -------------------------------------------------------- files
@@ -120,8 +126,7 @@ class Campaign:
         results = self.directory / "results.jsonl"
         if results.exists():
             for line in _lines(results):
-                self.done.add(line["index"])
-                self.counts[line["status"]] = self.counts.get(line["status"], 0) + 1
+                self._count(line["index"], line["status"], line.get("signature"))
         failures = self.directory / "failures.jsonl"
         if failures.exists():
             for line in _lines(failures):
@@ -156,8 +161,11 @@ class Campaign:
         )
 
     def repro_path(self, failure: Failure) -> Path:
-        slug = re.sub(r"[^a-z0-9]+", "_", failure.signature.lower()).strip("_")[:48]
-        return self.directory / f"repro_{slug}.py"
+        """`repro_<the signature's first words>_<a hash of all of it>.py`: signatures that
+        begin alike get files of their own."""
+        slug = re.sub(r"[^a-z0-9]+", "_", failure.signature.lower()).strip("_")[:40].strip("_")
+        digest = hashlib.sha1(failure.signature.encode()).hexdigest()[:6]
+        return self.directory / f"repro_{slug}_{digest}.py"
 
     def write_repro(self, failure: Failure) -> Path:
         subject = from_choices(failure.kind, failure.choices)
@@ -167,16 +175,22 @@ class Campaign:
 
     # -------------------------------------------------------- running
 
-    def run(self, *, programs: int | None, budget: float | None) -> None:
+    def run(
+        self, *, programs: int | None, budget: float | None, shrinking: float | None = None
+    ) -> None:
         """Judge programs until `programs` of them ran (this run and earlier ones) or
-        `budget` seconds are spent, then shrink the failures not shrunk yet."""
+        `budget` seconds are spent, then shrink the failures not shrunk yet, for at most
+        `shrinking` seconds (and within the budget)."""
         start = time.monotonic()
         finding = None if budget is None else start + budget * 2 / 3
         with Pool(self.jobs, self.timeout) as pool:
             tasks = self._tasks(programs, finding)
             for task, result in pool.map(tasks):
                 self._judged(task.args[2], _verdict(result))
-            deadline = None if budget is None else start + budget
+            self.finding_seconds = time.monotonic() - start
+            ends = [start + budget] if budget is not None else []
+            ends += [time.monotonic() + shrinking] if shrinking is not None else []
+            deadline = min(ends, default=None)
             for failure in list(self.failures.values()):
                 if not failure.shrunk:
                     self._shrink(pool, failure, deadline)
@@ -199,8 +213,8 @@ class Campaign:
         if kind is None:  # the worker died: draw the program here to know its kind
             kind, _, _ = draw_at(self.seed, index, kinds_for(self.backend))
         status = verdict.status
-        self.done.add(index)
-        self.counts[status] = self.counts.get(status, 0) + 1
+        self._count(index, status, verdict.signature)
+        self.judged += 1
         record = {"index": index, "kind": kind, "status": status}
         if verdict.signature:
             record["signature"] = verdict.signature
@@ -211,25 +225,39 @@ class Campaign:
         if self.on_result is not None:
             self.on_result(index, kind, verdict)
 
+    def _count(self, index: int, status: str, signature: str | None) -> None:
+        self.done.add(index)
+        self.counts[status] = self.counts.get(status, 0) + 1
+        if status == "fail":
+            self.failing[signature] = self.failing.get(signature, 0) + 1
+
     def _shrink(self, pool: Pool, failure: Failure, deadline: float | None) -> None:
-        """Greedy passes over hypothesis's choices, each batch judged in parallel: drop a run
-        of choices, or make one smaller; keep the smallest that fails with the same signature."""
+        """Greedy passes over hypothesis's choices, judged in parallel: drop a run of choices,
+        or make one smaller; go on from the first candidate that fails with the same
+        signature (and any judged alongside it, the smallest), until none does, the attempts
+        are spent or the deadline has passed."""
         best, found, attempts = list(failure.choices), failure.found, 0
+
+        def out_of_time() -> bool:
+            return deadline is not None and time.monotonic() >= deadline
+
         improved = True
-        while improved and attempts < SHRINK_ATTEMPTS:
+        while improved and attempts < SHRINK_ATTEMPTS and not out_of_time():
             improved = False
             for batch in _candidate_batches(best):
-                if deadline is not None and time.monotonic() >= deadline:
-                    improved = False
-                    break
-                tasks = [Task(check_choices, (self.backend, failure.kind, c)) for c in batch]
-                attempts += len(tasks)
-                winners = [
-                    (task.args[2], verdict)
-                    for task, result in pool.map(tasks)
-                    for verdict in [_verdict_of_check(result)]
-                    if verdict is not None and verdict.signature == failure.signature
-                ]
+                winners = []
+
+                def tasks(batch=batch, winners=winners) -> Iterator[Task]:
+                    for choices in batch:
+                        if winners or out_of_time() or attempts >= SHRINK_ATTEMPTS:
+                            return  # what is running finishes; nothing new starts
+                        yield Task(check_choices, (self.backend, failure.kind, choices))
+
+                for task, result in pool.map(tasks()):
+                    attempts += 1
+                    verdict = _verdict_of_check(result)
+                    if verdict is not None and verdict.signature == failure.signature:
+                        winners.append((task.args[2], verdict))
                 if winners:
                     best, verdict = min(winners, key=lambda w: _sort_key(w[0]))
                     found, improved = verdict.found, True
@@ -259,7 +287,9 @@ def _verdict_of_check(result) -> Verdict | None:
 
 
 def _fault_lines(log: str) -> tuple[str, ...]:
-    return tuple(line for line in log.splitlines() if line.strip())[:8]
+    """The fault handler's report, without the thread's address (it differs at every run)."""
+    lines = [line for line in log.splitlines() if line.strip()]
+    return tuple(line for line in lines if not line.startswith("Current thread 0x"))[:8]
 
 
 def _sort_key(choices: list) -> tuple:
