@@ -39,6 +39,7 @@ it between runs is safe (the kernels are written again).
 
 from __future__ import annotations
 
+import collections
 import enum
 import functools
 import hashlib
@@ -73,6 +74,11 @@ KERNEL_DTYPES = {
     torch.uint8: "tl.uint8",
     torch.bool: "tl.int1",
 }
+
+#: Kernels launched in this process, by kernel name (`triton_mul_sin`): the tests check that a
+#: fused path they asked for ran its kernels, since falling back to torch ops gives the same
+#: values.
+LAUNCHES: collections.Counter[str] = collections.Counter()
 
 #: Reduced floats compute in float32 (`r[ops.opmath]`).
 REDUCED_FLOATS = frozenset({torch.float16, torch.bfloat16})
@@ -496,6 +502,7 @@ def launch(program: Program, tensors) -> list[torch.Tensor]:
         kernel[(triton.cdiv(program.numel, BLOCK),)](
             *tensors, *outputs, program.numel, BLOCK=BLOCK
         )
+        LAUNCHES[f"triton_{program.name}"] += 1
     return outputs
 
 
