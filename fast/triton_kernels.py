@@ -416,7 +416,9 @@ def _name(argument) -> str:
 
 
 def _load(pointer: str, strides: tuple[int, ...], shape: tuple[int, ...]) -> str:
-    """A masked load at the flat index of each output element; one scalar for a broadcast value."""
+    """A masked load at the flat index of each output element. A value broadcast to every element
+    is a block too, every element loading its one address: Triton's interpreter turns a scalar's
+    comparison, broadcast into a block, into a value `&` and `|` refuse."""
     if strides == contiguous_strides(shape):
         return f"tl.load({pointer} + offsets, mask=mask)"
     terms = []
@@ -428,7 +430,7 @@ def _load(pointer: str, strides: tuple[int, ...], shape: tuple[int, ...]) -> str
             terms.append(index if strides[d] == 1 else f"({index}) * {strides[d]}")
         inner *= shape[d]
     if not terms:
-        return f"tl.load({pointer})"
+        return f"tl.load({pointer} + offsets * 0, mask=mask)"
     return f"tl.load({pointer} + {' + '.join(reversed(terms))}, mask=mask)"
 
 

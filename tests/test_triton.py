@@ -358,6 +358,18 @@ def test_strided_input():
     )
 
 
+def test_a_value_broadcast_to_every_element_in_a_logical_op():
+    """A 0-dim input, compared and combined with a block by `&`: found by pointwise_programs, when
+    its load was a scalar, which Triton's interpreter broadcast into a block `&` refuses."""
+    module = assert_like_eager(
+        lambda x, w: torch.logical_and(x, w).logical_not(),
+        sample((), torch.float32),
+        sample((5, 3), torch.bfloat16, 1),
+        exact=True,
+    )
+    assert "tl.load(in0_ptr + offsets * 0, mask=mask)" in kernels(module)[0].source
+
+
 def test_an_output_eager_lays_out_otherwise_stays_with_torch():
     x = sample((7, 5), torch.bfloat16).t()  # eager's sum of x and w is laid out like x
     assert_like_eager(

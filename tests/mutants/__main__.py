@@ -6,10 +6,16 @@
 
 Each mutant runs in a process of its own (`tests/mutants/plant.py`): the bug is planted in its
 module as the tests import it, and its tests run under the `mutants` hypothesis profile, the
-`ci` profile's examples without shrinking (a failing example fails at once; what is killed is
-what `ci` kills). A mutant is killed when a test fails; it survives when its tests pass. The
-score is the killed share of the planted bugs; survivors are listed with why they are
-realistic and, for the equivalent ones, why no test can see them.
+`ci` profile's examples without shrinking (a failing example fails at once). A mutant is killed
+when a test fails; it survives when its tests pass. The score is the killed share of the planted
+bugs; survivors are listed with why they are realistic and, for the equivalent ones, why no test
+can see them.
+
+First, each set of tests the mutants name runs once without any mutant, in the same kind of
+process: it must pass, or a failure would be blamed on every mutant. (Hypothesis draws its
+derandomized examples partly from constants of the local modules loaded, so a test's examples
+depend on which test files a run collects; the baseline collects exactly what the mutants'
+runs do.)
 
 On demand, not in CI: a full run takes tens of minutes on two cores.
 """
@@ -34,8 +40,9 @@ from .catalog import MUTANTS, ROOT, Mutant
 
 @frozen
 class Result:
-    mutant: Mutant
-    #: "killed", "survived", "timeout", or "not planted" (no test imported the module).
+    mutant: Mutant | None  # None: the baseline
+    #: "killed", "survived", "timeout", "not planted" (no test imported the module); for the
+    #: baseline, "survived" (passed) or "failed".
     verdict: str
     #: The first test that failed (killed), or what went wrong.
     detail: str
@@ -44,12 +51,24 @@ class Result:
 
 def run_one(mutant: Mutant, timeout: float) -> Result:
     mutant.mutated_source()  # the snippet is there exactly once, or this raises
+    missing = [test for test in mutant.tests if not (ROOT / test.split("::")[0]).exists()]
+    if missing:
+        raise SystemExit(f"mutant {mutant.name} names tests that do not exist: {missing}")
+    return _run(mutant.name, mutant, mutant.tests, timeout)
+
+
+def run_baseline(tests: tuple[str, ...], timeout: float) -> Result:
+    """`tests` without any mutant: they must pass."""
+    return _run("none", None, tests, timeout)
+
+
+def _run(name: str, mutant: Mutant | None, tests: tuple[str, ...], timeout: float) -> Result:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="aotspec-mutant-") as directory:
         report_path = os.path.join(directory, "report.json")
         env = dict(os.environ, HYPOTHESIS_PROFILE="mutants", AOTSPEC_MUTANT_REPORT=report_path)
-        command = [sys.executable, "-m", "tests.mutants.plant", mutant.name]
-        command += ["-x", "-q", "-p", "no:cacheprovider", "--no-header", *mutant.tests]
+        command = [sys.executable, "-m", "tests.mutants.plant", name]
+        command += ["-x", "-q", "-p", "no:cacheprovider", "--no-header", *tests]
         try:
             completed = subprocess.run(
                 command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
@@ -65,6 +84,9 @@ def run_one(mutant: Mutant, timeout: float) -> Result:
             return Result(mutant, "killed", "the test process died: " + " | ".join(tail), seconds)
     if not report["planted"]:
         return Result(mutant, "not planted", f"no test imported {mutant.module}", seconds)
+    if mutant is None and report["status"] not in (0, 5):
+        tail = " | ".join(completed.stdout.strip().splitlines()[-3:])
+        return Result(mutant, "failed", f"{report['failed']}: {tail}", seconds)
     if report["status"] in (0, 5):  # 5: no tests collected, which kills nothing
         return Result(mutant, "survived", "", seconds)
     return Result(mutant, "killed", report["failed"] or f"pytest exit {report['status']}", seconds)
@@ -116,17 +138,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fail-under", type=float, default=90, help="exit 1 below this score (percent)"
     )
+    parser.add_argument(
+        "--no-baseline", action="store_true", help="skip the runs without a mutant"
+    )
     options = parser.parse_args(argv)
     console = Console()
     mutants = selected(options.patterns)
     if options.list:
         print_catalog(console, mutants)
         return 0
+    if not options.no_baseline:
+        for tests in dict.fromkeys(m.tests for m in mutants):
+            with console.status(f"baseline: {' '.join(tests)}"):
+                baseline = run_baseline(tests, options.timeout)
+            console.print(f"baseline {' '.join(tests)}: {baseline.seconds:.0f} s", soft_wrap=True)
+            if baseline.verdict != "survived":
+                console.print(f"[red]without any mutant, {baseline.verdict}: {baseline.detail}")
+                return 2
     results = []
     for k, mutant in enumerate(mutants, 1):
         with console.status(f"[{k}/{len(mutants)}] {mutant.name}"):
             result = run_one(mutant, options.timeout)
-        console.print(f"[{k}/{len(mutants)}] {mutant.name}: {result.verdict} {result.detail}")
+        console.print(
+            f"[{k}/{len(mutants)}] {mutant.name}: {result.verdict} {result.detail}",
+            soft_wrap=True,
+        )
         results.append(result)
     print_results(console, results)
     killed = sum(r.verdict in ("killed", "timeout") for r in results)

@@ -1,4 +1,5 @@
-"""Plant one mutant in this process, then run pytest: `python -m tests.mutants.plant NAME ARGS...`.
+"""Plant one mutant in this process, then run pytest: `python -m tests.mutants.plant NAME ARGS...`
+(NAME `none`: plant nothing, the baseline a mutant's run is compared with).
 
 The mutant's module is compiled from its source with the snippet replaced, when the tests first
 import it (an import hook ahead of every other finder): the file on disk is never touched, so an
@@ -73,15 +74,17 @@ class _FirstFailure:
 
 
 def main(name: str, pytest_args: list[str]) -> int:
-    (mutant,) = [m for m in MUTANTS if m.name == name]
-    planter = _Planter(mutant)
-    sys.meta_path.insert(0, planter)
+    planter = None
+    if name != "none":
+        (mutant,) = [m for m in MUTANTS if m.name == name]
+        planter = _Planter(mutant)
+        sys.meta_path.insert(0, planter)
     import pytest
 
     first = _FirstFailure()
     status = pytest.main(pytest_args, plugins=[first])
     report = {
-        "planted": planter.loader is not None and planter.loader.planted,
+        "planted": planter is None or (planter.loader is not None and planter.loader.planted),
         "failed": first.failed,
         "status": int(status),
     }
