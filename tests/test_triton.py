@@ -16,6 +16,7 @@ helpers, `tl.sigmoid` and the like, are wrapped at import; the generated kernels
 
 from __future__ import annotations
 
+import collections
 import operator
 import subprocess
 import sys
@@ -63,7 +64,7 @@ def assert_like_eager(
     module = fused(fn, *inputs)
     assert len(kernels(module)) == expected_kernels, module.code
     expected = fn(*inputs)
-    through_triton = module(*inputs)
+    through_triton = launched(module, *inputs, expected=kernels(module))
     with pytest.MonkeyPatch.context() as patch:
         patch.delenv("TRITON_INTERPRET")
         through_torch = module(*inputs)
@@ -107,6 +108,18 @@ def _ordered(t: torch.Tensor) -> torch.Tensor:
     bits = _BITS[t.dtype]
     signed = t.view(bits).to(torch.int64)  # sign and magnitude: a negative value's bits are < 0
     return torch.where(signed < 0, torch.iinfo(bits).min - signed, signed)
+
+
+def launched(module: torch.fx.GraphModule, *inputs, expected: list[FusedKernel]):
+    """`module(*inputs)`, which must launch each of the `expected` kernels once (those with
+    elements): a kernel that falls back to torch ops computes the same values."""
+    before = triton_kernels.LAUNCHES.copy()
+    result = module(*inputs)
+    wanted = collections.Counter(
+        f"triton_{kernel.program.name}" for kernel in expected if kernel.program.numel > 0
+    )
+    assert triton_kernels.LAUNCHES - before == wanted, "Triton did not run the fused kernels"
+    return result
 
 
 def _flat(value) -> list[torch.Tensor]:
@@ -600,6 +613,7 @@ def test_compiled_function_runs_fused_kernels(monkeypatch, hooks):
     results = {}
     for backend in ("reference", "fast"):
         compiled = aotspec.compile(chain_then_sum, backend=backend)
+        before = triton_kernels.LAUNCHES.copy()
         if hooks is None:
             out = compiled(x, w)
         else:
@@ -610,6 +624,9 @@ def test_compiled_function_runs_fused_kernels(monkeypatch, hooks):
         x.grad = w.grad = None
     torch.testing.assert_close(results["fast"], results["reference"])
     (plan,) = compiled._plans.values()
+    ran = kernels(plan.forward) + kernels(plan.backward)
+    wanted = collections.Counter(f"triton_{kernel.program.name}" for kernel in ran)
+    assert triton_kernels.LAUNCHES - before == wanted, "Triton did not run the fused kernels"
     forward_steps = [step for kernel in kernels(plan.forward) for step in kernel.program.steps]
     assert forward_steps, plan.source
     if hooks is not None:
