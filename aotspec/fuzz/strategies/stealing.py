@@ -6,7 +6,9 @@ run after reading a list of activations the caller hands over with
 activation after its last use inside the call (`r[boxed.steal]`). The activations are only read
 (valid by construction: the spec rejects writing, resizing, rebinding or returning a stolen
 tensor), by a chain of pointwise ops whose result is the first output, so they die early in the
-call while the program's own work follows.
+call while the program's own work follows. With backward, one program in two steals activations
+that require grad, as a training step's are: each is `act{k}_leaf * 1` of a leaf the caller
+keeps, whose gradient flows through the stolen tensor.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from hypothesis import strategies as st
 
 from .grad import grad_programs
 from .mutations import programs
-from .program import Program, as_function, source
+from .program import Program, as_function, literal, source
 from .setups import GRAD_VALUES
 
 ACTIVATION_SIZE = 4
@@ -34,6 +36,8 @@ class Stealing:
     activations: tuple[tuple[float, ...], ...]
     #: The method reading each activation.
     reads: tuple[str, ...]
+    #: Each activation is `act{k}_leaf * 1` of a leaf that requires grad, which the caller keeps.
+    requires_grad: bool = False
 
 
 @st.composite
@@ -46,12 +50,22 @@ def stealing_programs(draw, backward: bool = False) -> Stealing:
     )
     activations = tuple(tuple(draw(values)) for _ in range(count))
     reads = tuple(draw(st.sampled_from(READS)) for _ in range(count))
-    return Stealing(program, activations, reads)
+    requires_grad = backward and draw(st.booleans())
+    return Stealing(program, activations, reads, requires_grad)
 
 
-def make_activations(stealing: Stealing) -> list[torch.Tensor]:
-    """The caller's list: the only references to the activations."""
-    return [torch.tensor(values) for values in stealing.activations]
+def make_activations(stealing: Stealing, leaves: dict | None = None) -> list[torch.Tensor]:
+    """The caller's list: the only references to the activations. Activations that require grad
+    are made from leaves, put in `leaves` by name (`act0_leaf`, ...) when it is given."""
+    if not stealing.requires_grad:
+        return [torch.tensor(values) for values in stealing.activations]
+    made = {
+        f"act{k}_leaf": torch.tensor(values, requires_grad=True)
+        for k, values in enumerate(stealing.activations)
+    }
+    if leaves is not None:
+        leaves.update(made)
+    return [leaf * 1 for leaf in made.values()]
 
 
 def as_stealing_function(stealing: Stealing) -> Callable:
@@ -70,7 +84,11 @@ def as_stealing_function(stealing: Stealing) -> Callable:
 
 def stealing_source(stealing: Stealing) -> str:
     """`make_inputs`, `program`, `make_activations` and `stealing` as Python."""
-    values = ", ".join(f"torch.tensor({list(v)!r})" for v in stealing.activations)
+    grad = ", requires_grad=True" if stealing.requires_grad else ""
+    times = " * 1" if stealing.requires_grad else ""
+    values = ", ".join(
+        f"torch.tensor({literal(list(v))}{grad}){times}" for v in stealing.activations
+    )
     first, *rest = [f"acts[{k}].{read}()" for k, read in enumerate(stealing.reads)]
     lines = [
         source(stealing.program),
