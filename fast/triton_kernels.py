@@ -20,8 +20,9 @@ eager float32 `sqrt` on CPU need not: PyTorch built with MKL calls MKL's vector 
 one unit in the last place, and on some x86-64 CPUs (AMD EPYC, for one) about one value in six
 comes out one unit away (float16 and bfloat16 eager square roots do not go through MKL and round
 correctly). Everything else is bit-exact: addition, multiplication and division (`div_rn`) round
-correctly in float32 as in eager, and each rounding to bfloat16 is done by `to_bfloat16`, to
-nearest even, as c10 does.
+correctly in float32 as in eager, `x + alpha * y` is one fused multiply-add as in eager's
+vectorized kernels (eager's scalar loop over a float16 or bfloat16 tensor's last elements rounds
+it twice), and each rounding to bfloat16 is done by `to_bfloat16`, to nearest even, as c10 does.
 
 Kernels are compiled once per process for each (program, input layouts, interpreter mode), from a
 source file (Triton reads a kernel's source from its file). The file lies in one cache directory
@@ -197,6 +198,8 @@ class PointwiseRule:
     floats_only: bool = False
     #: Schema positions of operands read as they are, never cast (where's condition).
     uncast: frozenset[int] = frozenset()
+    #: `expression` takes the step's compute dtype too, as the keyword `dtype`.
+    takes_dtype: bool = False
 
 
 #: aten op -> its rule. Every op here is an `OpKind.COMPUTE` entry of `reference/optable.py`.
@@ -263,14 +266,22 @@ def reciprocal(x):
     return f"tl.div_rn(1.0, {x})"
 
 
-@pointwise(aten.add.Tensor, aten.add.Scalar)
-def add(x, y, alpha):
-    return f"{x} + {y}" if alpha == 1 else f"{x} + {alpha} * {y}"
+@pointwise(aten.add.Tensor, aten.add.Scalar, takes_dtype=True)
+def add(x, y, alpha, dtype):
+    return f"{x} + {y}" if alpha == 1 else _plus_scaled(x, alpha, y, dtype)
 
 
-@pointwise(aten.sub.Tensor, aten.sub.Scalar)
-def sub(x, y, alpha):
-    return f"{x} - {y}" if alpha == 1 else f"{x} - {alpha} * {y}"
+@pointwise(aten.sub.Tensor, aten.sub.Scalar, takes_dtype=True)
+def sub(x, y, alpha, dtype):
+    return f"{x} - {y}" if alpha == 1 else _plus_scaled(x, -alpha, y, dtype)
+
+
+def _plus_scaled(x, alpha, y, dtype: torch.dtype) -> str:
+    # Eager computes a float `x + alpha * y` as one fused multiply-add, rounding once (the CPU's
+    # vectorized kernels call fmadd, and CUDA contracts it): so does the kernel.
+    if dtype.is_floating_point:
+        return f"tl.fma({float(alpha)!r}, {y}, {x})"
+    return f"{x} + {alpha} * {y}"
 
 
 @pointwise(aten.mul.Tensor, aten.mul.Scalar)
@@ -444,7 +455,8 @@ def _step_expression(step: Step, dtypes: dict) -> str:
             arguments.append(_name(argument))
         else:
             arguments.append(argument)
-    expression = rule.expression(*arguments)
+    options = {"dtype": step.compute_dtype} if rule.takes_dtype else {}
+    expression = rule.expression(*arguments, **options)
     return _converted(
         expression, torch.bool if rule.gives_bool else step.compute_dtype, step.dtype
     )

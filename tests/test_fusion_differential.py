@@ -47,7 +47,7 @@ from strategies.program import Base, Instr, Program, Setup, Var, as_function, bu
 # Triton's interpreter computes with numpy, which warns where PyTorch is silent (log of -1, ...).
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
-EXAMPLES = max(settings.default.max_examples // 5, 10)
+EXAMPLES = max(settings.default.max_examples // 3, 10)
 
 
 @contextlib.contextmanager

@@ -125,9 +125,10 @@ def print_results(console: Console, results: list[Result]) -> None:
     )
     for r in results:
         if r.verdict in ("survived", "not planted"):
-            console.print(f"[bold]survivor {r.mutant.name}[/] ({r.mutant.file}): {r.mutant.why}")
+            survivor = f"[bold]survivor {r.mutant.name}[/] ({r.mutant.file}): {r.mutant.why}"
             explanation = r.mutant.equivalent or "NOT EXPLAINED: kill it with a test, or say why"
-            console.print(f"    equivalent: {explanation}")
+            console.print(survivor, soft_wrap=True)
+            console.print(f"    equivalent: {explanation}", soft_wrap=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         "--no-baseline", action="store_true", help="skip the runs without a mutant"
     )
     options = parser.parse_args(argv)
-    console = Console()
+    console = Console(width=150)
     mutants = selected(options.patterns)
     if options.list:
         print_catalog(console, mutants)

@@ -67,6 +67,7 @@ HOOK_UNITS = "tests/test_hooks.py"
 COMPILE = "tests/test_compile.py"
 GUARDS = "tests/test_guards.py"
 CONFORMANCE = "tests/test_conformance.py"
+EPILOGUE = "tests/test_epilogue.py"
 AOTDISPATCH = "tests/aotdispatch"
 
 #: Code generation and the fast runtime: the fast differential tests first.
@@ -74,7 +75,7 @@ ON_FAST = (FAST, FUSION, CODEGEN, COMPILE)
 ON_FUSION = (FUSION, TRITON)
 #: Code both backends share: eager is the only independent oracle, then the hand-written cases
 #: and PyTorch's own AOTAutograd tests.
-ON_SHARED = (COMPILED, FAST, GUARDS, COMPILE, CONFORMANCE, AOTDISPATCH)
+ON_SHARED = (COMPILED, FAST, EPILOGUE, GUARDS, COMPILE, CONFORMANCE, AOTDISPATCH)
 ON_GUARDS = (GUARDS, COMPILE, HOOK_UNITS, AOTDISPATCH)
 ON_HOOKS = (HOOKS, HOOK_UNITS, FAST, CONFORMANCE, AOTDISPATCH)
 
@@ -244,9 +245,18 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "triton.sub-ignores-alpha",
         "fast/triton_kernels.py",
-        'return f"{x} - {y}" if alpha == 1 else f"{x} - {alpha} * {y}"',
+        'return f"{x} - {y}" if alpha == 1 else _plus_scaled(x, -alpha, y, dtype)',
         'return f"{x} - {y}"',
         "`sub`'s alpha (from `x.sub_(y, alpha=2)`) forgotten in the expression.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "triton.alpha-rounded-twice",
+        "fast/triton_kernels.py",
+        '    if dtype.is_floating_point:\n        return f"tl.fma({float(alpha)!r}, {y}, {x})"\n',
+        "",
+        "`x + alpha * y` as written, rounding the product and then the sum, where eager's "
+        "kernels round once (a fused multiply-add): the kernels' code until issue 16 found it.",
         ON_FUSION,
     ),
     Mutant(
@@ -298,6 +308,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "@pointwise(aten.where.self)",
         "where's bool condition cast to the compute dtype like its other operands.",
         ON_FUSION,
+        equivalent="The cast condition is 0 or 1, in the float or integer dtype the step computes "
+        "in, and tl.where tests its condition for nonzero (Triton casts it to int1 by comparing "
+        "with 0 on the GPU; numpy's where does the same in the interpreter): every element picks "
+        "the same operand, so no observable can differ. Kept to show an equivalent mutant.",
     ),
     # ------------------------------------------------------------ the runtime skeleton
     Mutant(

@@ -170,7 +170,10 @@ def _is_positive(model: Model, arg) -> bool:
 
 
 def _g_view(draw, model: Model) -> list[Instr]:
-    v = _recent(draw, list(model.names))
+    return _view_of(draw, model, _recent(draw, list(model.names)))
+
+
+def _view_of(draw, model: Model, v: str) -> list[Instr]:
     lay = model.lay(v)
     ops = [op for op in view_ops(lay, in_bounds=True) if op in GRAD_VIEWS]
     if 1 in lay.sizes:
@@ -199,7 +202,10 @@ def _g_detach(draw, model: Model) -> list[Instr]:
     out = model.new_name()
     _bind_view(model, out, v, model.lay(v))
     model.obj(out).detached = True
-    return [Instr("detach", (out,), (Var(v),))]
+    detach = Instr("detach", (out,), (Var(v),))
+    if draw(st.booleans()):  # then a view of it, as `x.detach().t()`
+        return [detach, *_view_of(draw, model, out)]
+    return [detach]
 
 
 def _g_unary(draw, model: Model) -> list[Instr]:
@@ -522,5 +528,6 @@ def grad_programs(draw, max_steps: int = 10) -> Program:
     first = with_grad[0] if not grad_enabled or draw(st.booleans()) else None
     returns = [first or draw(st.sampled_from(with_grad))]
     returns += draw(st.lists(st.sampled_from(names), max_size=2))
+    returns += names[-1:] * draw(st.booleans())  # often the chain's end: what the last step made
     returns = tuple(draw(st.permutations(returns)))
     return Program(setup, tuple(body), returns, grad_enabled, retain_graph)

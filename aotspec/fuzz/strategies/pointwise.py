@@ -38,7 +38,7 @@ SHAPE_FAMILIES = [
     [(4, 1), (4, 2), (2,)],
 ]
 FLOAT_VALUES = [1.0, -1.0, 0.5, 2.0, -0.5, -2.0, 0.0, 1.5, -3.0, 0.25]
-SPECIAL_VALUES = [-math.inf, math.inf, math.nan, -0.0]
+SPECIAL_VALUES = [math.nan, -math.inf, math.inf, -0.0]
 INT_VALUES = [1, -1, 0, 2, -3, 5, 7, -7, 100]
 #: Scalar operands; the non-finite ones are drawn apart, less often.
 FLOAT_SCALARS = [2.0, -1.0, 0.5, 0.0, 1.5]
@@ -150,9 +150,9 @@ def _is_bool(chain: _Chain, argument) -> bool:
 def _unary(draw, chain: _Chain) -> list[Instr]:
     x = _recent(draw, chain.names())
     value = chain.values[x]
-    ops = ["exp", "sin", "sqrt", "sigmoid", "reciprocal", "isnan", "logical_not", "clone"]
-    if value.dtype != "bool":  # eager has no bool kernel for these
-        ops += ["floor", "ceil", "neg", "abs", "relu"]
+    ops = ["isnan", "logical_not", "exp", "sin", "sqrt", "sigmoid", "reciprocal", "clone"]
+    if value.dtype != "bool":  # eager has no bool kernel for these; first, as drawn most often
+        ops = ["relu", "neg", "abs", "floor", "ceil", *ops]
     if not value.exact:
         ops = [op for op in ops if op not in JUMPING]
     op = draw(st.sampled_from(ops))
@@ -163,7 +163,7 @@ def _unary(draw, chain: _Chain) -> list[Instr]:
 def _arithmetic(draw, chain: _Chain) -> list[Instr]:
     """add, sub (with alpha), mul, div, maximum or minimum of a value and another or a scalar."""
     x = _recent(draw, chain.names())
-    op = draw(st.sampled_from(["add_alpha", "sub_alpha", "mul", "div", "maximum", "minimum"]))
+    op = draw(st.sampled_from(["sub_alpha", "maximum", "add_alpha", "mul", "minimum", "div"]))
     tensor_only = op in ("maximum", "minimum")
     if tensor_only or draw(st.booleans()):
         other = Var(draw(st.sampled_from(chain.names())))
@@ -275,7 +275,7 @@ def _tensor(draw, k: int, shape: tuple[int, ...]) -> Base:
     else:
         pool = INT_VALUES
     values = draw(st.lists(st.sampled_from(pool), min_size=numel, max_size=numel))
-    if dtype in FLOATS and numel and draw(st.sampled_from([False, False, True])):
+    if dtype in FLOATS and numel and draw(st.booleans()):
         for _ in range(draw(st.integers(1, 2))):
             values[draw(st.integers(0, numel - 1))] = draw(st.sampled_from(SPECIAL_VALUES))
     requires_grad = dtype == "float32" and draw(st.booleans())
