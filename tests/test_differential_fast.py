@@ -43,8 +43,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aotspec.fuzz import coverage
-
 from harness import Case, Hooked, fast_divergence
 from repro import REPRO_DIR, is_final_run, write_fast_repro
 from strategies.grad import grad_programs
@@ -57,8 +55,7 @@ from strategies.stealing import Stealing, stealing_programs
 EXAMPLES = settings.default.max_examples * 3 // 5
 
 
-def _check(case: Program | Stealing | Hooked, test: str) -> None:
-    coverage.note(test, coverage.program_items(case))
+def _check(case: Program | Stealing | Hooked) -> None:
     found = fast_divergence(case)
     if not found:
         return
@@ -79,14 +76,14 @@ def _check(case: Program | Stealing | Hooked, test: str) -> None:
 @given(grad_programs())
 def test_fast_backward_agrees_with_reference(program):
     """Outputs, caller tensors, gradients; alive storages and peaks of forward and backward."""
-    _check(program, "fast_backward")
+    _check(program)
 
 
 @settings(max_examples=max(EXAMPLES * 11 // 30, 20))
 @given(programs(compiled=True))
 def test_fast_mutations_agree_with_reference(program):
     """Views, in-place ops, copy_, set_, resizes: observables and the forward's memory facts."""
-    _check(program, "fast_mutations")
+    _check(program)
 
 
 @settings(max_examples=max(EXAMPLES * 6 // 30, 10))
@@ -94,7 +91,7 @@ def test_fast_mutations_agree_with_reference(program):
 def test_fast_stolen_lists_agree_with_reference(stealing):
     """A stolen list is emptied and its activations freed after their last use, on both, with
     autograd and without."""
-    _check(stealing, "fast_stolen_lists")
+    _check(stealing)
 
 
 @pytest.mark.filterwarnings("ignore::aotspec.HooksWarning")  # donated may select nothing
@@ -103,7 +100,7 @@ def test_fast_stolen_lists_agree_with_reference(stealing):
 def test_fast_hooks_agree_with_reference(program, hooks_filter):
     """bfloat16 saved-tensor hooks inlined: observables, and the storages alive after every node,
     pack and unpack included, and the peaks of forward and backward."""
-    _check(Hooked(program, hooks_filter), "fast_hooks")
+    _check(Hooked(program, hooks_filter))
 
 
 def test_fast_frees_stolen_activations_at_last_use_with_autograd():
