@@ -44,7 +44,14 @@ from .capture import (
 from .collectives import is_impure
 from .custom_functions import CustomFunction, custom_function_call
 from .graph import traced_from
-from .optable import NONDIFFERENTIABLE, OpEntry, OpKind, bind, lookup
+from .optable import (
+    NONDIFFERENTIABLE,
+    OpEntry,
+    OpKind,
+    bind,
+    derivative_reads_first_argument,
+    lookup,
+)
 from .storage import Layout, numpy_dtype
 
 aten = torch.ops.aten
@@ -717,10 +724,10 @@ class _Replay:
             return self.view(node, entry, args, kwargs, read_all)
         if entry.kind is OpKind.INPLACE:
             target = args[0]
-            operands = read_all(args)
-            if self.keeps_original(target):
+            operands, keywords = read_all(args), read_all(kwargs)
+            if self.keeps_original(target) or self.copies_part(target, entry, operands, keywords):
                 operands = (aten.clone(operands[0]), *operands[1:])
-            new = entry.functional(*operands, **read_all(kwargs))
+            new = entry.functional(*operands, **keywords)
             _write(target, new, name, self, private=True)
             return target
         if entry.kind is OpKind.EFFECT:
@@ -740,6 +747,22 @@ class _Replay:
             and target.storage.caller is not None
             and not (target.storage.written or target.storage.resized)
             and any(meta.requires_grad for meta in self.inputs)
+        )
+
+    def copies_part(self, target: _Cell, entry: OpEntry, operands, keywords) -> bool:
+        """r[functionalize.writes.original-part]: an in-place op with grad mode on whose
+        derivative reads the value it overwrites, on a tensor that reads part of a storage the
+        program made, reads a copy of that part, as eager's in-place op copies its original
+        `self`: its backward then saves the part, not the whole storage around it."""
+        value = operands[0]
+        return (
+            self.grad_enabled
+            and not target.detached
+            and target.storage.caller is None
+            and value.numel() * value.element_size() < value.untyped_storage().nbytes()
+            and derivative_reads_first_argument(
+                entry.functional, bind(entry.functional._schema, operands, keywords)
+            )
         )
 
     def view(self, node, entry: OpEntry, args, kwargs, read_all):

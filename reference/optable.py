@@ -28,7 +28,11 @@ import inspect
 from collections.abc import Callable
 
 import torch
+import torch.utils._pytree as pytree
 from attrs import define, frozen
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from aotspec.errors import UnsupportedError
 
@@ -252,6 +256,50 @@ def call_rule(rule: Callable, grad, out, bound: list, needed: tuple[bool, ...]):
     if getattr(rule, "takes_needed", False):
         return rule(grad, out, *bound, needed=needed)
     return rule(grad, out, *bound)
+
+
+class _ReadsOf(TorchDispatchMode):
+    """Notes whether any op runs on `watched` itself (reading its sizes is not running an op)."""
+
+    def __init__(self, watched: torch.Tensor):
+        super().__init__()
+        self.watched = watched
+        self.read = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.read |= any(leaf is self.watched for leaf in pytree.tree_leaves((args, kwargs)))
+        return func(*args, **kwargs)
+
+
+_READS_FIRST_ARGUMENT: dict[torch._ops.OpOverload, bool] = {}
+
+
+def derivative_reads_first_argument(overload, bound: list) -> bool:
+    """Whether the op's derivative rule, asked for every gradient, reads the values of its first
+    argument (`mul`'s does, for the other operand's gradient; `add`'s and `sigmoid`'s do not):
+    what eager's in-place variant of the op copies before it writes
+    (`r[functionalize.writes.original-part]`). Found once per overload, by running the rule on
+    meta tensors shaped like `bound` (the op's arguments in schema order)."""
+    if overload not in _READS_FIRST_ARGUMENT:
+        rule = derivative_of(overload)
+        read = False
+        if rule is not None:
+            with disable_proxy_modes_tracing(), unset_fake_temporarily():
+                metas = pytree.tree_map_only(torch.Tensor, _meta_like, bound)
+                out = call_with(overload, metas)
+                grad = pytree.tree_map_only(torch.Tensor, torch.empty_like, out)
+                leaves = pytree.tree_leaves(metas)
+                needed = tuple(True for leaf in leaves if isinstance(leaf, torch.Tensor))
+                with _ReadsOf(metas[0]) as reads:
+                    call_rule(rule, grad, out, metas, needed)
+                read = reads.read
+        _READS_FIRST_ARGUMENT[overload] = read
+    return _READS_FIRST_ARGUMENT[overload]
+
+
+def _meta_like(value: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
 
 
 def nondifferentiable(*overloads) -> None:

@@ -32,23 +32,6 @@ from aotspec.tracker import step_memory
 #: Compiled ways to run a step: `aotspec.compile` on a backend, or Dynamo then a backend.
 RUNNERS = ["reference", "fast", "dynamo-reference", "dynamo-fast"]
 
-#: The GRU's fast step keeps more than eager's (32,016 bytes after the forward against 29,968):
-#: PyTorch's decomposition of the GRU, which capture records, copies the transposed input
-#: (`clone`, 512 bytes the first layer's matmuls save) where eager's kernel reads steps of the
-#: caller's tensor; the other 1,536 bytes are not accounted for yet.
-GRU_MEMORY = pytest.mark.xfail(
-    strict=True,
-    reason="the GRU's decomposition copies the transposed input that eager's kernel reads",
-)
-
-
-def _zoo(gru_mark=None) -> list:
-    """The zoo's model names as test parameters, the GRU's marked with `gru_mark`."""
-    if gru_mark is None:
-        return list(MODELS)
-    return [pytest.param(name, marks=gru_mark) if name == "gru" else name for name in MODELS]
-
-
 def _built(name: str):
     """Model `name` and its batch, with the weights of seed 0; a skip when it needs a library of
     the `models` extra that is not installed."""
@@ -99,7 +82,7 @@ def _step(name: str, runner: str, autocast: bool = False):
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
-@pytest.mark.parametrize("name", _zoo())
+@pytest.mark.parametrize("name", list(MODELS))
 def test_training_step_matches_eager(name, runner):
     expected_loss, expected_grads, expected_buffers = _step(name, "eager")
     loss, grads, buffers = _step(name, runner)
@@ -136,7 +119,7 @@ def _memory(name: str, runner: str) -> tuple[int, int]:
     return step_memory(lambda: call(*inputs), *inputs, *module.parameters(), *module.buffers())
 
 
-@pytest.mark.parametrize("name", _zoo(gru_mark=GRU_MEMORY))
+@pytest.mark.parametrize("name", list(MODELS))
 def test_fast_memory_is_at_most_eagers(name):
     """The fast backend keeps no more bytes alive after the forward than eager, and its backward
     peaks no higher: it runs the kernels eager runs, saves what eager saves, and lays gradients

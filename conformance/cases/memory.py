@@ -345,3 +345,37 @@ CASES.append(
         },
     )
 )
+
+
+def _second_chunk_scaled_in_place(x, s):
+    g = x * 1
+    a, b = g.unsafe_chunk(2)
+    b.mul_(s)  # mul's derivative reads b's old values, for s's gradient
+    return a + b
+
+
+_SCALE = torch.tensor([2.0, -1.0, 0.5, 3.0])
+
+CASES.append(
+    Case(
+        name="memory.in-place-op-on-a-chunk-saves-a-copy-of-the-chunk",
+        rules=["functionalize.writes.original-part", "memory.live"],
+        setup=lambda: {"x": _ROWS.clone().requires_grad_(), "s": _SCALE.clone().requires_grad_()},
+        args=["x", "s"],
+        program=_second_chunk_scaled_in_place,
+        backward=True,
+        expect=[
+            Values("out0", (_ROWS[0] + _ROWS[1] * _SCALE)[None]),
+            Values("x.grad", torch.stack([torch.ones(4), _SCALE])),
+            Values("s.grad", _ROWS[1]),
+            # once the sum is made: x 32, s 16, the copy of the second row that mul_'s
+            # derivative saves 16, the output 16. Eager holds the same 80 once the call returns:
+            # g's 32-byte storage, which the saved copy does not keep, is freed.
+            LiveBytesAfter("add", 80),
+        ],
+        skip={
+            "reference-eager": "the eager interpreter gives unsafe_split's outputs one version "
+            "counter, where eager gives each its own"
+        },
+    )
+)
