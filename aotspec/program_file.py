@@ -1,7 +1,8 @@
 """A program named on the command line as `FILE.py:FUNCTION`, with what the tools need to run it.
 
 The conventions of `aotspec explain` and `aotspec memory` (README, "Seeing a plan"):
-- `FILE.py:FUNCTION` names a function defined at the top level of FILE.py;
+- `FILE.py:FUNCTION` names a function (or a module object) defined at the top level of FILE.py,
+  and `MODULE:FUNCTION` one of a module Python can import (`mypackage.steps:train_step`);
 - its arguments come from a builder in the same file: `FUNCTION_args()` unless `--args NAME`
   names another; it returns the positional arguments as a tuple, a fresh set on each call (a
   training step mutates them and accumulates `.grad`);
@@ -66,17 +67,25 @@ class ProgramFile:
 
 
 def load(spec: str, args: str | None = None, hooks: str | None = None) -> ProgramFile:
-    """The program `spec` names (`FILE.py:FUNCTION`), with its builder and hooks."""
-    file_name, colon, function = spec.rpartition(":")
-    if not colon or not file_name.endswith(".py") or not function.isidentifier():
+    """The program `spec` names (`FILE.py:FUNCTION` or `MODULE:FUNCTION`), with its builder and
+    hooks."""
+    source, colon, function = spec.rpartition(":")
+    is_file = source.endswith(".py")
+    is_module = all(part.isidentifier() for part in source.split("."))
+    if not colon or not (is_file or is_module) or not function.isidentifier():
         raise UsageError(
-            f"expected FILE.py:FUNCTION, got {spec!r}",
-            "Name a Python file and a function defined in it, e.g. examples/mlp.py:mlp",
+            f"expected FILE.py:FUNCTION or MODULE:FUNCTION, got {spec!r}",
+            "Name a Python file (or an importable module) and a function defined in it, e.g. "
+            "examples/mlp.py:mlp",
         )
-    path = Path(file_name)
-    if not path.is_file():
-        raise UsageError(f"no file {file_name}", "Check the path (relative to this directory)")
-    module = _import(path)
+    if is_file:
+        path = Path(source)
+        if not path.is_file():
+            raise UsageError(f"no file {source}", "Check the path (relative to this directory)")
+        module = _import(path)
+    else:
+        module = _import_module(source)
+        path = Path(module.__file__)
     fn = _function(module, path, function, f"function {function}")
     builder = _function(
         module,
@@ -88,6 +97,27 @@ def load(spec: str, args: str | None = None, hooks: str | None = None) -> Progra
     )
     before_backward = getattr(module, f"{function}_before_backward", None)
     return ProgramFile(spec, path, fn, builder, _hooks(module, path, hooks), before_backward)
+
+
+def _import_module(name: str):
+    """The module `name`, imported as `python -c "import NAME"` run here would import it."""
+    if "" not in sys.path:
+        sys.path.insert(0, "")
+    try:
+        found = importlib.util.find_spec(name)
+    except ModuleNotFoundError:  # a parent package is missing
+        found = None
+    if found is None or found.origin is None:
+        raise UsageError(
+            f"no module {name}", "Name a module Python can import from here, or a FILE.py"
+        )
+    try:
+        return importlib.import_module(name)
+    except Exception as error:  # noqa: BLE001  (the user's module: reported in one line)
+        raise UsageError(
+            f"importing {name} raised {describe(error, Path(found.origin))}",
+            f"Fix {name} so that `python -c 'import {name}'` runs",
+        ) from None
 
 
 def _import(path: Path):

@@ -1,9 +1,11 @@
-"""The commands that show a program's plan and memory: `aotspec explain` and `aotspec memory`.
+"""The commands that look at one program: `aotspec check` (what no backend supports),
+`aotspec explain` (its plan) and `aotspec memory` (its live bytes).
 
-Both take `FILE.py:FUNCTION` with the conventions of `aotspec/program_file.py`. A mistake in what
-they are given, a program that fails, or one outside the specification ends the command with one
-line on stderr saying what was wrong and what to do, and a non-zero exit code: 2 for the command
-line, 1 for the program.
+They take `FILE.py:FUNCTION`, or `MODULE:FUNCTION` for an importable module, with the conventions
+of `aotspec/program_file.py`. A mistake in what they are given, a program that fails, or one
+outside the specification ends the command with one line on stderr saying what was wrong and
+what to do, and a non-zero exit code: 2 for the command line, 1 for the program. `check` exits
+with 1 when it lists a refusal.
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ from aotspec.program_file import ProgramFile, UsageError, describe, load
 
 
 def register(commands) -> None:
-    """Add `explain` and `memory` to the `aotspec` command's subparsers."""
+    """Add `check`, `explain` and `memory` to the `aotspec` command's subparsers."""
+    check = commands.add_parser(
+        "check",
+        help="list every op of a program that no backend supports, with its source line and rule",
+    )
+    _program_arguments(check)
+    check.set_defaults(run=_guarded(_check))
     explain = commands.add_parser(
         "explain",
         help="print a program's plan: graphs, free points, saved set, epilogue, hooks, rules",
@@ -51,11 +59,15 @@ def register(commands) -> None:
 
 
 def _program_arguments(parser) -> None:
-    parser.add_argument("program", metavar="FILE.py:FUNCTION", help="the function to run")
+    parser.add_argument(
+        "program",
+        metavar="FILE.py:FUNCTION",
+        help="the function (or module object) to run; MODULE:FUNCTION for an importable module",
+    )
     parser.add_argument(
         "--args",
         metavar="NAME",
-        help="the function in FILE.py building the arguments (default: FUNCTION_args)",
+        help="the function beside it building the arguments (default: FUNCTION_args)",
     )
     parser.add_argument(
         "--hooks",
@@ -100,6 +112,27 @@ def _guarded(command):
 def _fail(message: str, code: int) -> int:
     print(f"aotspec: error: {message}", file=sys.stderr)
     return code
+
+
+def _check(options, program: ProgramFile) -> int:
+    """r[ops.unsupported-all]: every refusal of the program, traced on fake tensors (nothing
+    runs); exit code 1 when there is one."""
+    import json
+
+    from aotspec.api import check
+
+    refusals = check(program.fn, *program.arguments())
+    if options.format == "json":
+        fields = [{"problem": r.problem, "rule": r.rule, "fix": r.fix} for r in refusals]
+        print(json.dumps(fields, indent=2))
+    elif not refusals:
+        print(f"{program.spec}: nothing refused; it compiles on both backends")
+    else:
+        print(f"{program.spec}: {len(refusals)} refused")
+        for number, refusal in enumerate(refusals, 1):
+            print(f"{number}. {refusal.problem} [rule {refusal.rule}]")
+            print(f"   fix: {refusal.fix}")
+    return 1 if refusals else 0
 
 
 def _explain(options, program: ProgramFile) -> int:

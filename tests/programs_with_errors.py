@@ -1,5 +1,5 @@
-"""Programs the tests of `aotspec explain` and `aotspec memory` name on the command line, each
-wrong in one way."""
+"""Programs the tests of `aotspec check`, `explain` and `memory` name on the command line, each
+wrong in one way, and one module with nothing wrong (`batch_norm`)."""
 
 import torch
 
@@ -26,3 +26,19 @@ def no_builder(x):
 
 def raising():
     raise ValueError("no arguments today")
+
+
+def two_refused(x):
+    y = torch.ops.prims.sin(x)  # prims are not in the op table
+    return torch.ops.aten.mm.dtype(y, y, torch.float32)  # no CPU kernel
+
+
+def two_refused_args():
+    return (torch.zeros(2, 2),)
+
+
+batch_norm = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+
+
+def batch_norm_args():
+    return (torch.randn(2, 3, 6, 6),)

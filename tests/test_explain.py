@@ -214,7 +214,8 @@ BAD = Path(__file__).parent / "programs_with_errors.py"
 @pytest.mark.parametrize(
     "argv, code, message",
     [
-        (["explain", "nothing"], 2, "expected FILE.py:FUNCTION"),
+        (["explain", "nothing"], 2, "expected FILE.py:FUNCTION or MODULE:FUNCTION"),
+        (["check", "no_such_package.steps:f"], 2, "no module no_such_package.steps"),
         (["explain", "missing.py:f"], 2, "no file missing.py"),
         (["explain", f"{BAD}:nope"], 2, "defines no function nope"),
         (["explain", f"{BAD}:no_builder"], 2, "Define `def no_builder_args()"),
@@ -241,3 +242,31 @@ def test_an_import_error_of_the_program_file_is_one_line(capsys, tmp_path):
     code, _, err = run_cli(capsys, "explain", f"{broken}:f")
     assert 2 == code
     assert "ZeroDivisionError: division by zero (at broken.py:2)" in err
+
+
+def test_check_lists_every_refused_op_with_its_line_and_rule(capsys):
+    """r[ops.unsupported-all] on the command line: both ops, not only the first, each with the
+    line of the program that calls it; nothing runs."""
+    code, out, err = run_cli(capsys, "check", f"{BAD}:two_refused")
+    assert (1, "") == (code, err)
+    source = BAD.read_text().splitlines()
+    first = next(n for n, line in enumerate(source, 1) if "prims.sin" in line)
+    lines = out.splitlines()
+    assert lines[0].endswith("two_refused: 2 refused")
+    assert "prims.sin.default" in lines[1] and f"programs_with_errors.py:{first} " in lines[1]
+    assert lines[1].endswith("[rule ops.table]")
+    assert "aten.mm.dtype" in lines[3] and f"programs_with_errors.py:{first + 1} " in lines[3]
+    assert lines[3].endswith("[rule ops.aten-values]")
+
+
+def test_check_takes_an_importable_module_and_a_module_object(capsys, monkeypatch):
+    """`MODULE:FUNCTION` names what `import MODULE` finds from here; the function may be an
+    nn.Module, whose parameters and buffers are inputs, as `aotspec.check` takes them."""
+    monkeypatch.chdir(BAD.parent)
+    monkeypatch.syspath_prepend(str(BAD.parent))
+    code, out, err = run_cli(capsys, "check", "programs_with_errors:batch_norm")
+    assert (0, "") == (code, err)
+    assert "nothing refused" in out
+    code, out, _ = run_cli(capsys, "check", "programs_with_errors:two_refused", "--format", "json")
+    assert 1 == code
+    assert ["ops.table", "ops.aten-values"] == [item["rule"] for item in json.loads(out)]
