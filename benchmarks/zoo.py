@@ -19,7 +19,7 @@ so that it captures the GRU.
    code allocates its buffers without the dispatcher, where the tracker cannot see them, so it
    has no memory column; the reference backend's memory is its ledger's (`aotspec memory`).
 
-A contender that fails prints its error's type in its cells (the GRU: `aten.transpose_`).
+A contender that fails prints its error's type in its cells.
 """
 
 from __future__ import annotations
