@@ -236,10 +236,11 @@ class _ReferenceRuntime:
     @staticmethod
     def run(compiled_function: CompiledFunction, plan: Plan, tensors: list, stolen) -> list:
         run = run_compiled(plan, tensors, stolen=stolen)
+        outputs, run.outputs = run.outputs, []  # the caller's alone, as eager's outputs are
         #: The latest call's run (its ledgers: memory facts of the reference backend).
         compiled_function.last_run = run
         compiled_function.last_ledger = run.ledger
-        return run.outputs
+        return outputs
 
 
 class _FastRuntime:

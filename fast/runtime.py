@@ -71,6 +71,10 @@ class _FastGraphs:
     def forward(self, arguments: list) -> list:
         return self.fast.forward(arguments)
 
+    def outputs_on_saved(self, outputs: list, saved: list) -> list[int]:
+        storages = {t.untyped_storage()._cdata for t in saved if isinstance(t, torch.Tensor)}
+        return [k for k, t in enumerate(outputs) if t.untyped_storage()._cdata in storages]
+
     def backward(
         self, arguments: list, saved_inputs: dict[int, torch.Tensor], retain: bool
     ) -> list:

@@ -56,6 +56,8 @@ class _ReferenceGraphs:
     stolen: frozenset[int]
     boxed: bool
     run: CompiledRun
+    #: Indices of the last forward's outputs on a saved value's storage.
+    outputs_saved: list[int] = field(factory=list)
 
     def forward(self, arguments: list) -> list:
         """Outputs as torch tensors, saved values as reference cells."""
@@ -64,7 +66,14 @@ class _ReferenceGraphs:
         held = [i not in self.stolen for i in range(n)]
         results = self._run(self.plan.forward, cells, held, self.run.ledger)
         n_outputs = len(results) - self.plan.num_saved
+        saved_storages = {id(cell.storage) for cell in results[n_outputs:]}
+        self.outputs_saved = [
+            k for k, cell in enumerate(results[:n_outputs]) if id(cell.storage) in saved_storages
+        ]
         return _export(results[:n_outputs]) + results[n_outputs:]
+
+    def outputs_on_saved(self, outputs: list, saved: list) -> list[int]:
+        return self.outputs_saved
 
     def backward(
         self, arguments: list, saved_inputs: dict[int, torch.Tensor], retain: bool

@@ -23,6 +23,7 @@ from .graph import placeholders
 from .interpreter import interpret
 from .ledger import Ledger
 from .lift import lift
+from .storage import Tensor
 from .tape import Tape
 
 
@@ -78,12 +79,19 @@ def execute(program: Program, args, kwargs) -> EagerRun:
     with np.errstate(all="ignore"):  # inf and nan are values here, as in PyTorch
         outputs = interpret(program, inputs, ledger, call=None if tape is None else tape.call)
     boundary.apply_to_caller()  # r[boundary.failed-call]: reached only when the run succeeded
-    if tape is not None:
-        tape.note_callers_after_call(input_storages, callers)
     torch_outputs = [boundary.export(value) for value in outputs]
     run = EagerRun(None, ledger, program)
     if tape is not None:
         torch_outputs = connect(tape, outputs, torch_outputs, run)
+        # r[autograd.saved-outputs.version]: the caller's writes into its outputs reach the
+        # tape's storages too (aliases without history: no cycle through the tape's node)
+        returned = [
+            (value.storage, t.detach())
+            for value, t in zip(outputs, torch_outputs, strict=True)
+            if isinstance(value, Tensor)
+        ]
+        storages = input_storages + [storage for storage, _ in returned]
+        tape.note_callers_after_call(storages, callers + [t for _, t in returned])
     for k in program.requires_grad_outputs:
         torch_outputs[k].requires_grad_()  # r[autograd.requires-grad-inside.outputs]
     run.outputs = program.unflatten_outputs(torch_outputs)

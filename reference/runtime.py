@@ -43,6 +43,9 @@ class Graphs(Protocol):
         """The forward graph on the flat inputs: torch outputs, then the saved values in the
         backend's own form."""
 
+    def outputs_on_saved(self, outputs: list, saved: list) -> list[int]:
+        """Indices of the forward's torch `outputs` whose storage a value of `saved` reads."""
+
     def backward(
         self, arguments: list, saved_inputs: dict[int, torch.Tensor], retain: bool
     ) -> list:
@@ -99,6 +102,9 @@ class _Call:
     #: The caller's tensors the backward writes into, by flat index.
     targets: dict[int, torch.Tensor]
     saved: list | None = None
+    #: The outputs on a saved value's storage, as aliases without history, with their versions
+    #: when the forward returned (`r[autograd.saved-outputs.version]`).
+    outputs_saved: list[tuple[torch.Tensor, int]] = field(factory=list)
     saved_inputs: SavedInputs | None = None
 
     def arguments(self, tensors: tuple) -> list:
@@ -113,6 +119,7 @@ class _Call:
             if self.plan.num_saved:
                 raise RuntimeError(SECOND_BACKWARD)  # r[autograd.retain-graph]
             return [], SavedInputs(self.plan, {})
+        _check_saved_outputs(self.outputs_saved)
         if retain:
             return list(self.saved), self.saved_inputs
         saved, saved_inputs = self.saved, self.saved_inputs
@@ -133,9 +140,15 @@ class _Forward(torch.autograd.Function):
         call.saved_inputs = SavedInputs.at_call(plan, saved_inputs)
         results = call.graphs.forward(arguments)  # clears `arguments`
         n_outputs = len(results) - plan.num_saved
-        call.saved = results[n_outputs:]  # handed over whole to the backward
-        flats = results[:n_outputs]
+        flats, saved = results[:n_outputs], results[n_outputs:]
         del results
+        on_saved = call.graphs.outputs_on_saved(flats, saved)
+        call.outputs_saved = [(flats[k].detach(), flats[k]._version) for k in on_saved]
+        returned = {id(flat) for flat in flats}
+        # r[autograd.saved-freed-in-backward]: handed over whole to the backward; an output is
+        # saved as an alias without history, which does not hold this node in a cycle
+        call.saved = [t.detach() if id(t) in returned else t for t in saved]
+        del saved
         ctx.call = call
         differentiable = plan.differentiable_outputs
         ctx.mark_non_differentiable(*[f for k, f in enumerate(flats) if k not in differentiable])
@@ -220,6 +233,21 @@ class SavedInputs:
             if not exact and t.untyped_storage().nbytes() < nbytes:
                 nbytes = Layout.of(t).extent_bytes()
             _check_saved_input(t, version, nbytes)
+
+
+def _check_saved_outputs(outputs_saved: list[tuple[torch.Tensor, int]]) -> None:
+    """r[autograd.saved-outputs.version]: the caller wrote no output that a saved value reads
+    since the forward returned; eager's check on its saved variables."""
+    for t, version in outputs_saved:
+        if t._version != version:
+            raise SpecViolation(
+                "one of the variables needed for gradient computation has been modified by an "
+                f"inplace operation: [{t.type()} {list(t.shape)}], an output of the compiled "
+                f"function or the base of one, is at version {t._version}; expected version "
+                f"{version} instead",
+                rule="autograd.saved-outputs.version",
+                fix="write the output only after the backward has run, or write a clone of it",
+            )
 
 
 def _check_saved_input(t: torch.Tensor, version: int, nbytes: int) -> None:

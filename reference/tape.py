@@ -186,19 +186,25 @@ class Tape:
     def note_callers_after_call(
         self, storages: list[Storage], callers: list[torch.Tensor]
     ) -> None:
-        """The caller's tensor on each input storage and its version once the call returned."""
-        first: dict[int, tuple[Storage, torch.Tensor, int]] = {}
-        for storage, caller in zip(storages, callers, strict=True):
-            first.setdefault(id(storage), (storage, caller, caller._version))
-        self._callers = list(first.values())
+        """The caller's tensors on each storage (its arguments, and its outputs as aliases) and
+        their versions once the call returned."""
+        self._callers = [
+            (storage, caller, caller._version)
+            for storage, caller in zip(storages, callers, strict=True)
+        ]
 
     def catch_up_with_callers(self) -> None:
         """Before the backward: what the caller did to its tensors since the call is what the
-        saved inputs hold now, as in eager, where they are the caller's tensors. A write bumps
-        the version (the saved-variable check then refuses); new bytes, resized ones included
-        (FSDP's re-gather), are read."""
-        for storage, caller, version in self._callers:
-            if caller._version != version:
+        saved values on their storages hold now, as in eager, where they are the caller's
+        tensors. A write through any of them bumps the storage's version (the saved-variable
+        check then refuses); new bytes, resized ones included (FSDP's re-gather), are read."""
+        written = {id(s) for s, caller, version in self._callers if caller._version != version}
+        caught_up: set[int] = set()
+        for storage, caller, _ in self._callers:
+            if id(storage) in caught_up:
+                continue
+            caught_up.add(id(storage))
+            if id(storage) in written:
                 self._bump(storage)
             storage.buffer = bytes_of(caller.untyped_storage())
 

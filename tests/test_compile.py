@@ -1,5 +1,7 @@
 """aotspec.compile: the public contract of docs/contract.md, on the reference backend."""
 
+import gc
+
 import pytest
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
@@ -182,3 +184,23 @@ def test_arguments_with_and_without_a_common_base_compile_apart(backend):
         compiled(y[0], other)
     assert torch.equal(torch.ones(2, 2), y)  # r[functionalize.errors-before-running]
     assert 1 == compiled.compilations
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_dropping_the_outputs_without_a_backward_frees_the_saved_values(backend):
+    """r[autograd.saved-freed-in-backward]: tanh saves its output, which the caller also holds.
+    Once the caller drops it, the saved values go at once, as eager's do: nothing holds the
+    compiled node in a cycle that only the garbage collector would break."""
+    compiled = aotspec.compile(lambda x: (x * 3).tanh(), backend=backend)
+    x = torch.randn(64, requires_grad=True)
+    compiled(x)  # compiles
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        out = compiled(x)
+        saved = StorageWeakRef(out.untyped_storage())
+        del out
+        assert saved.expired()
+    finally:
+        if gc_was_enabled:
+            gc.enable()

@@ -4,6 +4,8 @@ Expected gradients are worked out by hand from the chain rule, or computed by ea
 private copies; never taken from the reference.
 """
 
+import math
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
@@ -95,6 +97,29 @@ def _x_and_w():
 
 def _caller_writes_w(world):
     world["w"].add_(1)
+
+
+def _tanh(x):
+    return x.tanh()
+
+
+def _tanh_and_its_first(x):
+    t = x.tanh()
+    return t, t[0]
+
+
+def _doubled_and_tanh(x):
+    return x * 2, x.tanh()
+
+
+def _caller_doubles_out0(world):
+    with torch.no_grad():
+        world["out0"].mul_(2)
+
+
+def _caller_zeroes_out1(world):
+    with torch.no_grad():
+        world["out1"].zero_()
 
 
 def _caller_regathers_w(world):
@@ -1007,6 +1032,46 @@ CASES = [
             BackwardRaises(RuntimeError, match="modified by an inplace operation"),
             Absent("x.grad"),
         ],
+    ),
+    Case(
+        name="autograd.saved-output-written-by-the-caller",
+        rules=["autograd.saved-outputs.version"],
+        setup=_x_and_w,
+        args=["x"],
+        program=_tanh,
+        backward=True,
+        before_backward=_caller_doubles_out0,
+        # eager: tanh saved its output at version 0; the caller's mul_ made it version 1
+        expect=[
+            BackwardRaises(RuntimeError, match="modified by an inplace operation"),
+            Absent("x.grad"),
+        ],
+    ),
+    Case(
+        name="autograd.saved-value-written-through-an-output-view",
+        rules=["autograd.saved-outputs.version"],
+        setup=_x_and_w,
+        args=["x"],
+        program=_tanh_and_its_first,
+        backward=True,
+        before_backward=_caller_zeroes_out1,
+        # eager: out1 is a view of tanh's saved output, so writing it bumps the shared version
+        expect=[
+            BackwardRaises(RuntimeError, match="modified by an inplace operation"),
+            Absent("x.grad"),
+        ],
+    ),
+    Case(
+        name="autograd.unsaved-output-written-by-the-caller",
+        rules=["autograd.saved-outputs.version"],
+        setup=_x_and_w,
+        args=["x"],
+        program=_doubled_and_tanh,
+        backward=True,
+        before_backward=_caller_doubles_out0,
+        # eager: x * 2 saves nothing of its output, so writing out0 leaves the backward alone;
+        # d/dx (2x + tanh x) = 2 + 1 - tanh(1)^2 at x = 1
+        expect=[Values("x.grad", [3.0 - math.tanh(1.0) ** 2] * 3)],
     ),
     Case(
         name="autograd.saved-input-regathered-before-the-backward",
