@@ -8,6 +8,8 @@ right before their op's rule reads them (`r[hooks.eager.unpack-on-use]`).
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -167,7 +169,7 @@ def connect(tape: Tape, outputs: list, torch_outputs: list, run) -> list:
     if not linked:
         return torch_outputs
     seeds_for = [tape.var(outputs[k]) for k in linked]
-    node = _TapeNode(tape, seeds_for, [torch_outputs[k] for k in linked], run)
+    node = _TapeNode(tape, seeds_for, [torch_outputs[k] for k in linked], weakref.ref(run))
     # r[autograd.grad-mode-inside]: what ops inside torch.enable_grad() computed has a history,
     # even when the call is made under torch.no_grad()
     with torch.enable_grad():
@@ -188,7 +190,8 @@ class _TapeNode:
     tape: Tape
     seeds_for: list
     outputs: list
-    run: Any
+    #: The EagerRun, weakly: it holds the outputs, which hold this node.
+    run: Callable[[], Any]
 
 
 class TapeFunction(torch.autograd.Function):
@@ -198,7 +201,9 @@ class TapeFunction(torch.autograd.Function):
     def forward(ctx, node: _TapeNode, *leaves):
         ctx.set_materialize_grads(False)
         ctx.node = node
-        return tuple(node.outputs)
+        # the outputs take this node as their grad_fn: the node does not keep them (no cycle)
+        outputs, node.outputs = tuple(node.outputs), []
+        return outputs
 
     @staticmethod
     def backward(ctx, *grads):
@@ -211,9 +216,11 @@ class TapeFunction(torch.autograd.Function):
         ]
         node.tape.catch_up_with_callers()
         backward = Backward(node.tape, torch._C._autograd._get_current_graph_task_keep_graph())
-        node.run.saved_storages = frozenset(cell.storage.id for cell in node.tape.heldcells_of())
+        saved_storages = frozenset(cell.storage.id for cell in node.tape.heldcells_of())
         results = backward.run(seeds)
-        node.run.backward_ledger = backward.ledger
+        run = node.run()  # the caller's EagerRun, if it still holds it
+        if run is not None:
+            run.saved_storages, run.backward_ledger = saved_storages, backward.ledger
         export = Boundary()
         return (
             None,

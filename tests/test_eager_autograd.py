@@ -7,8 +7,11 @@ Every expectation comes from running the same program on eager PyTorch, never fr
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
+from torch.multiprocessing.reductions import StorageWeakRef
 
 from aotspec.errors import UnsupportedError
 from aotspec.reference import run
@@ -341,3 +344,19 @@ def test_single_ops_save_what_eager_saves(name):
     tensors = _leaves([(3, 4), (3, 4)], seed=2)
     expected = _hook_calls(SINGLE_OPS[name], _copies(tensors), on_reference=False)
     assert _hook_calls(SINGLE_OPS[name], _copies(tensors), on_reference=True) == expected
+
+
+def test_dropping_the_run_and_its_outputs_frees_them_at_once():
+    """The tape's autograd node holds neither the outputs nor the run that holds them: without a
+    backward, they go when the caller drops them, not at the garbage collector's next pass."""
+    x = torch.randn(64, requires_grad=True)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        eager_run = run(lambda x: (x * 3).tanh(), x)
+        output = StorageWeakRef(eager_run.outputs.untyped_storage())
+        del eager_run
+        assert output.expired()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
