@@ -126,6 +126,23 @@ class Plan:
         return {k: index_of[node] for k, node in enumerate(saved) if node in index_of}
 
 
+    @cached_property
+    def grads_read_saved(self) -> tuple[bool, ...]:
+        """Per gradient of `grad_inputs`: whether the backward graph computes it from a saved
+        value, as eager's derivatives of the same ops read the forward's values, so that the
+        gradient eager computes with `create_graph=True` has a history
+        (`r[autograd.double-backward]`); one computed from the tangents alone has none."""
+        graph = self.backward.graph
+        saved = set(placeholders(graph)[: self.num_saved])
+        reads_saved: dict[torch.fx.Node, bool] = {}
+        for node in graph.nodes:
+            reads_saved[node] = node in saved or any(
+                reads_saved[used] for used in node.all_input_nodes
+            )
+        grads = output_node(graph).args[0][: len(self.grad_inputs)]
+        return tuple(isinstance(grad, torch.fx.Node) and reads_saved[grad] for grad in grads)
+
+
 def build_plan(
     fn,
     args: tuple,

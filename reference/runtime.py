@@ -23,12 +23,13 @@ No reference interpreter here: the fast backend uses this module as it is.
 
 from __future__ import annotations
 
+import weakref
 from typing import Protocol
 
 import torch
 from attrs import define, field
 
-from aotspec.errors import SECOND_BACKWARD, SpecViolation
+from aotspec.errors import SECOND_BACKWARD, SpecViolation, UnsupportedError
 
 from .epilogue import apply_backward_writes, apply_epilogue, build_outputs
 from .plan import Plan
@@ -150,6 +151,10 @@ class _Forward(torch.autograd.Function):
         call.saved = [t.detach() if id(t) in returned else t for t in saved]
         del saved
         ctx.call = call
+        # r[autograd.double-backward]: what a gradient of a gradient would be taken for, weakly
+        ctx.differentiated = [
+            weakref.ref(t) for t in tensors if isinstance(t, torch.Tensor) and t.requires_grad
+        ]
         differentiable = plan.differentiable_outputs
         ctx.mark_non_differentiable(*[f for k, f in enumerate(flats) if k not in differentiable])
         # r[autograd.unreached-outputs]: outputs the backward does not reach get None, not zeros.
@@ -172,7 +177,9 @@ class _Forward(torch.autograd.Function):
         # holder of the saved values, and the backward graph clears it, so each dies at its last
         # use.
         del saved
-        results = call.graphs.backward(arguments, saved_inputs.tensors, retain)  # clears it
+        create_graph = torch.is_grad_enabled()
+        with torch.no_grad():  # r[autograd.double-backward]: no partial history is recorded
+            results = call.graphs.backward(arguments, saved_inputs.tensors, retain)  # clears it
         input_grads: list = [None] * len(plan.functional.inputs)
         reached = [grads[k] is not None for k in plan.differentiable_outputs]
         written = results[len(plan.grad_inputs) :]
@@ -182,7 +189,42 @@ class _Forward(torch.autograd.Function):
             # r[autograd.unreached-outputs]: from unreached outputs only, no gradient at all.
             if not tangents or any(reached[j] for j in tangents):
                 input_grads[i] = grad
+        if create_graph:
+            _give_first_order_histories(ctx, plan, grads, input_grads)
         return (None, *input_grads)
+
+
+def _give_first_order_histories(ctx, plan: Plan, grads: tuple, input_grads: list) -> None:
+    """r[autograd.double-backward]: after a backward with create_graph=True, a gradient that
+    eager's would compute with a history (from a saved value, or from incoming gradients that
+    have one) gets the function's inputs as its history, through a node that refuses to be
+    differentiated."""
+    inputs = [t for t in (ref() for ref in ctx.differentiated) if t is not None]
+    incoming_history = any(grad is not None and grad.requires_grad for grad in grads)
+    for i, reads_saved in zip(plan.grad_inputs, plan.grads_read_saved, strict=True):
+        if input_grads[i] is not None and (reads_saved or incoming_history):
+            input_grads[i] = _FirstOrderOnly.apply(input_grads[i], *inputs)
+
+
+class _FirstOrderOnly(torch.autograd.Function):
+    """r[autograd.double-backward]: a gradient that a backward with `create_graph=True` took
+    through a compiled function; it has the function's inputs as its history, and a backward
+    through it raises, where one through the backward graph's own ops would silently miss every
+    term that the saved values carry."""
+
+    @staticmethod
+    def forward(ctx, grad, *inputs):
+        return grad.detach()
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise UnsupportedError(
+            "a double backward: a backward through a gradient that a compiled function's "
+            "backward computed with create_graph=True",
+            rule="autograd.double-backward",
+            fix="take higher-order gradients of eager code (torch.func.hessian, or calling the "
+            "function uncompiled), or compile only the part that needs first-order gradients",
+        )
 
 
 def detached_where_needed(plan: Plan, tensors: list) -> list:

@@ -204,3 +204,23 @@ def test_dropping_the_outputs_without_a_backward_frees_the_saved_values(backend)
     finally:
         if gc_was_enabled:
             gc.enable()
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_create_graph_gives_eagers_first_order_gradients_and_refuses_the_second(backend):
+    """r[autograd.double-backward]: the first-order gradient is eager's, with a history exactly
+    where eager's has one (x sin x reads x in its derivative; 2 x does not), and differentiating
+    it raises rather than miss the terms that the saved values carry."""
+    x = torch.linspace(-1.0, 1.0, 5, requires_grad=True)
+    (expected,) = torch.autograd.grad((x.sin() * x).sum(), x, create_graph=True)
+    compiled = aotspec.compile(lambda x: (x.sin() * x).sum(), backend=backend)
+    (gx,) = torch.autograd.grad(compiled(x), x, create_graph=True)
+    torch.testing.assert_close(gx, expected.detach())
+    assert gx.requires_grad and expected.requires_grad
+    with pytest.raises(aotspec.UnsupportedError, match="double backward") as raised:
+        torch.autograd.grad(gx.sum(), x)
+    assert "autograd.double-backward" == raised.value.rule
+    doubled = aotspec.compile(lambda x: (x * 2).sum(), backend=backend)
+    (constant,) = torch.autograd.grad(doubled(x), x, create_graph=True)
+    assert not constant.requires_grad  # as eager's 2 * ones
+    torch.testing.assert_close(constant, torch.full((5,), 2.0))

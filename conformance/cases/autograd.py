@@ -122,6 +122,17 @@ def _caller_zeroes_out1(world):
         world["out1"].zero_()
 
 
+def _sine_times_x(x):
+    return (x.sin() * x).sum()
+
+
+def _first_order_gradient_with_history(world):
+    """Replaces the output by its gradient, taken with create_graph=True: the runner's backward
+    is then a double backward."""
+    (gx,) = torch.autograd.grad(world["out0"], world["x"], create_graph=True)
+    world["gx"], world["out0"] = gx.detach(), gx
+
+
 def _caller_regathers_w(world):
     """FSDP's pre-backward all-gather: the storage comes back with new bytes, same version."""
     w = world["w"]
@@ -1072,6 +1083,24 @@ CASES = [
         # eager: x * 2 saves nothing of its output, so writing out0 leaves the backward alone;
         # d/dx (2x + tanh x) = 2 + 1 - tanh(1)^2 at x = 1
         expect=[Values("x.grad", [3.0 - math.tanh(1.0) ** 2] * 3)],
+    ),
+    Case(
+        name="autograd.gradient-of-a-gradient-raises",
+        rules=["autograd.double-backward"],
+        setup=lambda: {"x": _ANGLES.clone().requires_grad_()},
+        args=["x"],
+        program=_sine_times_x,
+        backward=True,
+        before_backward=_first_order_gradient_with_history,
+        expect=[
+            # d/dx (x sin x) = sin x + x cos x, as eager computes it with create_graph=True
+            Values("gx", _ANGLES.sin() + _ANGLES * _ANGLES.cos()),
+            BackwardRaises(RuntimeError, match="double backward"),
+        ],
+        skip={
+            "torch-eager": "eager differentiates its gradients again",
+            "reference-eager": "the eager interpreter's gradients carry no history",
+        },
     ),
     Case(
         name="autograd.saved-input-regathered-before-the-backward",
