@@ -16,6 +16,7 @@ import torch.utils._pytree as pytree
 
 from aotspec.errors import UnsupportedError
 from aotspec.fast.runtime import FastPlan, run_fast
+from aotspec.reference.boundary import refuse_transformed
 from aotspec.reference.compiled import run_compiled
 from aotspec.reference.plan import (
     HOOK_FILTERS,
@@ -143,6 +144,7 @@ class CompiledFunction:
             fn, args = lifted.wrap(self.fn), (list(lifted.tensors), *args)
         leaves, structure = _flatten(args, kwargs)
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        refuse_transformed(tensors)
         stolen = self._stolen_indices(leaves, stolen_lists)
         constants = tuple(
             _constant_key(leaf) for leaf in leaves if not isinstance(leaf, torch.Tensor)

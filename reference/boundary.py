@@ -13,9 +13,35 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.autograd.forward_ad as forward_ad
 from attrs import define, field
 
+from aotspec.errors import UnsupportedError
+
 from .storage import Layout, Storage, Tensor
+
+
+def refuse_transformed(tensors: list[torch.Tensor]) -> None:
+    """r[boundary.import]: no functorch transform is active around the call, and no
+    argument carries a forward-mode tangent; checked before anything runs."""
+    if torch._C._functorch.peek_interpreter_stack() is not None:
+        raise UnsupportedError(
+            "the call runs inside a functorch transform (torch.func.grad, vmap, jacrev, ...), "
+            "whose wrapped tensors have no storage to compile against",
+            rule="boundary.import",
+            fix="apply the transform to the uncompiled function, or compile a function that "
+            "calls the transform inside it with torch.compile",
+        )
+    if forward_ad._current_level >= 0:
+        for i, t in enumerate(tensors):
+            if forward_ad.unpack_dual(t).tangent is not None:
+                raise UnsupportedError(
+                    f"flat argument {i} carries a forward-mode tangent (make_dual), which the "
+                    "compiled graphs would drop",
+                    rule="boundary.import",
+                    fix="take forward-mode derivatives of the uncompiled function, or use "
+                    "reverse mode (backward) through the compiled one",
+                )
 
 
 def bytes_of(st: torch.UntypedStorage) -> np.ndarray:

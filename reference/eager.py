@@ -12,11 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
+import torch.utils._pytree as pytree
 from attrs import define
 
 from aotspec.errors import UnsupportedError
 
-from .boundary import Boundary
+from .boundary import Boundary, refuse_transformed
 from .capture import Program, capture, hooks_silenced_while_tracing
 from .eager_backward import connect
 from .graph import placeholders
@@ -45,6 +47,8 @@ def run(fn, *args, **kwargs) -> EagerRun:
     lifted = lift(fn)
     if lifted.tensors:  # r[capture.lift]
         fn, args = lifted.wrap(fn), (list(lifted.tensors), *args)
+    leaves = pytree.tree_leaves((args, kwargs))
+    refuse_transformed([leaf for leaf in leaves if isinstance(leaf, torch.Tensor)])
     with hooks_silenced_while_tracing():
         program = capture(fn, args, kwargs)
     return execute(program, args, kwargs)

@@ -224,3 +224,31 @@ def test_create_graph_gives_eagers_first_order_gradients_and_refuses_the_second(
     (constant,) = torch.autograd.grad(doubled(x), x, create_graph=True)
     assert not constant.requires_grad  # as eager's 2 * ones
     torch.testing.assert_close(constant, torch.full((5,), 2.0))
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast", "eager-interpreter"])
+def test_transforms_and_forward_mode_tangents_are_refused(backend):
+    """r[boundary.import]: arguments are plain tensors. Inside torch.func.grad or vmap the call
+    crashed on a wrapper without storage; a forward-mode tangent was dropped by the reference
+    (its jvp came back None). Each is refused, naming the rule, with nothing run."""
+    if backend == "eager-interpreter":
+
+        def call(x):
+            return aotspec.reference.run(lambda x: x.sin() * 2, x).outputs
+
+    else:
+        call = aotspec.compile(lambda x: x.sin() * 2, backend=backend)
+    x = torch.linspace(-1.0, 1.0, 3)
+    transforms = {
+        "grad": lambda: torch.func.grad(lambda x: call(x).sum())(x),
+        "vmap": lambda: torch.vmap(call)(torch.stack([x, x])),
+        "jvp": lambda: torch.func.jvp(call, (x,), (torch.ones(3),)),
+    }
+    for name, transformed in transforms.items():
+        with pytest.raises(aotspec.UnsupportedError) as raised:
+            transformed()
+        assert "boundary.import" == raised.value.rule, name
+    with torch.autograd.forward_ad.dual_level():
+        dual = torch.autograd.forward_ad.make_dual(x, torch.ones(3))
+        with pytest.raises(aotspec.UnsupportedError, match="forward-mode tangent"):
+            call(dual)
