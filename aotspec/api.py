@@ -17,6 +17,7 @@ import torch.utils._pytree as pytree
 from aotspec.errors import UnsupportedError
 from aotspec.fast.runtime import FastPlan, run_fast
 from aotspec.reference.boundary import refuse_transformed
+from aotspec.reference.capture import autocast_state
 from aotspec.reference.compiled import run_compiled
 from aotspec.reference.plan import (
     HOOK_FILTERS,
@@ -150,6 +151,7 @@ class CompiledFunction:
             _constant_key(leaf) for leaf in leaves if not isinstance(leaf, torch.Tensor)
         )
         grad_enabled = torch.is_grad_enabled()
+        autocast = autocast_state()  # r[capture.autocast]: casts are recorded at capture
         # r[hooks.compiled.respecialize]: what the hooks in effect compute is part of the key;
         # under torch.no_grad() too, as they apply to what ops inside torch.enable_grad() save
         # (r[autograd.grad-mode-inside]).
@@ -166,6 +168,7 @@ class CompiledFunction:
             facts,
             bases_key(tensors, facts),
             grad_enabled,
+            autocast,
             None if hooks is None else hooks.key,
             static,
             lifted.key,

@@ -504,6 +504,9 @@ class Case:
     retain_graph: tuple[bool, ...] = field(default=(False,), converter=tuple)
     #: The grad mode the call runs under (`torch.set_grad_enabled`); the backward runs with it on.
     grad_enabled: bool = True
+    #: A dtype: the call runs under `torch.autocast("cpu", dtype=autocast)`; the backward, after
+    #: it, without (`r[capture.autocast]`).
+    autocast: torch.dtype | None = None
     #: (pack, unpack): the call runs inside
     #: `torch.autograd.graph.saved_tensors_hooks(pack, unpack)`.
     hooks: tuple[Callable, Callable] | None = None

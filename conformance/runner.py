@@ -70,7 +70,9 @@ def _run(case: Case, backend: Backend) -> CaseResult:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            with torch.set_grad_enabled(case.grad_enabled):
+            autocast = case.autocast
+            autocasting = torch.autocast("cpu", dtype=autocast, enabled=autocast is not None)
+            with torch.set_grad_enabled(case.grad_enabled), autocasting:
                 outputs, ledger = run(case, [world[name] for name in case.args])
         except Exception as raised:  # noqa: BLE001  (the expectations judge every error)
             error = raised

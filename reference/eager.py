@@ -19,7 +19,7 @@ from attrs import define
 from aotspec.errors import UnsupportedError
 
 from .boundary import Boundary, refuse_transformed
-from .capture import Program, capture, hooks_silenced_while_tracing
+from .capture import Program, autocast_off, capture, hooks_silenced_while_tracing
 from .eager_backward import connect
 from .graph import placeholders
 from .interpreter import interpret
@@ -80,7 +80,8 @@ def execute(program: Program, args, kwargs) -> EagerRun:
         ledger.hold(cell)  # the caller holds its arguments for the whole call
     tape = Tape.needed(inputs, callers, ledger, program.graph)
     input_storages = [cell.storage for cell in inputs]
-    with np.errstate(all="ignore"):  # inf and nan are values here, as in PyTorch
+    # inf and nan are values here, as in PyTorch; r[capture.autocast]: the casts are ops
+    with np.errstate(all="ignore"), autocast_off():
         outputs = interpret(program, inputs, ledger, call=None if tape is None else tape.call)
     boundary.apply_to_caller()  # r[boundary.failed-call]: reached only when the run succeeded
     torch_outputs = [boundary.export(value) for value in outputs]

@@ -31,6 +31,7 @@ from attrs import define, field
 
 from aotspec.errors import SECOND_BACKWARD, SpecViolation, UnsupportedError
 
+from .capture import autocast_off
 from .epilogue import apply_backward_writes, apply_epilogue, build_outputs
 from .plan import Plan
 from .storage import Layout
@@ -68,7 +69,8 @@ def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) 
         arguments = list(tensors)
         for i in stolen:
             tensors[i] = None  # r[boxed.steal.freed-at-last-use]: only the graph's list holds it
-        flats = graphs.forward(arguments)
+        with autocast_off():  # r[capture.autocast]
+            flats = graphs.forward(arguments)
     else:
         inputs = detached_where_needed(plan, tensors)
         # r[boxed.steal.freed-at-last-use]: a stolen input that needs no gradient reaches the
@@ -139,7 +141,8 @@ class _Forward(torch.autograd.Function):
         # the backward runs; its version is noted now.
         saved_inputs = {k: arguments[i] for k, i in plan.saved_inputs.items()}
         call.saved_inputs = SavedInputs.at_call(plan, saved_inputs)
-        results = call.graphs.forward(arguments)  # clears `arguments`
+        with autocast_off():  # r[capture.autocast]
+            results = call.graphs.forward(arguments)  # clears `arguments`
         n_outputs = len(results) - plan.num_saved
         flats, saved = results[:n_outputs], results[n_outputs:]
         del results
@@ -178,7 +181,8 @@ class _Forward(torch.autograd.Function):
         # use.
         del saved
         create_graph = torch.is_grad_enabled()
-        with torch.no_grad():  # r[autograd.double-backward]: no partial history is recorded
+        # r[autograd.double-backward]: no partial history is recorded; r[capture.autocast]
+        with torch.no_grad(), autocast_off():
             results = call.graphs.backward(arguments, saved_inputs.tensors, retain)  # clears it
         input_grads: list = [None] * len(plan.functional.inputs)
         reached = [grads[k] is not None for k in plan.differentiable_outputs]

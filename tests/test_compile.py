@@ -252,3 +252,22 @@ def test_transforms_and_forward_mode_tangents_are_refused(backend):
         dual = torch.autograd.forward_ad.make_dual(x, torch.ones(3))
         with pytest.raises(aotspec.UnsupportedError, match="forward-mode tangent"):
             call(dual)
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_a_call_under_another_autocast_state_compiles_again(backend):
+    """r[capture.autocast]: one compiled function called with autocast off, on, then off again
+    gives eager's dtype and values each time; before, the first specialization served every
+    call (bfloat16 results without autocast, or float32 ones under it)."""
+
+    def product(x, w):
+        return x @ w
+
+    compiled = aotspec.compile(product, backend=backend)
+    x, w = torch.randn(4, 8), torch.randn(8, 4)
+    for autocast in (False, True, False):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            expected, got = product(x, w), compiled(x, w)
+        assert expected.dtype == got.dtype
+        torch.testing.assert_close(got, expected)
+    assert 2 == compiled.compilations

@@ -480,3 +480,43 @@ CASES = [
         expect=[Values("out0", [8.0, 10.0])],
     ),
 ]
+
+
+def _first_column_of_softmax(x, w):
+    return (x @ w).softmax(-1)[:, 0]
+
+
+_W = torch.tensor([[0.5, -1.0], [2.0, 0.25], [-0.75, 1.5], [1.0, 1.0]])
+
+
+def _eager_under_bfloat16_autocast() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The output, x's and w's gradients eager computes, the call under CPU autocast to
+    bfloat16 and the backward after it, as the runner does; on private copies."""
+    x, w = _X.clone().requires_grad_(), _W.clone().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = _first_column_of_softmax(x, w)
+    out.sum().backward()
+    return out.detach(), x.grad, w.grad
+
+
+_AUTOCAST_OUT, _AUTOCAST_X_GRAD, _AUTOCAST_W_GRAD = _eager_under_bfloat16_autocast()
+
+CASES.append(
+    Case(
+        name="capture.autocast-casts-are-eagers",
+        rules=["capture.autocast"],
+        setup=lambda: {"x": _X.clone().requires_grad_(), "w": _W.clone().requires_grad_()},
+        args=["x", "w"],
+        program=_first_column_of_softmax,
+        autocast=torch.bfloat16,
+        backward=True,
+        expect=[
+            # bfloat16, as CPU autocast leaves the product and its softmax; without autocast
+            # the compiled function would give float32
+            Values("out0", _AUTOCAST_OUT),
+            Layout("out0", dtype=torch.bfloat16),
+            Values("x.grad", _AUTOCAST_X_GRAD),
+            Values("w.grad", _AUTOCAST_W_GRAD),
+        ],
+    )
+)
