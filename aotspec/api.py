@@ -152,6 +152,7 @@ class CompiledFunction:
         )
         grad_enabled = torch.is_grad_enabled()
         autocast = autocast_state()  # r[capture.autocast]: casts are recorded at capture
+        default_dtype = torch.get_default_dtype()  # r[capture.default-dtype]
         # r[hooks.compiled.respecialize]: what the hooks in effect compute is part of the key;
         # under torch.no_grad() too, as they apply to what ops inside torch.enable_grad() save
         # (r[autograd.grad-mode-inside]).
@@ -169,6 +170,7 @@ class CompiledFunction:
             bases_key(tensors, facts),
             grad_enabled,
             autocast,
+            default_dtype,
             None if hooks is None else hooks.key,
             static,
             lifted.key,

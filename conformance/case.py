@@ -507,6 +507,8 @@ class Case:
     #: A dtype: the call runs under `torch.autocast("cpu", dtype=autocast)`; the backward, after
     #: it, without (`r[capture.autocast]`).
     autocast: torch.dtype | None = None
+    #: A dtype: the call runs with it as `torch.get_default_dtype()` (`r[capture.default-dtype]`).
+    default_dtype: torch.dtype | None = None
     #: (pack, unpack): the call runs inside
     #: `torch.autograd.graph.saved_tensors_hooks(pack, unpack)`.
     hooks: tuple[Callable, Callable] | None = None

@@ -7,6 +7,7 @@ case's `crash` result, with its signal, and the run goes on.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import warnings
@@ -72,7 +73,7 @@ def _run(case: Case, backend: Backend) -> CaseResult:
         try:
             autocast = case.autocast
             autocasting = torch.autocast("cpu", dtype=autocast, enabled=autocast is not None)
-            with torch.set_grad_enabled(case.grad_enabled), autocasting:
+            with torch.set_grad_enabled(case.grad_enabled), autocasting, _default_dtype(case):
                 outputs, ledger = run(case, [world[name] for name in case.args])
         except Exception as raised:  # noqa: BLE001  (the expectations judge every error)
             error = raised
@@ -123,6 +124,18 @@ def describe(error: BaseException) -> str:
     if len(text) > MESSAGE_LIMIT:
         text = text[:MESSAGE_LIMIT] + " [...]"
     return f"{type(error).__name__}: {text}"
+
+
+@contextlib.contextmanager
+def _default_dtype(case: Case):
+    """The call under `case.default_dtype`, if it names one; the caller's default after it."""
+    before = torch.get_default_dtype()
+    if case.default_dtype is not None:
+        torch.set_default_dtype(case.default_dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(before)
 
 
 def _backpropagate(world: dict, retain_graph: tuple[bool, ...]) -> None:

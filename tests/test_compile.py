@@ -271,3 +271,24 @@ def test_a_call_under_another_autocast_state_compiles_again(backend):
         assert expected.dtype == got.dtype
         torch.testing.assert_close(got, expected)
     assert 2 == compiled.compilations
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_a_call_under_another_default_dtype_compiles_again(backend):
+    """r[capture.default-dtype]: `torch.ones(4)` takes the default dtype at each call, as in
+    eager; before, the reference kept the first call's float32 (and the fast backend's code
+    disagreed with its own plan)."""
+
+    def plus_ones(x):
+        return x + torch.ones(4)
+
+    compiled = aotspec.compile(plus_ones, backend=backend)
+    x = torch.randn(4)
+    compiled(x)
+    torch.set_default_dtype(torch.float64)
+    try:
+        expected, got = plus_ones(x), compiled(x)
+    finally:
+        torch.set_default_dtype(torch.float32)
+    assert torch.float64 == expected.dtype == got.dtype
+    torch.testing.assert_close(got, expected)

@@ -520,3 +520,21 @@ CASES.append(
         ],
     )
 )
+
+
+def _plus_ones(x):
+    return x + torch.ones(3)
+
+
+CASES.append(
+    Case(
+        name="capture.factory-ops-take-the-default-dtype",
+        rules=["capture.default-dtype"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0, 3.0])},
+        args=["x"],
+        program=_plus_ones,
+        default_dtype=torch.float64,
+        # eager: ones is float64 under that default, and float32 + float64 promotes to float64
+        expect=[Values("out0", torch.tensor([2.0, 3.0, 4.0], dtype=torch.float64))],
+    )
+)
