@@ -69,14 +69,18 @@ class Lifted:
 
     tensors: tuple[torch.Tensor, ...]
     reaches: tuple[tuple[Reach, ...], ...]
+    #: Every module reached (`r[capture.module-mode]`).
+    modules: tuple[torch.nn.Module, ...] = ()
 
     @property
     def key(self) -> tuple:
         """What the guard keeps: which slots hold which lifted input (not the tensors, which
-        are inputs and guarded as such)."""
-        return tuple(
+        are inputs and guarded as such), and which modules reached are in training mode
+        (`r[capture.module-mode]`)."""
+        slots = tuple(
             tuple((r.kind, id(r.owner), r.name) for r in slots) for slots in self.reaches
         )
+        return slots, tuple(module.training for module in self.modules)
 
     def wrap(self, fn):
         """`fn` as a function of (the lifted tensors as a list, *args, **kwargs): while it runs,
@@ -102,29 +106,33 @@ def lift(fn) -> Lifted:
     """r[capture.lift]: the tensors `fn` reaches from its code, in a stable order."""
     by_tensor: dict[int, list[Reach]] = {}
     tensors: list[torch.Tensor] = []
-    for reach in _reaches(fn, set()):
+    modules: list[torch.nn.Module] = []
+    for reach in _reaches(fn, set(), modules):
         tensor = reach.get()
         if id(tensor) not in by_tensor:
             by_tensor[id(tensor)] = []
             tensors.append(tensor)
         by_tensor[id(tensor)].append(reach)
-    return Lifted(tuple(tensors), tuple(tuple(by_tensor[id(t)]) for t in tensors))
+    reaches = tuple(tuple(by_tensor[id(t)]) for t in tensors)
+    return Lifted(tuple(tensors), reaches, tuple(modules))
 
 
-def _reaches(value, seen: set[int]) -> Iterator[Reach]:
+def _reaches(value, seen: set[int], modules: list) -> Iterator[Reach]:
+    """The slots of the tensors `value` reaches; the modules it reaches are added to
+    `modules`."""
     if id(value) in seen:
         return
     seen.add(id(value))
     if isinstance(value, torch.nn.Module):
-        yield from _module_reaches(value, seen)
+        yield from _module_reaches(value, seen, modules)
     elif isinstance(value, types.MethodType):
-        yield from _reaches(value.__self__, seen)
-        yield from _reaches(value.__func__, seen)
+        yield from _reaches(value.__self__, seen, modules)
+        yield from _reaches(value.__func__, seen, modules)
     elif isinstance(value, types.FunctionType) and not _is_library(value):
-        yield from _function_reaches(value, seen)
+        yield from _function_reaches(value, seen, modules)
 
 
-def _function_reaches(fn: types.FunctionType, seen: set[int]) -> Iterator[Reach]:
+def _function_reaches(fn: types.FunctionType, seen: set[int], modules: list) -> Iterator[Reach]:
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
         try:
             contents = cell.cell_contents
@@ -133,7 +141,7 @@ def _function_reaches(fn: types.FunctionType, seen: set[int]) -> Iterator[Reach]
         if isinstance(contents, torch.Tensor):
             yield Reach("cell", cell, name)
         else:
-            yield from _reaches(contents, seen)
+            yield from _reaches(contents, seen, modules)
     for name in _global_names(fn.__code__):
         if name not in fn.__globals__:
             continue
@@ -141,14 +149,15 @@ def _function_reaches(fn: types.FunctionType, seen: set[int]) -> Iterator[Reach]
         if isinstance(contents, torch.Tensor):
             yield Reach("global", fn.__globals__, name)
         else:
-            yield from _reaches(contents, seen)
+            yield from _reaches(contents, seen, modules)
 
 
-def _module_reaches(module: torch.nn.Module, seen: set[int]) -> Iterator[Reach]:
+def _module_reaches(module: torch.nn.Module, seen: set[int], modules: list) -> Iterator[Reach]:
     for owner in module.modules():
         if owner is not module and id(owner) in seen:
             continue
         seen.add(id(owner))
+        modules.append(owner)  # r[capture.module-mode]
         for name, parameter in owner._parameters.items():
             if parameter is not None:
                 yield Reach("parameter", owner, name)

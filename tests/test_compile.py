@@ -292,3 +292,24 @@ def test_a_call_under_another_default_dtype_compiles_again(backend):
         torch.set_default_dtype(torch.float32)
     assert torch.float64 == expected.dtype == got.dtype
     torch.testing.assert_close(got, expected)
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_model_eval_after_a_training_call_compiles_again(backend):
+    """r[capture.module-mode]: after `model.eval()` the compiled model runs as eager's does in
+    evaluation mode (no dropout, batch norm by its running statistics, which stay as they are);
+    before, the training-mode specialization served the call, silently."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), torch.nn.Dropout(0.5)
+    )
+    compiled = aotspec.compile(model, backend=backend)
+    x = torch.randn(8, 4)
+    compiled(x)  # training mode: a draw, and the running statistics move
+    model.eval()
+    statistics = model[1].running_mean.clone()
+    with torch.no_grad():
+        expected = model(x)
+    torch.testing.assert_close(compiled(x), expected)
+    torch.testing.assert_close(model[1].running_mean, statistics)
+    assert 2 == compiled.compilations

@@ -538,3 +538,41 @@ CASES.append(
         expect=[Values("out0", torch.tensor([2.0, 3.0, 4.0], dtype=torch.float64))],
     )
 )
+
+
+def _evaluation_block() -> torch.nn.Module:
+    """Linear, batch norm with running statistics of its own, dropout: in evaluation mode."""
+    block = torch.nn.Sequential(
+        torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2), torch.nn.Dropout(0.5)
+    )
+    with torch.no_grad():
+        block[0].weight.copy_(torch.tensor([[1.0, -1.0], [0.5, 2.0]]))
+        block[0].bias.copy_(torch.tensor([0.0, 1.0]))
+        block[1].running_mean.copy_(torch.tensor([0.5, -0.5]))
+        block[1].running_var.copy_(torch.tensor([4.0, 0.25]))
+    return block.eval()
+
+
+def _evaluation_world():
+    global _BLOCK
+    _BLOCK = _evaluation_block()
+    return {"x": torch.tensor([[3.0, 1.0], [-1.0, 2.0]]), "mean": _BLOCK[1].running_mean}
+
+
+def _global_block(x):
+    return _BLOCK(x)
+
+
+# eager on a private copy: no dropout, batch norm by its running statistics
+_EVALUATED = _evaluation_block()(torch.tensor([[3.0, 1.0], [-1.0, 2.0]])).detach()
+
+CASES.append(
+    Case(
+        name="capture.module-in-evaluation-mode",
+        rules=["capture.module-mode", "capture.lift"],
+        setup=_evaluation_world,
+        args=["x"],
+        program=_global_block,
+        expect=[Values("out0", _EVALUATED), Values("mean", [0.5, -0.5])],
+    )
+)
