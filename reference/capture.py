@@ -30,8 +30,13 @@ import torch.fx
 import torch.utils._pytree as pytree
 import torch.utils.checkpoint
 from attrs import define, frozen
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import (
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+    FakeTensor,
+)
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from torch.overrides import TorchFunctionMode
 
 import aotspec.errors
@@ -442,6 +447,15 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
             tracing_mode="fake",  # r[capture.no-side-effects]: the caller's tensors are not run on
             record_stack_traces=True,
         )(*tensors)
+    except _DATA_DEPENDENT as error:
+        # r[capture.data-dependent]
+        raise UnsupportedError(
+            f"the function's control flow or an output's shape depends on tensor values "
+            f"({_user_line(error)})",
+            rule="capture.data-dependent",
+            fix="compute on tensors only (torch.where for a branch, masks for a selection), or "
+            "take the decision outside the compiled function and pass its result in",
+        ) from None
     except AssertionError as error:
         if _NOT_AN_INPUT not in str(error):
             raise
@@ -457,6 +471,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
     grad_modes.annotate(graph_module.graph)
     regions.annotate(graph_module.graph)
     _refuse_random_ops_in_regions(graph_module.graph)
+    _refuse_value_dependent_shapes(graph_module.graph)
     _drop_view_replays(graph_module)
     entries = _entries(graph_module.graph)
     return Program(
@@ -493,6 +508,28 @@ def _refuse_random_ops_in_regions(graph: torch.fx.Graph) -> None:
                 f"({_source_line(node)})",
                 rule="checkpoint.random",
                 fix="draw the random values outside the checkpointed function and pass them in",
+            )
+
+
+#: What tracing on tensors without values raises where the program needs their values.
+_DATA_DEPENDENT = (
+    GuardOnDataDependentSymNode,
+    DataDependentOutputException,
+    DynamicOutputShapeException,
+)
+
+
+def _refuse_value_dependent_shapes(graph: torch.fx.Graph) -> None:
+    """r[capture.data-dependent]: no value's shape depends on tensor values (`nonzero`, masked
+    selection), which tracing leaves as symbols with no value."""
+    for node in graph.nodes:
+        value = node.meta.get("val")
+        if isinstance(value, torch.Tensor) and not all(isinstance(n, int) for n in value.shape):
+            raise UnsupportedError(
+                f"the shape of {node.name} depends on tensor values ({_source_line(node)})",
+                rule="capture.data-dependent",
+                fix="compute on tensors only (masks with torch.where rather than selections), "
+                "or take the selection outside the compiled function and pass its result in",
             )
 
 

@@ -1,7 +1,9 @@
 """Capture: aten graphs that keep mutations, traced without touching the caller's tensors."""
 
+import pytest
 import torch
 
+import aotspec
 from aotspec.reference import capture
 from aotspec.reference.optable import qualified_name
 
@@ -81,3 +83,32 @@ def test_ops_with_a_kernel_are_captured_whole():
     targets = _targets(program)
     assert "aten.gelu.default" in targets and "aten.silu.default" in targets
     assert "aten.erf.default" not in targets and "aten.sigmoid.default" not in targets
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        lambda x: x * 2 if x.sum() > 0 else -x,
+        lambda x: x[: int(x[0].item())],
+        lambda x: x.nonzero(),
+        lambda x: x[x > 0] * 2,
+    ],
+    ids=["branch", "slice-by-item", "nonzero", "mask-selection"],
+)
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_value_dependent_programs_are_refused_before_anything_runs(program, backend):
+    """r[capture.data-dependent]: named errors, not PyTorch's guard exceptions from deep in
+    tracing or functionalization; the caller's tensor is untouched."""
+    x = torch.tensor([2.0, 0.0, -1.0])
+    with pytest.raises(aotspec.UnsupportedError) as raised:
+        aotspec.compile(program, backend=backend)(x)
+    assert "capture.data-dependent" == raised.value.rule
+    assert "test_capture.py" in str(raised.value)  # the user's line
+    torch.testing.assert_close(x, torch.tensor([2.0, 0.0, -1.0]))
+
+
+def test_a_value_read_with_item_for_arithmetic_is_allowed():
+    x = torch.tensor([2.0, 0.0, -1.0])
+    compiled = aotspec.compile(lambda x: x * x.max().item(), backend="reference")
+    torch.testing.assert_close(compiled(x), x * 2)
+    torch.testing.assert_close(compiled(x * 3), x * 3 * 6)

@@ -576,3 +576,23 @@ CASES.append(
         expect=[Values("out0", _EVALUATED), Values("mean", [0.5, -0.5])],
     )
 )
+
+
+def _branch_on_the_sum(x):
+    if x.sum() > 0:
+        return x * 2
+    return -x
+
+
+CASES.append(
+    Case(
+        name="capture.branch-on-a-value-raises",
+        rules=["capture.data-dependent", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, -3.0])},
+        args=["x"],
+        program=_branch_on_the_sum,
+        # eager: the sum is -2, so [-1, 3]
+        expect=[Raises(UnsupportedError, rule="capture.data-dependent")],
+        skip={"torch-eager": "eager runs Python that branches on values"},
+    )
+)
