@@ -16,8 +16,7 @@ import torch.utils._pytree as pytree
 
 from aotspec.errors import UnsupportedError
 from aotspec.fast.runtime import FastPlan, run_fast
-from aotspec.reference.boundary import refuse_transformed
-from aotspec.reference.capture import autocast_state
+from aotspec.reference.boundary import autocast_state, refuse_transformed
 from aotspec.reference.compiled import run_compiled
 from aotspec.reference.plan import (
     HOOK_FILTERS,

@@ -11,6 +11,8 @@ torch storage, and outputs are torch tensors on the storages their reference ten
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 import torch.autograd.forward_ad as forward_ad
@@ -19,6 +21,29 @@ from attrs import define, field
 from aotspec.errors import UnsupportedError
 
 from .storage import Layout, Storage, Tensor
+
+#: The device types whose autocast state a compiled program assumes (`r[capture.autocast]`).
+AUTOCAST_DEVICES = ("cpu", "cuda")
+
+
+def autocast_state() -> tuple:
+    """r[capture.autocast]: whether autocast is on, and its dtype, per device type: part of what
+    a compiled program assumes, since capture records the casts autocast makes."""
+    return tuple(
+        (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
+        for device in AUTOCAST_DEVICES
+    )
+
+
+@contextlib.contextmanager
+def autocast_off():
+    """r[capture.autocast]: graphs hold autocast's casts as ops, so they run with autocast off,
+    each cast applied once."""
+    enabled = [device for device in AUTOCAST_DEVICES if torch.is_autocast_enabled(device)]
+    with contextlib.ExitStack() as stack:
+        for device in enabled:
+            stack.enter_context(torch.autocast(device, enabled=False))
+        yield
 
 
 def refuse_transformed(tensors: list[torch.Tensor]) -> None:

@@ -165,29 +165,6 @@ def _checkpoint_regions_noted(regions: CheckpointRegions):
         torch.utils.checkpoint._checkpoint_without_reentrant_generator = original
 
 
-#: The device types whose autocast state a compiled program assumes (`r[capture.autocast]`).
-AUTOCAST_DEVICES = ("cpu", "cuda")
-
-
-def autocast_state() -> tuple:
-    """r[capture.autocast]: whether autocast is on, and its dtype, per device type: part of what
-    a compiled program assumes, since capture records the casts autocast makes."""
-    return tuple(
-        (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
-        for device in AUTOCAST_DEVICES
-    )
-
-
-@contextlib.contextmanager
-def autocast_off():
-    """r[capture.autocast]: graphs hold autocast's casts as ops, so they run with autocast off,
-    each cast applied once."""
-    enabled = [device for device in AUTOCAST_DEVICES if torch.is_autocast_enabled(device)]
-    with contextlib.ExitStack() as stack:
-        for device in enabled:
-            stack.enter_context(torch.autocast(device, enabled=False))
-        yield
-
 @frozen
 class _RequiresGradCall:
     """`tensor.requires_grad_(flag)` changing the flag, after `position` nodes of the graph."""

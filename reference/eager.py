@@ -18,8 +18,8 @@ from attrs import define
 
 from aotspec.errors import UnsupportedError
 
-from .boundary import Boundary, refuse_transformed
-from .capture import Program, autocast_off, capture, hooks_silenced_while_tracing
+from .boundary import Boundary, autocast_off, refuse_transformed
+from .capture import Program, capture, hooks_silenced_while_tracing
 from .eager_backward import connect
 from .graph import placeholders
 from .interpreter import interpret

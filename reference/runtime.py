@@ -31,7 +31,7 @@ from attrs import define, field
 
 from aotspec.errors import SECOND_BACKWARD, SpecViolation, UnsupportedError
 
-from .capture import autocast_off
+from .boundary import autocast_off
 from .epilogue import apply_backward_writes, apply_epilogue, build_outputs
 from .plan import Plan
 from .storage import Layout
