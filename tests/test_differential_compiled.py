@@ -35,6 +35,8 @@ from attrs import evolve
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from aotspec.fuzz import coverage
+
 from harness import Outcome, call_and_backward, compare, numerically_explained, outcome
 from repro import compiled_repro_source, is_final_run, write_compiled_repro
 from strategies.grad import GRAD_VIEWS, grad_programs
@@ -119,6 +121,7 @@ def _record_events(program: Program) -> None:
 def test_compiled_mutations_agree_with_eager(program):
     """Mutation programs that compiled mode accepts: outputs, caller tensors, aliasing agree."""
     _record_events(program)
+    coverage.note("compiled_mutations", coverage.program_items(program))
     _check(program)
 
 
@@ -128,6 +131,7 @@ def test_compiled_backward_agrees_with_eager(program):
     """Programs with backward: outputs, buffers, requires_grad and every leaf's .grad agree."""
     _record_events(program)
     event("backward")  # every example: _check fails when no output requires grad on eager
+    coverage.note("compiled_backward", [*coverage.program_items(program), "backward ran"])
     _check(program, backward=True)
 
 

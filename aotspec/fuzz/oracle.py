@@ -322,7 +322,7 @@ class Case:
     def inputs(self) -> tuple[dict[str, torch.Tensor], list, list | None]:
         named, args = build_inputs(self.program.setup)
         if isinstance(self.case, Stealing):
-            acts = make_activations(self.case)
+            acts = make_activations(self.case, named)  # the caller keeps their leaves
             return named, [acts, *args], acts
         return named, args, None
 
