@@ -117,6 +117,7 @@ class _Object:
     param: bool = False  # an object the caller passed
     rebound: bool = False  # set_ moved it to another storage or layout
     detached: bool = False  # made from a detach()ed alias: requires no grad, whatever its storage
+    no_grad_view: bool = False  # a view made under torch.no_grad() (grad programs)
 
 
 @define
@@ -129,6 +130,8 @@ class Model:
     compiled: bool = False
     #: Boolean masks of programs with backward (for `where`), by name: their shapes.
     masks: dict[str, tuple[int, ...]] = field(factory=dict)
+    #: The grad mode a program with backward is called under.
+    grad_enabled: bool = True
 
     def new_storage(self, nbytes: int, **flags) -> int:
         self.storages.append(_Storage(nbytes, nbytes, **flags))
