@@ -8,7 +8,7 @@ eager PyTorch on the same caller (outputs, the caller's tensors, gradients: `com
 - requires_grad: the caller's tensors as they are, or none of them requiring grad;
 - grad mode: the call under the caller's grad mode, or under the other one;
 - aliasing: arguments that share a storage, or each on a copy of its own (same layout, same
-  storage size, same values).
+  storage size, same values), for programs that neither resize nor rebind a storage.
 A guard that ignores the fact reuses the first call's plan for the second, which then differs
 from eager. Hand-written tests cover the non-tensor arguments, which the generated programs do
 not take.
@@ -82,6 +82,16 @@ def unaliased(program: Program) -> Program:
     return evolve(program, setup=Setup(tuple(new_bases), tuple(new_views), args))
 
 
+def _unaliasable(program: Program) -> bool:
+    """Whether the program stays valid with its arguments on copies of their own: not when it
+    resizes or rebinds a storage, or starts with an empty one (it may refill a storage through
+    one argument and read it through another, which on a copy of its own stays empty)."""
+    effects = {"resize_storage_bytes_", "set_"}
+    return not any(base.zeroed for base in program.setup.bases) and not any(
+        instr.op in effects for instr in program.body
+    )
+
+
 def _shares_storage(setup: Setup) -> bool:
     base_of = {view.name: view.base for view in setup.views}
     passed = list(dict.fromkeys(setup.args))
@@ -119,6 +129,8 @@ def _divergence(compiled, program: Program) -> list[str]:
 def test_one_compiled_function_agrees_with_eager_for_each_caller(program, fact, variant_first):
     """Two callers differing in one guarded fact, one compiled function: eager's results for
     both, whichever comes first."""
+    if fact == "aliasing" and not _unaliasable(program):
+        fact = "grad mode"
     variant = VARIANTS[fact](program)
     coverage.note("guards", [*coverage.program_items(program), f"guard {fact}"])
     compiled = aotspec.compile(as_function(program))

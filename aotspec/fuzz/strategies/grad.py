@@ -19,6 +19,8 @@ counter):
   backward raises "modified by an inplace operation"): `SAVES_INPUTS` and `SAVES_RESULT`
   over-approximate what autograd saves when some input requires grad;
 - no multi-output views (split): eager forbids writing them when they require grad;
+- a view made under torch.no_grad() (the caller's grad mode off) is not used once its storage
+  is written: eager raises where grad mode reads it (an enable_grad() op, the caller);
 - `detach()` makes an alias that requires no grad (of arguments, intermediates and views):
   writes through it carry no gradient (r[autograd.detach]), and may target an argument that
   requires grad, when it is the one such argument on its storage;
@@ -97,6 +99,15 @@ def _bind_view(model: Model, out: str, v: str, lay: Strided) -> None:
     """`out`, a view of `v`: the same storage, and detached if `v` is."""
     model.bind(out, model.obj(v).storage, lay)
     model.obj(out).detached = model.obj(v).detached
+    model.obj(out).no_grad_view = not (model.grad_enabled or model.obj(v).detached)
+
+
+def _forget_no_grad_views(model: Model, storage: int) -> None:
+    """A view made under torch.no_grad() is of no more use once its storage is written: eager
+    raises where grad mode reads it (an enable_grad() op, the caller looking at an output)."""
+    for v in list(model.names):
+        if model.obj(v).storage == storage and model.obj(v).no_grad_view:
+            del model.names[v]
 
 
 def _grad_writable(model: Model) -> list[str]:
@@ -489,6 +500,7 @@ def _g_write(draw, model: Model, targets: list[str]) -> list[Instr]:
         if op == "mul_" and (storage.requires_grad or source_grad):
             storage.saved = source.saved = True
     storage.positive = False
+    _forget_no_grad_views(model, model.obj(target).storage)
     return [*body, Instr(op, (), (Var(target), *args))]
 
 
@@ -517,6 +529,7 @@ def _g_no_grad_write(draw, model: Model) -> list[Instr]:
     else:
         instr = Instr("no_grad_mul_", (), (Var(target), draw(st.sampled_from(SCALARS))))
     model.storage(target).positive = False
+    _forget_no_grad_views(model, storage)
     return [instr]
 
 

@@ -124,6 +124,7 @@ class _Object:
     param: bool = False  # an object the caller passed
     rebound: bool = False  # set_ or an in-place metadata op moved it (storage or layout)
     detached: bool = False  # made from a detach()ed alias: requires no grad, whatever its storage
+    no_grad_view: bool = False  # a view made under torch.no_grad() (grad programs)
 
 
 @define
