@@ -123,11 +123,16 @@ def _step_copy(draw, model: Model) -> list[Instr]:
 
 def _set_sources(model: Model, dst: str) -> list[str]:
     # A source out of bounds (on a zero storage) grows its storage, unless it has dst's very
-    # sizes and strides: then eager raises instead (resize_impl_cpu_ returns early). Compiled
-    # programs reject the growing set_ (rule aliasing.set.grows-storage).
+    # sizes and strides, whatever its offset: then eager raises instead (checkSetStorage checks
+    # the bounds, and resize_impl_cpu_ returns early). Compiled programs reject the growing set_
+    # (rule aliasing.set.grows-storage).
     if model.compiled:
         return [v for v in model.names if model.in_bounds(v)]
-    return [v for v in model.names if model.in_bounds(v) or model.lay(v) != model.lay(dst)]
+    return [v for v in model.names if model.in_bounds(v) or _shape(model, v) != _shape(model, dst)]
+
+
+def _shape(model: Model, v: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return model.lay(v).sizes, model.lay(v).strides
 
 
 def _step_set(draw, model: Model) -> list[Instr]:
