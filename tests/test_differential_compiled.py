@@ -37,11 +37,19 @@ from hypothesis import strategies as st
 
 from aotspec.fuzz import coverage
 
-from harness import Outcome, call_and_backward, compare, numerically_explained, outcome
+from harness import (
+    Outcome,
+    call_and_backward,
+    compare,
+    eager_outcome,
+    numerically_explained,
+    outcome,
+)
 from repro import compiled_repro_source, is_final_run, write_compiled_repro
 from strategies.grad import GRAD_VIEWS, grad_programs
 from strategies.mutations import programs
 from strategies.program import Base, Instr, Program, Setup, Var, run_on_eager, source
+from strategies.stealing import Stealing
 
 #: A profile's examples a property, split: ci (500) runs 300 programs with backward and 200
 #: mutation programs, dev 1,200 and 800, nightly 12,000 and 8,000.
@@ -173,3 +181,32 @@ def test_float64_oracle_forgives_rounding_only():
         found = compare(eager, actual)
         assert found and all(line.startswith("out0 values") for line in found), found
         assert numerically_explained(program, eager, actual, found) is explained
+
+
+def test_float64_oracle_of_a_stealing_program_after_two_backwards():
+    """A stealing program's outputs are its stolen list's sum, then the program's: the float64
+    rerun computes them under the same names (`out1` here), and a gradient after the first of two
+    backwards (retain_graph) is judged as a final one is."""
+    setup = Setup((Base("b0", (3,), (0.3, 1.7, -2.2), requires_grad=True),), (), ("b0",))
+    body = (Instr("exp", ("v0",), (Var("x0"),)),)
+    program = Program(setup, body, ("v0",), retain_graph=True)
+    stealing = Stealing(program, ((1.0, -1.0, 0.5, 2.0),), ("exp",))
+    exact = eager_outcome(stealing, torch.float64)
+
+    def off_by(factor: float) -> Outcome:
+        run = eager_outcome(stealing)
+        tensors = dict(run.world.tensors)
+        values = exact.world.tensors["out1"].values * factor
+        tensors["out1"] = evolve(tensors["out1"], values=values.float())
+        world = evolve(run.world, tensors=tensors)
+        retained = {"b0": (exact.retained_grads["b0"] * factor).float()}
+        return evolve(run, world=world, after_backward=world, retained_grads=retained)
+
+    eager = off_by(1 + 1e-4)  # a (pretended) inaccurate eager
+    for factor, explained in [(1, True), (1 - 1e-4, True), (1.01, False)]:
+        actual = off_by(factor)
+        found = compare(eager, actual)
+        assert ["out1", "after the first backward: b0.grad"] == [
+            line.split(" values")[0] for line in found
+        ], found
+        assert numerically_explained(stealing, eager, actual, found) is explained

@@ -58,15 +58,17 @@ def stealing_programs(draw, backward: bool = False) -> Stealing:
     return Stealing(program, activations, reads, requires_grad)
 
 
-def make_activations(stealing: Stealing, named: dict | None = None) -> list[torch.Tensor]:
+def make_activations(
+    stealing: Stealing, named: dict | None = None, dtype: torch.dtype = torch.float32
+) -> list[torch.Tensor]:
     """The caller's list: the only references to the activations, unless they require grad: then
     each is made from a leaf, and both go in `named` (`act0_leaf`, `act0`, ...) when it is given
-    (see the module docstring)."""
+    (see the module docstring). `dtype`: float64 only for the numeric oracle."""
     if not stealing.requires_grad:
-        return [torch.tensor(values) for values in stealing.activations]
+        return [torch.tensor(values, dtype=dtype) for values in stealing.activations]
     acts = []
     for k, values in enumerate(stealing.activations):
-        leaf = torch.tensor(values, requires_grad=True)
+        leaf = torch.tensor(values, dtype=dtype, requires_grad=True)
         acts.append(leaf * 1)
         if named is not None:
             named.update({f"act{k}_leaf": leaf, f"act{k}": acts[-1]})
