@@ -150,13 +150,9 @@ def _is_bool(chain: _Chain, argument) -> bool:
 def _unary(draw, chain: _Chain) -> list[Instr]:
     x = _recent(draw, chain.names())
     value = chain.values[x]
-    ops = ["isnan", "logical_not", "clone"]
-    if value.dtype != "bool":
-        # Eager has no bool kernel for the first five (first: drawn most often); the reference
-        # computes the float functions of a bool in float16, numpy's promotion, and raises for
-        # sigmoid (reported with issue 16), so no bool reaches them either.
+    ops = ["isnan", "logical_not", "exp", "sin", "sqrt", "sigmoid", "reciprocal", "clone"]
+    if value.dtype != "bool":  # eager has no bool kernel for these; first, as drawn most often
         ops = ["relu", "neg", "abs", "floor", "ceil", *ops]
-        ops += ["exp", "sin", "sqrt", "sigmoid", "reciprocal"]
     if not value.exact:
         ops = [op for op in ops if op not in JUMPING]
     op = draw(st.sampled_from(ops))
