@@ -196,6 +196,7 @@ WITH_SCALARS = {
     "div.Scalar": lambda x: aten.div.Scalar(x, 7),
     "clamp": lambda x: aten.clamp.default(x, -1.0, 2.0),
     "clamp-max-only": lambda x: aten.clamp.default(x, None, 0.5),
+    "clamp-min-above-max": lambda x: aten.clamp.default(x, 2.0, -1.0),  # max everywhere, NaN kept
     "clamp_min": lambda x: aten.clamp_min.default(x, 0.25),
     "clamp_max": lambda x: aten.clamp_max.default(x, 0.25),
     "lt.Scalar": lambda x: aten.lt.Scalar(x, 0.5),
@@ -404,6 +405,25 @@ def test_a_value_broadcast_to_every_element_in_a_logical_op():
         exact=True,
     )
     assert "tl.load(in0_ptr + offsets * 0, mask=mask)" in kernels(module)[0].source
+
+
+def test_an_int_compared_with_a_float_compares_in_float():
+    """An int32 tensor against a float tensor or scalar: eager promotes both to float, so 0 < 0.5
+    and 0 != 0.5 (in the int's dtype 0.5 would truncate to 0)."""
+    x, w = torch.arange(-2, 3, dtype=torch.int32), torch.full((5,), 0.5)
+    assert_like_eager(lambda x, w: torch.logical_or(x < w, x.eq(0.5)), x, w, exact=True)
+
+
+def test_bool_arithmetic_stays_with_torch():
+    """Eager's add of bools is a logical or; a kernel's `+` on int1 wraps (True + True is False):
+    the add runs as a torch op between the kernels that make the masks and the one after it."""
+    x, w = torch.tensor([1.0, 1.0, -1.0, -1.0]), torch.tensor([1.0, -1.0, 1.0, -1.0])
+
+    def fn(x, w):
+        return ((x * 2 > 0) + (w * 2 > 0)).logical_not().clone()
+
+    module = assert_like_eager(fn, x, w, exact=True, expected_kernels=3)
+    assert aten.add.Tensor in [node.target for node in module.graph.nodes], module.code
 
 
 def test_an_output_eager_lays_out_otherwise_stays_with_torch():
