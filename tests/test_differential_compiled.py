@@ -210,3 +210,29 @@ def test_float64_oracle_of_a_stealing_program_after_two_backwards():
             line.split(" values")[0] for line in found
         ], found
         assert numerically_explained(stealing, eager, actual, found) is explained
+
+
+def test_float64_oracle_refuses_a_program_that_resizes_in_bytes():
+    """A resize's byte count is float32's: in float64 the storage would hold half the elements
+    and the rerun would write past its end (heap corruption, once an abort), so such a program
+    has no float64 oracle, and a value difference on it stays a failure."""
+    setup = Setup((Base("b0", (4,), (0.3, 1.7, -2.2, 0.5), zeroed=True),), (), ("b0",))
+    body = (
+        Instr("resize_storage_bytes_", (), (Var("x0"), 16)),
+        Instr("fill_", (), (Var("x0"), 0.3)),
+        Instr("exp", ("v0",), (Var("x0"),)),
+    )
+    program = Program(setup, body, ("v0",))
+    exact = torch.full((4,), 0.3, dtype=torch.float64).exp()
+
+    def with_out0(values: torch.Tensor) -> Outcome:
+        run = outcome(program, compiled=False)
+        tensors = dict(run.world.tensors)
+        tensors["out0"] = evolve(tensors["out0"], values=values.float())
+        world = evolve(run.world, tensors=tensors)
+        return evolve(run, world=world, after_backward=world)
+
+    eager, actual = with_out0(exact * (1 + 1e-4)), with_out0(exact)  # a float64 run forgives
+    found = compare(eager, actual)
+    assert [line.split(" values")[0] for line in found] == ["out0"], found
+    assert numerically_explained(program, eager, actual, found) is False
