@@ -20,8 +20,9 @@ eager float32 `sqrt` on CPU need not: PyTorch built with MKL calls MKL's vector 
 one unit in the last place, and on some x86-64 CPUs (AMD EPYC, for one) about one value in six
 comes out one unit away (float16 and bfloat16 eager square roots do not go through MKL and round
 correctly). Everything else is bit-exact: addition, multiplication and division (`div_rn`) round
-correctly in float32 as in eager, and each rounding to bfloat16 is done by `to_bfloat16`, to
-nearest even, as c10 does.
+correctly in float32 as in eager, `x + alpha * y` is one fused multiply-add as in eager's
+vectorized kernels (eager's scalar loop over a float16 or bfloat16 tensor's last elements rounds
+it twice), and each rounding to bfloat16 is done by `to_bfloat16`, to nearest even, as c10 does.
 
 Kernels are compiled once per process for each (program, input layouts, interpreter mode), from a
 source file (Triton reads a kernel's source from its file). The file lies in one cache directory
@@ -39,6 +40,7 @@ it between runs is safe (the kernels are written again).
 
 from __future__ import annotations
 
+import collections
 import enum
 import functools
 import hashlib
@@ -73,6 +75,11 @@ KERNEL_DTYPES = {
     torch.uint8: "tl.uint8",
     torch.bool: "tl.int1",
 }
+
+#: Kernels launched in this process, by kernel name (`triton_mul_sin`): the tests check that a
+#: fused path they asked for ran its kernels, since falling back to torch ops gives the same
+#: values.
+LAUNCHES: collections.Counter[str] = collections.Counter()
 
 #: Reduced floats compute in float32 (`r[ops.opmath]`).
 REDUCED_FLOATS = frozenset({torch.float16, torch.bfloat16})
@@ -191,6 +198,8 @@ class PointwiseRule:
     floats_only: bool = False
     #: Schema positions of operands read as they are, never cast (where's condition).
     uncast: frozenset[int] = frozenset()
+    #: `expression` takes the step's compute dtype too, as the keyword `dtype`.
+    takes_dtype: bool = False
 
 
 #: aten op -> its rule. Every op here is an `OpKind.COMPUTE` entry of `reference/optable.py`.
@@ -257,14 +266,22 @@ def reciprocal(x):
     return f"tl.div_rn(1.0, {x})"
 
 
-@pointwise(aten.add.Tensor, aten.add.Scalar)
-def add(x, y, alpha):
-    return f"{x} + {y}" if alpha == 1 else f"{x} + {alpha} * {y}"
+@pointwise(aten.add.Tensor, aten.add.Scalar, takes_dtype=True)
+def add(x, y, alpha, dtype):
+    return f"{x} + {y}" if alpha == 1 else _plus_scaled(x, alpha, y, dtype)
 
 
-@pointwise(aten.sub.Tensor, aten.sub.Scalar)
-def sub(x, y, alpha):
-    return f"{x} - {y}" if alpha == 1 else f"{x} - {alpha} * {y}"
+@pointwise(aten.sub.Tensor, aten.sub.Scalar, takes_dtype=True)
+def sub(x, y, alpha, dtype):
+    return f"{x} - {y}" if alpha == 1 else _plus_scaled(x, -alpha, y, dtype)
+
+
+def _plus_scaled(x, alpha, y, dtype: torch.dtype) -> str:
+    # Eager computes a float `x + alpha * y` as one fused multiply-add, rounding once (the CPU's
+    # vectorized kernels call fmadd, and CUDA contracts it): so does the kernel.
+    if dtype.is_floating_point:
+        return f"tl.fma({float(alpha)!r}, {y}, {x})"
+    return f"{x} + {alpha} * {y}"
 
 
 @pointwise(aten.mul.Tensor, aten.mul.Scalar)
@@ -410,7 +427,9 @@ def _name(argument) -> str:
 
 
 def _load(pointer: str, strides: tuple[int, ...], shape: tuple[int, ...]) -> str:
-    """A masked load at the flat index of each output element; one scalar for a broadcast value."""
+    """A masked load at the flat index of each output element. A value broadcast to every element
+    is a block too, every element loading its one address: Triton's interpreter turns a scalar's
+    comparison, broadcast into a block, into a value `&` and `|` refuse."""
     if strides == contiguous_strides(shape):
         return f"tl.load({pointer} + offsets, mask=mask)"
     terms = []
@@ -422,7 +441,7 @@ def _load(pointer: str, strides: tuple[int, ...], shape: tuple[int, ...]) -> str
             terms.append(index if strides[d] == 1 else f"({index}) * {strides[d]}")
         inner *= shape[d]
     if not terms:
-        return f"tl.load({pointer})"
+        return f"tl.load({pointer} + offsets * 0, mask=mask)"
     return f"tl.load({pointer} + {' + '.join(reversed(terms))}, mask=mask)"
 
 
@@ -436,7 +455,8 @@ def _step_expression(step: Step, dtypes: dict) -> str:
             arguments.append(_name(argument))
         else:
             arguments.append(argument)
-    expression = rule.expression(*arguments)
+    options = {"dtype": step.compute_dtype} if rule.takes_dtype else {}
+    expression = rule.expression(*arguments, **options)
     return _converted(
         expression, torch.bool if rule.gives_bool else step.compute_dtype, step.dtype
     )
@@ -496,6 +516,7 @@ def launch(program: Program, tensors) -> list[torch.Tensor]:
         kernel[(triton.cdiv(program.numel, BLOCK),)](
             *tensors, *outputs, program.numel, BLOCK=BLOCK
         )
+        LAUNCHES[f"triton_{program.name}"] += 1
     return outputs
 
 

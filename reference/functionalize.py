@@ -473,10 +473,17 @@ def _relaid_contents(storage: _Storage, replay: _Replay) -> None:
 
 
 def _write(
-    cell: _Cell, new: torch.Tensor, name: str, replay: _Replay, *, private: bool = False
+    cell: _Cell,
+    new: torch.Tensor,
+    name: str,
+    replay: _Replay,
+    *,
+    private: bool = False,
+    from_cell: bool = True,
 ) -> None:
     """r[functionalize.writes]: a write through a layout is an as_strided_scatter into the
-    contents. `private`: no tensor of the program reads `new` but this write."""
+    contents. `private`: no tensor of the program reads `new` but this write. `from_cell`: `new`
+    was computed from the cell's value (an in-place op's result), not copied from elsewhere."""
     if replay.region is not None:  # r[checkpoint.functional]
         raise UnsupportedError(
             f"{name} writes a tensor in place inside a checkpointed region",
@@ -504,9 +511,16 @@ def _write(
         storage.flat = aten.view(contents, [storage.elements])
         replay.resized_contents[node_of(storage.flat)] = storage.caller
         storage.unread_since_resize = False
-    elif private and with_grad and storage.caller is None and _replaces(new, layout, storage):
+    elif (
+        private
+        and from_cell
+        and with_grad
+        and storage.caller is None
+        and _replaces(new, layout, storage)
+    ):
         # r[functionalize.writes.whole-private]: the written values are the new contents, as
-        # eager's in-place op leaves them in the one storage, not held beside a copy.
+        # eager's in-place op leaves them in the one storage, not held beside a copy; values
+        # copied from elsewhere lack the old contents' history (r[functionalize.writes.copied]).
         contents = None
         storage.flat = aten.view(new, [storage.elements])
     else:
@@ -527,7 +541,7 @@ def _write(
     # (r[autograd.no-grad-input-writes])
     storage.written_with_grad |= with_grad
     _note_contents(storage, contents)
-    if with_grad and storage.caller is None and not cell.viewed_without_grad:
+    if with_grad and from_cell and storage.caller is None and not cell.viewed_without_grad:
         # r[functionalize.reads.unwritten]: what the cell reads now is what was written, with
         # the write's history, until a write touches its bytes
         cell.value, cell.version = new, storage.version
@@ -873,10 +887,14 @@ class _Replay:
             # an ATen-valued in-place op is captured as its functional op and a copy_ of the
             # result, which nothing else reads (r[ops.aten-mutations])
             private = _read_only_here(src, node.args[1], node)
-            _write(dst, read_all(src), node.name, self, private=private)
+            # r[functionalize.writes.copied]: only an ATen-valued in-place op's result was
+            # computed from dst; other values lack the history eager's copy_ gives dst through
+            # its old value
+            from_dst = isinstance(src, _Cell) and node.args[0] in node.args[1].all_input_nodes
+            _write(dst, read_all(src), node.name, self, private=private, from_cell=from_dst)
             return dst
         if self.program.entries[node].name == "fsdp.copy_.default":  # r[aliasing.copy.fsdp]
-            _write(args[0], read_all(args[1]), node.name, self)
+            _write(args[0], read_all(args[1]), node.name, self, from_cell=False)
             return None
         if node.target is aten.set_.source_Tensor:
             return self.set_(args[0], args[1], node.name)

@@ -115,6 +115,15 @@ def _contiguous_layout(x) -> Layout:
 _erf = np.frompyfunc(math.erf, 1, 1)
 
 
+def _floating(x):
+    """A float function's argument: integers and bools become the default float dtype first."""
+    if x.dtype.kind not in "biu":
+        return x
+    # r[ops.int-to-float]: eager promotes them before its kernel runs (True is 1.0), where numpy's
+    # own promotion would compute a bool or a one-byte integer in float16.
+    return x.astype(np.float64 if torch.get_default_dtype() == torch.float64 else np.float32)
+
+
 @compute(aten.abs.default)
 def abs_(x):
     return np.abs(x)
@@ -137,7 +146,7 @@ def neg_backward(grad, out, x):
 
 @compute(aten.exp.default)
 def exp(x):
-    return np.exp(x)
+    return np.exp(_floating(x))
 
 
 @derivative(aten.exp.default)
@@ -147,7 +156,7 @@ def exp_backward(grad, out, x):
 
 @compute(aten.log.default)
 def log(x):
-    return np.log(x)
+    return np.log(_floating(x))
 
 
 @derivative(aten.log.default)
@@ -157,7 +166,7 @@ def log_backward(grad, out, x):
 
 @compute(aten.log1p.default)
 def log1p(x):
-    return np.log1p(x)
+    return np.log1p(_floating(x))
 
 
 @derivative(aten.log1p.default)
@@ -167,7 +176,7 @@ def log1p_backward(grad, out, x):
 
 @compute(aten.expm1.default)
 def expm1(x):
-    return np.expm1(x)
+    return np.expm1(_floating(x))
 
 
 @derivative(aten.expm1.default)
@@ -177,7 +186,7 @@ def expm1_backward(grad, out, x):
 
 @compute(aten.log2.default)
 def log2(x):
-    return np.log2(x)
+    return np.log2(_floating(x))
 
 
 @derivative(aten.log2.default)
@@ -187,7 +196,7 @@ def log2_backward(grad, out, x):
 
 @compute(aten.log10.default)
 def log10(x):
-    return np.log10(x)
+    return np.log10(_floating(x))
 
 
 @derivative(aten.log10.default)
@@ -197,7 +206,7 @@ def log10_backward(grad, out, x):
 
 @compute(aten.exp2.default)
 def exp2(x):
-    return np.exp2(x)
+    return np.exp2(_floating(x))
 
 
 @derivative(aten.exp2.default)
@@ -207,7 +216,7 @@ def exp2_backward(grad, out, x):
 
 @compute(aten.sin.default)
 def sin(x):
-    return np.sin(x)
+    return np.sin(_floating(x))
 
 
 @derivative(aten.sin.default)
@@ -217,7 +226,7 @@ def sin_backward(grad, out, x):
 
 @compute(aten.cos.default)
 def cos(x):
-    return np.cos(x)
+    return np.cos(_floating(x))
 
 
 @derivative(aten.cos.default)
@@ -227,7 +236,7 @@ def cos_backward(grad, out, x):
 
 @compute(aten.tan.default)
 def tan(x):
-    return np.tan(x)
+    return np.tan(_floating(x))
 
 
 @derivative(aten.tan.default)
@@ -237,7 +246,7 @@ def tan_backward(grad, out, x):
 
 @compute(aten.tanh.default)
 def tanh(x):
-    return np.tanh(x)
+    return np.tanh(_floating(x))
 
 
 @derivative(aten.tanh.default)
@@ -248,7 +257,7 @@ def tanh_backward(grad, out, x):
 
 @compute(aten.sigmoid.default)
 def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
+    return 1.0 / (1.0 + np.exp(-_floating(x)))
 
 
 @derivative(aten.sigmoid.default)
@@ -271,7 +280,7 @@ def relu_backward(grad, out, x):
 
 @compute(aten.sqrt.default)
 def sqrt(x):
-    return np.sqrt(x)
+    return np.sqrt(_floating(x))
 
 
 @derivative(aten.sqrt.default)
@@ -281,7 +290,7 @@ def sqrt_backward(grad, out, x):
 
 @compute(aten.rsqrt.default)
 def rsqrt(x):
-    return 1.0 / np.sqrt(x)
+    return 1.0 / np.sqrt(_floating(x))
 
 
 @derivative(aten.rsqrt.default)
@@ -291,7 +300,7 @@ def rsqrt_backward(grad, out, x):
 
 @compute(aten.reciprocal.default)
 def reciprocal(x):
-    return 1.0 / x
+    return 1.0 / _floating(x)
 
 
 @derivative(aten.reciprocal.default)

@@ -35,11 +35,21 @@ from attrs import evolve
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from harness import Outcome, call_and_backward, compare, numerically_explained, outcome
+from aotspec.fuzz import coverage
+
+from harness import (
+    Outcome,
+    call_and_backward,
+    compare,
+    eager_outcome,
+    numerically_explained,
+    outcome,
+)
 from repro import compiled_repro_source, is_final_run, write_compiled_repro
 from strategies.grad import GRAD_VIEWS, grad_programs
 from strategies.mutations import programs
 from strategies.program import Base, Instr, Program, Setup, Var, run_on_eager, source
+from strategies.stealing import Stealing
 
 #: A profile's examples a property, split: ci (500) runs 300 programs with backward and 200
 #: mutation programs, dev 1,200 and 800, nightly 12,000 and 8,000.
@@ -119,6 +129,7 @@ def _record_events(program: Program) -> None:
 def test_compiled_mutations_agree_with_eager(program):
     """Mutation programs that compiled mode accepts: outputs, caller tensors, aliasing agree."""
     _record_events(program)
+    coverage.note("compiled_mutations", coverage.program_items(program))
     _check(program)
 
 
@@ -128,6 +139,7 @@ def test_compiled_backward_agrees_with_eager(program):
     """Programs with backward: outputs, buffers, requires_grad and every leaf's .grad agree."""
     _record_events(program)
     event("backward")  # every example: _check fails when no output requires grad on eager
+    coverage.note("compiled_backward", [*coverage.program_items(program), "backward ran"])
     _check(program, backward=True)
 
 
@@ -169,3 +181,58 @@ def test_float64_oracle_forgives_rounding_only():
         found = compare(eager, actual)
         assert found and all(line.startswith("out0 values") for line in found), found
         assert numerically_explained(program, eager, actual, found) is explained
+
+
+def test_float64_oracle_of_a_stealing_program_after_two_backwards():
+    """A stealing program's outputs are its stolen list's sum, then the program's: the float64
+    rerun computes them under the same names (`out1` here), and a gradient after the first of two
+    backwards (retain_graph) is judged as a final one is."""
+    setup = Setup((Base("b0", (3,), (0.3, 1.7, -2.2), requires_grad=True),), (), ("b0",))
+    body = (Instr("exp", ("v0",), (Var("x0"),)),)
+    program = Program(setup, body, ("v0",), retain_graph=True)
+    stealing = Stealing(program, ((1.0, -1.0, 0.5, 2.0),), ("exp",))
+    exact = eager_outcome(stealing, torch.float64)
+
+    def off_by(factor: float) -> Outcome:
+        run = eager_outcome(stealing)
+        tensors = dict(run.world.tensors)
+        values = exact.world.tensors["out1"].values * factor
+        tensors["out1"] = evolve(tensors["out1"], values=values.float())
+        world = evolve(run.world, tensors=tensors)
+        retained = {"b0": (exact.retained_grads["b0"] * factor).float()}
+        return evolve(run, world=world, after_backward=world, retained_grads=retained)
+
+    eager = off_by(1 + 1e-4)  # a (pretended) inaccurate eager
+    for factor, explained in [(1, True), (1 - 1e-4, True), (1.01, False)]:
+        actual = off_by(factor)
+        found = compare(eager, actual)
+        assert ["out1", "after the first backward: b0.grad"] == [
+            line.split(" values")[0] for line in found
+        ], found
+        assert numerically_explained(stealing, eager, actual, found) is explained
+
+
+def test_float64_oracle_refuses_a_program_that_resizes_in_bytes():
+    """A resize's byte count is float32's: in float64 the storage would hold half the elements
+    and the rerun would write past its end (heap corruption, once an abort), so such a program
+    has no float64 oracle, and a value difference on it stays a failure."""
+    setup = Setup((Base("b0", (4,), (0.3, 1.7, -2.2, 0.5), zeroed=True),), (), ("b0",))
+    body = (
+        Instr("resize_storage_bytes_", (), (Var("x0"), 16)),
+        Instr("fill_", (), (Var("x0"), 0.3)),
+        Instr("exp", ("v0",), (Var("x0"),)),
+    )
+    program = Program(setup, body, ("v0",))
+    exact = torch.full((4,), 0.3, dtype=torch.float64).exp()
+
+    def with_out0(values: torch.Tensor) -> Outcome:
+        run = outcome(program, compiled=False)
+        tensors = dict(run.world.tensors)
+        tensors["out0"] = evolve(tensors["out0"], values=values.float())
+        world = evolve(run.world, tensors=tensors)
+        return evolve(run, world=world, after_backward=world)
+
+    eager, actual = with_out0(exact * (1 + 1e-4)), with_out0(exact)  # a float64 run forgives
+    found = compare(eager, actual)
+    assert [line.split(" values")[0] for line in found] == ["out0"], found
+    assert numerically_explained(program, eager, actual, found) is False

@@ -19,6 +19,7 @@ import torch
 from hypothesis import event, given, settings
 
 from aotspec.conformance.observe import Observation, differences, observe, world_of
+from aotspec.fuzz import coverage
 from aotspec.reference import run
 
 from repro import is_final_run, write_repro
@@ -68,6 +69,7 @@ def _record_events(program: Program) -> None:
 def test_reference_agrees_with_eager(program):
     """Every observable of a random valid program agrees between eager and the reference."""
     _record_events(program)
+    coverage.note("reference_eager", coverage.program_items(program))
     found = divergence(program)
     if not found:
         return

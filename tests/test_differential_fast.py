@@ -43,6 +43,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aotspec.fuzz import coverage
+
 from harness import Case, Hooked, fast_divergence
 from repro import REPRO_DIR, is_final_run, write_fast_repro
 from strategies.grad import grad_programs
@@ -55,7 +57,8 @@ from strategies.stealing import Stealing, stealing_programs
 EXAMPLES = settings.default.max_examples * 3 // 5
 
 
-def _check(case: Program | Stealing | Hooked) -> None:
+def _check(case: Program | Stealing | Hooked, test: str) -> None:
+    coverage.note(test, coverage.program_items(case))
     found = fast_divergence(case)
     if not found:
         return
@@ -76,14 +79,14 @@ def _check(case: Program | Stealing | Hooked) -> None:
 @given(grad_programs())
 def test_fast_backward_agrees_with_reference(program):
     """Outputs, caller tensors, gradients; alive storages and peaks of forward and backward."""
-    _check(program)
+    _check(program, "fast_backward")
 
 
 @settings(max_examples=max(EXAMPLES * 11 // 30, 20))
 @given(programs(compiled=True))
 def test_fast_mutations_agree_with_reference(program):
     """Views, in-place ops, copy_, set_, resizes: observables and the forward's memory facts."""
-    _check(program)
+    _check(program, "fast_mutations")
 
 
 @settings(max_examples=max(EXAMPLES * 6 // 30, 10))
@@ -91,7 +94,7 @@ def test_fast_mutations_agree_with_reference(program):
 def test_fast_stolen_lists_agree_with_reference(stealing):
     """A stolen list is emptied and its activations freed after their last use, on both, with
     autograd and without."""
-    _check(stealing)
+    _check(stealing, "fast_stolen_lists")
 
 
 @pytest.mark.filterwarnings("ignore::aotspec.HooksWarning")  # donated may select nothing
@@ -100,7 +103,7 @@ def test_fast_stolen_lists_agree_with_reference(stealing):
 def test_fast_hooks_agree_with_reference(program, hooks_filter):
     """bfloat16 saved-tensor hooks inlined: observables, and the storages alive after every node,
     pack and unpack included, and the peaks of forward and backward."""
-    _check(Hooked(program, hooks_filter))
+    _check(Hooked(program, hooks_filter), "fast_hooks")
 
 
 def test_fast_frees_stolen_activations_at_last_use_with_autograd():

@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aotspec
+from aotspec.fuzz import coverage
 
 from harness import (
     call_and_backward,
@@ -83,10 +84,12 @@ def _check(program, *, eager_hooks, hooks, hooks_filter: str) -> None:
 @settings(max_examples=EXAMPLES)
 @given(grad_programs(), st.sampled_from(["donated", "no_static", "all"]))
 def test_lossless_hooks_change_no_gradient(program, hooks_filter):
+    coverage.note("hooks_lossless", coverage.program_items(program))
     _check(program, eager_hooks=None, hooks=LOSSLESS, hooks_filter=hooks_filter)
 
 
 @settings(max_examples=EXAMPLES)
 @given(grad_programs())
 def test_lossy_hooks_on_everything_match_eager_under_the_same_hooks(program):
+    coverage.note("hooks_lossy", coverage.program_items(program))
     _check(program, eager_hooks=LOSSY, hooks=LOSSY, hooks_filter="all")

@@ -265,6 +265,50 @@ def test_no_static_leaves_parameters_and_static_inputs_alone(backend):
         torch.testing.assert_close(gs, rounded(x * w))
 
 
+def _exp_returned(x):
+    y = x.exp()  # exp saves its result, y, which the caller gets
+    return y, (y * 3).sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_donated_leaves_a_value_the_caller_gets_alone(backend):
+    """r[hooks.filter.donated]: exp saves its result, an output the caller holds, so no hook packs
+    it (donated selects nothing here, and says so): the gradient is 4 exp(x), not rounded to
+    bfloat16."""
+    (x,) = leaves((5,))
+    compiled = aotspec.compile(_exp_returned, backend=backend, hooks_filter="donated")
+    with pytest.warns(HooksWarning):
+        with torch.autograd.graph.saved_tensors_hooks(pack_bf16, unpack_f32):
+            y, total = compiled(x)
+    (y.sum() + total).backward()
+    torch.testing.assert_close(x.grad, 4 * x.detach().exp(), rtol=1e-6, atol=0)
+
+
+def _pack_flat(x):
+    return (x.shape, x.reshape(-1))  # a view of a contiguous value, a copy of another
+
+
+def _unpack_flat(packed):
+    shape, flat = packed
+    return flat.reshape(shape)
+
+
+def _two_layouts(a, b):
+    u, w = a * 2, b.t() * 2  # both (2, 3): u contiguous, w laid out like b.t()
+    return (u * w).sum()  # mul saves both
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_hooks_are_traced_for_each_saved_layout(backend):
+    """r[hooks.compiled.traced]: pack traced on the contiguous value is a view, which the
+    transposed one of the same shape cannot take: each layout gets a trace of its own."""
+    a, b = leaves((2, 3), (3, 2))
+    compiled = aotspec.compile(_two_layouts, backend=backend, hooks_filter="all")
+    grads = call_and_grads(compiled, [a, b], (_pack_flat, _unpack_flat))
+    with torch.no_grad():
+        torch.testing.assert_close(grads, [4 * b.t(), 4 * a.t()])
+
+
 def test_fast_and_reference_agree_under_lossy_hooks():
     inputs = leaves((8, 6), (6, 6), (6, 4), seed=1)
 

@@ -718,8 +718,9 @@ COMPARISONS = [
 ]
 
 SAMPLES: dict[torch._ops.OpOverload, OpSamples] = {
-    # Pointwise unary: integers promote to the default float in FLOAT_MATH.
-    **{op: OpSamples(NUMERIC, unary) for op in FLOAT_MATH},
+    # Pointwise unary: integers and bools promote to the default float in FLOAT_MATH
+    # (r[ops.int-to-float]; numpy computes a bool or a uint8 in float16).
+    **{op: OpSamples((*ALL, torch.uint8), unary) for op in FLOAT_MATH},
     **{
         op: OpSamples(NUMERIC, unary)
         for op in [

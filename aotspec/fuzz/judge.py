@@ -239,10 +239,9 @@ def _aotspec_outcome(subject, backend: str, hooks: bool = True):
 
 
 def _explained(subject, expected, actual, found: list[str]) -> bool:
-    """The float64 rule; a stolen list's sum (`out0`) has no float64 rerun, so not there."""
-    if isinstance(subject, Stealing):
-        return False
-    return numerically_explained(program_of(subject), expected, actual, found)
+    """The float64 rule (a stealing program's rerun includes its stolen list's sum, `out0`)."""
+    rerun = subject if isinstance(subject, Stealing) else program_of(subject)
+    return numerically_explained(rerun, expected, actual, found)
 
 
 def _judge_values(subject, expected, run) -> list[str]:

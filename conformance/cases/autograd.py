@@ -636,6 +636,23 @@ def _zeroes_its_output(x):
     return _ZeroesItsOutput.apply(x)
 
 
+def _leaf_x_and_y():
+    return {**_leaves(x=torch.tensor([1.0, 2.0, 3.0])), "y": torch.tensor([4.0, 5.0, 6.0])}
+
+
+def _copy_over_a_result(x, y):
+    t = x * 2
+    t.copy_(y * 1)  # replaces all of t's storage
+    return (t * 3,)
+
+
+def _copy_over_part_of_a_result(x, y):
+    t = x * 2
+    head = t[:2]
+    head.copy_(y[:2])  # then read through the tensor written
+    return (head * 3,)
+
+
 _CUSTOM_FUNCTIONS_COMPILED_ONLY = {
     "reference-eager": "the eager interpreter refuses custom Functions a gradient reaches "
     "(capture.custom-function.eager-interpreter)"
@@ -656,6 +673,26 @@ CASES = [
             Values("x.grad", [4.0, 5.0, 6.0]),
             Values("w.grad", [1.0, 2.0, 3.0]),
         ],
+    ),
+    Case(
+        name="autograd.copy-over-a-result-keeps-its-history",
+        rules=["functionalize.writes.copied", "functionalize.writes.whole-private"],
+        setup=_leaf_x_and_y,
+        args=["x", "y"],
+        program=_copy_over_a_result,
+        backward=True,
+        # t requires grad after the copy_, through its old value x * 2, whose gradient is 0
+        expect=[Values("out0", [12.0, 15.0, 18.0]), Values("x.grad", [0.0, 0.0, 0.0])],
+    ),
+    Case(
+        name="autograd.copy-over-part-of-a-result-keeps-its-history",
+        rules=["functionalize.writes.copied", "functionalize.reads.unwritten"],
+        setup=_leaf_x_and_y,
+        args=["x", "y"],
+        program=_copy_over_part_of_a_result,
+        backward=True,
+        # head requires grad after the copy_, through its old value (x * 2)[:2]: a gradient of 0
+        expect=[Values("out0", [12.0, 15.0]), Values("x.grad", [0.0, 0.0, 0.0])],
     ),
     Case(
         name="autograd.mlp-grads-match-eager",

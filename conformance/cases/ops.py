@@ -58,6 +58,10 @@ def _bfloat16_sum(x):
     return x.sum()
 
 
+def _exp_and_sigmoid(x):
+    return x.exp(), x.sigmoid()
+
+
 def _clone_transposed(x):
     return x.t().clone()
 
@@ -206,6 +210,20 @@ CASES = [
         expect=[
             Values("out0", torch.tensor(260.0, dtype=torch.bfloat16)),
             Layout("out0", dtype=torch.bfloat16, shape=()),
+        ],
+    ),
+    Case(
+        name="ops.float-function-of-bool-computes-in-float32",
+        rules=["ops.int-to-float"],
+        # exp(1) is 2.7182817 in float32; in float16, numpy's promotion of a bool, 2.71875.
+        setup=lambda: {"x": torch.tensor([True, False, True])},
+        args=["x"],
+        program=_exp_and_sigmoid,
+        expect=[
+            Values("out0", [2.7182817, 1.0, 2.7182817]),
+            Layout("out0", dtype=torch.float32, shape=(3,)),
+            Values("out1", [0.7310586, 0.5, 0.7310586]),
+            Layout("out1", dtype=torch.float32, shape=(3,)),
         ],
     ),
     Case(

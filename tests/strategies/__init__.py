@@ -8,7 +8,16 @@ strategies.grad import grad_programs` finds the package's; a module added here i
 import importlib
 import sys
 
-for _name in ("program", "model", "setups", "mutations", "grad", "stealing", "functions"):
+for _name in (
+    "program",
+    "model",
+    "setups",
+    "mutations",
+    "grad",
+    "stealing",
+    "functions",
+    "pointwise",
+):
     _module = importlib.import_module(f"aotspec.fuzz.strategies.{_name}")
     sys.modules[f"{__name__}.{_name}"] = _module
     globals()[_name] = _module

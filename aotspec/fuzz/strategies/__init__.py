@@ -10,7 +10,9 @@ eager PyTorch accepts:
   (`compiled=True`: only what `aotspec.compile` accepts);
 - `grad.py`: `grad_programs()`, programs with backward (leaves that require grad, buffers, a
   chain of differentiable ops, writes to intermediates and buffers);
-- `stealing.py`: `stealing_programs()`, either kind after reading a stolen list of activations.
+- `stealing.py`: `stealing_programs()`, either kind after reading a stolen list of activations;
+- `pointwise.py`: `pointwise_programs()`, chains of pointwise ops over several dtypes, with
+  special values, for the fusion pass and its Triton kernels.
 
 Conventions: `lay` is a `Strided` layout, `v` a variable name, `obj` an index into the model's
 objects, `st` an index into its storages, `xs` a list of x.

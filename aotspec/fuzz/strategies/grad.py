@@ -19,6 +19,8 @@ counter):
   backward raises "modified by an inplace operation"): `SAVES_INPUTS` and `SAVES_RESULT`
   over-approximate what autograd saves when some input requires grad;
 - no multi-output views (split): eager forbids writing them when they require grad;
+- a view made under torch.no_grad() (the caller's grad mode off) is not used once its storage
+  is written: eager raises where grad mode reads it (an enable_grad() op, the caller);
 - `detach()` makes an alias that requires no grad (of arguments, intermediates and views):
   writes through it carry no gradient (r[autograd.detach]), and may target an argument that
   requires grad, when it is the one such argument on its storage;
@@ -38,6 +40,10 @@ counter):
   input, which eager makes a view created inside a custom Function: nothing writes that storage
   afterwards.
 
+Edges: non-finite constants and clamp with min > max or infinite bounds; `torch.rand_like` values
+nothing reads (they die where they are made); and an argument whose graph the caller freed
+(setups.py), read only through detach() as the program's first step, so it gets no gradient.
+
 The caller calls one program in four under torch.no_grad() (r[autograd.grad-mode-inside]): the
 rules above still hold, as if every op recorded, and the program ends with a product under
 torch.enable_grad() of an argument that requires grad, so that an output does. Products under
@@ -55,8 +61,10 @@ from hypothesis import strategies as st
 
 from .functions import FUNCTIONS
 from .model import (
+    EDGE_CLAMPS,
     ITEMSIZE,
     SCALARS,
+    SPECIAL_SCALARS,
     Model,
     Strided,
     apply_view,
@@ -76,7 +84,7 @@ GRAD_VIEWS += ["unsqueeze", "squeeze"]
 POSITIVE_SCALARS = {2.0, 0.5, 3.0}
 #: Ops whose autograd node saves their tensor inputs, or their result, when an input requires
 #: grad.
-SAVES_INPUTS = {"mul", "maximum", "abs", "log", "pow", "mm", "matmul", "amax", "mul_"}
+SAVES_INPUTS = {"mul", "maximum", "abs", "log", "pow", "mm", "matmul", "amax", "mul_", "clamp"}
 SAVES_INPUTS |= {"enable_grad_mul", "nested_grad_mul", "fn_product", "fn_tanh"}
 #: Products under torch.enable_grad(): recorded whatever the caller's grad mode.
 GRAD_MODE_PRODUCTS = ["enable_grad_mul", "nested_grad_mul"]
@@ -91,6 +99,15 @@ def _bind_view(model: Model, out: str, v: str, lay: Strided) -> None:
     """`out`, a view of `v`: the same storage, and detached if `v` is."""
     model.bind(out, model.obj(v).storage, lay)
     model.obj(out).detached = model.obj(v).detached
+    model.obj(out).no_grad_view = not (model.grad_enabled or model.obj(v).detached)
+
+
+def _forget_no_grad_views(model: Model, storage: int) -> None:
+    """A view made under torch.no_grad() is of no more use once its storage is written: eager
+    raises where grad mode reads it (an enable_grad() op, the caller looking at an output)."""
+    for v in list(model.names):
+        if model.obj(v).storage == storage and model.obj(v).no_grad_view:
+            del model.names[v]
 
 
 def _grad_writable(model: Model) -> list[str]:
@@ -183,7 +200,10 @@ def _is_positive(model: Model, arg) -> bool:
 
 
 def _g_view(draw, model: Model) -> list[Instr]:
-    v = _recent(draw, list(model.names))
+    return _view_of(draw, model, _recent(draw, list(model.names)))
+
+
+def _view_of(draw, model: Model, v: str) -> list[Instr]:
     lay = model.lay(v)
     ops = [op for op in view_ops(lay, in_bounds=True) if op in GRAD_VIEWS]
     if 1 in lay.sizes:
@@ -212,7 +232,10 @@ def _g_detach(draw, model: Model) -> list[Instr]:
     out = model.new_name()
     _bind_view(model, out, v, model.lay(v))
     model.obj(out).detached = True
-    return [Instr("detach", (out,), (Var(v),))]
+    detach = Instr("detach", (out,), (Var(v),))
+    if draw(st.booleans()):  # then a view of it, as `x.detach().t()`
+        return [detach, *_view_of(draw, model, out)]
+    return [detach]
 
 
 def _relayable(model: Model) -> list[str]:
@@ -401,6 +424,43 @@ def _g_where(draw, model: Model) -> list[Instr]:
     return [compare, _compute(model, "where", (Var(mask), Var(a), Var(b)), positive=positive)]
 
 
+def _g_special(draw, model: Model) -> list[Instr]:
+    """A non-finite constant (`x + inf`, `x * nan`, ...), or clamp with bounds in either order or
+    infinite (min > max gives max everywhere)."""
+    x = _recent(draw, list(model.names))
+    if draw(st.booleans()):
+        low, high = draw(st.sampled_from(EDGE_CLAMPS))
+        return [_compute(model, "clamp", (Var(x), low, high))]
+    op = draw(st.sampled_from(["add", "sub", "mul", "maximum"]))
+    other = draw(st.sampled_from(SPECIAL_SCALARS))
+    if op == "maximum":  # of a tensor only: a full one
+        full = _compute(model, "full", (model.lay(x).sizes, other))
+        return [full, _compute(model, op, (Var(x), Var(full.outs[0])))]
+    return [_compute(model, op, (Var(x), other))]
+
+
+def _g_dead(draw, model: Model) -> list[Instr]:
+    """`torch.rand_like(x)`, which nothing reads: a value that dies where it is made."""
+    x = _recent(draw, list(model.names))
+    return [Instr("rand_like", (model.new_name(),), (Var(x),))]
+
+
+def _detach_freed(setup, model: Model) -> list[Instr]:
+    """An argument whose graph the caller freed (`Base.history_freed`) is read only through
+    `detach()`: it gets no gradient, and a backward that walked the graph behind it would raise
+    (r[autograd.detach-no-grad-inputs])."""
+    freed = {base.name for base in setup.bases if base.history_freed}
+    body = []
+    for i, name in enumerate(setup.args):
+        if name in freed and f"x{i}" in model.names:
+            out = model.new_name()
+            _bind_view(model, out, f"x{i}", model.lay(f"x{i}"))
+            model.obj(out).detached = True
+            del model.names[f"x{i}"]
+            body.append(Instr("detach", (out,), (Var(f"x{i}"),)))
+    return body
+
+
 #: Views that a write may go through (single-output, no internal overlap).
 WRITE_VIEWS = ["view", "reshape", "t", "transpose", "permute", "slice", "select", "unsqueeze"]
 
@@ -440,6 +500,7 @@ def _g_write(draw, model: Model, targets: list[str]) -> list[Instr]:
         if op == "mul_" and (storage.requires_grad or source_grad):
             storage.saved = source.saved = True
     storage.positive = False
+    _forget_no_grad_views(model, model.obj(target).storage)
     return [*body, Instr(op, (), (Var(target), *args))]
 
 
@@ -468,6 +529,7 @@ def _g_no_grad_write(draw, model: Model) -> list[Instr]:
     else:
         instr = Instr("no_grad_mul_", (), (Var(target), draw(st.sampled_from(SCALARS))))
     model.storage(target).positive = False
+    _forget_no_grad_views(model, storage)
     return [instr]
 
 
@@ -504,6 +566,8 @@ GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("custom_function", _g_custom_function, lambda m: True),
     ("custom_function", _g_custom_function, lambda m: True),
     ("no_grad_write", _g_no_grad_write, lambda m: bool(_no_grad_writable(m))),
+    ("special", _g_special, lambda m: True),
+    ("dead", _g_dead, lambda m: True),
     # Writes come four times: the point of the exercise, and each is blocked often (saved).
     ("write", _g_write_intermediate, _writes_intermediates),
     ("write", _g_write_intermediate, _writes_intermediates),
@@ -517,11 +581,11 @@ def grad_programs(draw, max_steps: int = 10) -> Program:
     """A program with backward: at least one output requires grad (see the section comment)."""
     setup = draw(grad_setups())
     model = initial_grad_model(setup)
+    body: list[Instr] = _detach_freed(setup, model)
     grad_arguments = [v for v in model.names if _requires_grad(model, v)]
     grad_enabled = draw(st.sampled_from([True, True, True, False]))
     model.grad_enabled = grad_enabled
     retain_graph = draw(st.sampled_from([False, False, False, True]))
-    body: list[Instr] = []
     # At least two steps (one rarely reaches a write), then go on with odds 5:1. A "go on" choice
     # per step, rather than a count drawn first, lets shrinking delete any one step.
     steps = 0
@@ -538,5 +602,6 @@ def grad_programs(draw, max_steps: int = 10) -> Program:
     first = with_grad[0] if not grad_enabled or draw(st.booleans()) else None
     returns = [first or draw(st.sampled_from(with_grad))]
     returns += draw(st.lists(st.sampled_from(names), max_size=2))
+    returns += names[-1:] * draw(st.booleans())  # often the chain's end: what the last step made
     returns = tuple(draw(st.permutations(returns)))
     return Program(setup, tuple(body), returns, grad_enabled, retain_graph)

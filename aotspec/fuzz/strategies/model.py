@@ -29,6 +29,17 @@ from .program import OPS
 ITEMSIZE = 4  # every tensor here is float32
 #: The constants both generators draw as a scalar operand.
 SCALARS = [2.0, -1.0, 0.5, 3.0, 0.0]
+#: Non-finite constants, drawn apart and less often (see `draw_scalar`).
+SPECIAL_SCALARS = [-math.inf, math.inf, math.nan]
+#: clamp's bounds at the edges: min > max (max everywhere), infinite, one of them only.
+EDGE_CLAMPS = [(1.0, -1.0), (0.5, 0.0), (-math.inf, 0.5), (-1.0, math.inf), (math.inf, None)]
+
+
+def draw_scalar(draw) -> float:
+    """One of SCALARS, or one time in eight a non-finite one."""
+    if draw(st.sampled_from([False] * 7 + [True])):
+        return draw(st.sampled_from(SPECIAL_SCALARS))
+    return draw(st.sampled_from(SCALARS))
 
 
 @frozen
@@ -113,6 +124,7 @@ class _Object:
     param: bool = False  # an object the caller passed
     rebound: bool = False  # set_ or an in-place metadata op moved it (storage or layout)
     detached: bool = False  # made from a detach()ed alias: requires no grad, whatever its storage
+    no_grad_view: bool = False  # a view made under torch.no_grad() (grad programs)
 
 
 @define

@@ -20,6 +20,9 @@ model letting the generator emit only:
   `as_strided_`) of tensors in bounds of their storage, arguments and views of them included, to
   layouts in bounds (eager's setStorage check raises otherwise).
 
+Scalars are non-finite one time in eight (`model.draw_scalar`), and `torch.rand_like` makes values
+nothing reads, which die where they are made.
+
 `programs(compiled=True)` draws only what `aotspec.compile` accepts on top of that: resizes only
 of argument objects that neither `set_` nor an in-place metadata op has moved, and no `set_` that
 grows a storage.
@@ -40,6 +43,7 @@ from .model import (
     broadcastable,
     copy_sources,
     draw_relayout,
+    draw_scalar,
     draw_view,
     relayout_ops,
     viewable,
@@ -85,7 +89,7 @@ def _draw_other(draw, model: Model, target: str):
     tensors = copy_sources(model, target)
     if tensors and draw(st.booleans()):
         return Var(draw(st.sampled_from(tensors)))
-    return draw(st.sampled_from(SCALARS))
+    return draw_scalar(draw)
 
 
 def _writable_names(model: Model) -> list[str]:
@@ -104,7 +108,7 @@ def _step_inplace(draw, model: Model) -> list[Instr]:
         high = draw(st.sampled_from(CLAMP_BOUNDS[1:] if low is None else CLAMP_BOUNDS))
         args = (low, high)
     elif op == "fill_":
-        args = (draw(st.sampled_from(SCALARS)),)
+        args = (draw_scalar(draw),)
     else:
         args = ()
     return [Instr(op, (), (Var(target), *args))]
@@ -119,11 +123,16 @@ def _step_copy(draw, model: Model) -> list[Instr]:
 
 def _set_sources(model: Model, dst: str) -> list[str]:
     # A source out of bounds (on a zero storage) grows its storage, unless it has dst's very
-    # sizes and strides: then eager raises instead (resize_impl_cpu_ returns early). Compiled
-    # programs reject the growing set_ (rule aliasing.set.grows-storage).
+    # sizes and strides, whatever its offset: then eager raises instead (checkSetStorage checks
+    # the bounds, and resize_impl_cpu_ returns early). Compiled programs reject the growing set_
+    # (rule aliasing.set.grows-storage).
     if model.compiled:
         return [v for v in model.names if model.in_bounds(v)]
-    return [v for v in model.names if model.in_bounds(v) or model.lay(v) != model.lay(dst)]
+    return [v for v in model.names if model.in_bounds(v) or _shape(model, v) != _shape(model, dst)]
+
+
+def _shape(model: Model, v: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return model.lay(v).sizes, model.lay(v).strides
 
 
 def _step_set(draw, model: Model) -> list[Instr]:
@@ -202,7 +211,7 @@ def _step_pointwise(draw, model: Model) -> list[Instr]:
         others = [v for v in readable if broadcastable(model.lay(v).sizes, shape)]
         scalar_ok = op != "maximum"
         if scalar_ok and draw(st.booleans()):
-            args = (draw(st.sampled_from(SCALARS)),)
+            args = (draw_scalar(draw),)
         else:
             args = (Var(draw(st.sampled_from(others))),)
     elif op == "clamp":
@@ -219,10 +228,16 @@ def _step_pointwise(draw, model: Model) -> list[Instr]:
 
 def _step_full(draw, model: Model) -> list[Instr]:
     shape = draw(st.sampled_from([(4,), (2, 3), (5,), (2, 2), (1, 3), (6,)]))
-    value = draw(st.sampled_from(SCALARS))
+    value = draw_scalar(draw)
     out = model.new_name()
     model.bind(out, model.new_storage(math.prod(shape) * ITEMSIZE), Strided.contiguous(shape))
     return [Instr("full", (out,), (shape, value))]
+
+
+def _step_dead(draw, model: Model) -> list[Instr]:
+    """`torch.rand_like(x)`, which nothing reads: a value that dies where it is made."""
+    x = draw(st.sampled_from(model.readable_names()))
+    return [Instr("rand_like", (model.new_name(),), (Var(x),))]
 
 
 # Each step kind, and when the model allows it. Order is shrink order: simplest first. Views
@@ -237,6 +252,7 @@ STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("resize", _step_resize, lambda m: bool(_resizable_down(m) or _resizable_up(m))),
     ("pointwise", _step_pointwise, lambda m: bool(m.readable_names())),
     ("full", _step_full, lambda m: True),
+    ("dead", _step_dead, lambda m: bool(m.readable_names())),
 ]
 
 

@@ -13,6 +13,7 @@ eager PyTorch, where an error means that a generator made an invalid program.
 
 from __future__ import annotations
 
+import math
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -41,10 +42,13 @@ class Var:
 
 @frozen
 class Base:
-    """A contiguous float32 tensor the caller makes; `zeroed`: its storage resized to 0 bytes;
-    `requires_grad`: a leaf that requires grad (views the caller makes of it do not leaf);
-    `non_leaf` with it: `{name}_leaf * 1` of such a leaf, which the caller keeps too (a program
-    may write this tensor with grad mode on)."""
+    """A contiguous tensor the caller makes, float32 unless `dtype` (a torch dtype's name) says
+    otherwise; `zeroed`: its storage resized to 0 bytes; `requires_grad`: a leaf that requires
+    grad (views the caller makes of it do not leaf); `non_leaf` with it: `{name}_leaf * 1` of
+    such a leaf, which the caller keeps too (a program may write this tensor with grad mode on);
+    `history_freed` with that: `{name}_leaf * torch.ones_like({name}_leaf)` instead, which the
+    caller backpropagates once before the call, so the graph behind it is freed (a backward
+    that walks it again raises)."""
 
     name: str
     shape: tuple[int, ...]
@@ -52,6 +56,8 @@ class Base:
     zeroed: bool = False
     requires_grad: bool = False
     non_leaf: bool = False
+    dtype: str = "float32"
+    history_freed: bool = False
 
 
 @frozen
@@ -116,6 +122,17 @@ class Op:
     render: Callable[..., str]
 
 
+def literal(value) -> str:
+    """`value` as Python source; a non-finite float as `float('-inf')`, in lists and tuples too."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float({str(value)!r})"
+    if isinstance(value, list):
+        return f"[{', '.join(map(literal, value))}]"
+    if isinstance(value, tuple):
+        return f"({', '.join(map(literal, value))}{',' if len(value) == 1 else ''})"
+    return repr(value)
+
+
 def _slice(x, dim, start, stop, step):
     return x[(slice(None),) * dim + (slice(start, stop, step),)]
 
@@ -128,7 +145,7 @@ def _method(name: str) -> Op:
     """`x.name(*args)`, rendered the same way."""
 
     def render(x, *args) -> str:
-        return f"{x!r}.{name}({', '.join(map(repr, args))})"
+        return f"{x!r}.{name}({', '.join(map(literal, args))})"
 
     return Op(lambda x, *args: getattr(x, name)(*args), render)
 
@@ -137,14 +154,14 @@ def _with_alpha(name: str) -> Op:
     """`x.add_(y, alpha=alpha)`, rendered without `alpha` when it is 1."""
 
     def render(x, y, alpha) -> str:
-        return f"{x!r}.{name}({y!r}{'' if alpha == 1 else f', alpha={alpha!r}'})"
+        return f"{x!r}.{name}({literal(y)}{'' if alpha == 1 else f', alpha={alpha!r}'})"
 
     return Op(lambda x, y, alpha: getattr(x, name)(y, alpha=alpha), render)
 
 
 def _call(qualified: str, fn: Callable) -> Op:
     """`torch.ops....(*args)` or `torch.full(*args)`, rendered by its qualified name."""
-    return Op(fn, lambda *args: f"{qualified}({', '.join(map(repr, args))})")
+    return Op(fn, lambda *args: f"{qualified}({', '.join(map(literal, args))})")
 
 
 def _render_cat(dim, *xs) -> str:
@@ -205,6 +222,16 @@ OPS: dict[str, Op] = {
     "cat": Op(lambda dim, *xs: torch.cat(xs, dim), _render_cat),
     # custom autograd.Functions with their own backward (r[capture.custom-function])
     **{name: _applied(function) for name, function in FUNCTIONS.items()},
+    # a value nobody reads, which dies where it is made (r[memory.eager.last-use]): random, so
+    # dead code elimination keeps it
+    "rand_like": _call("torch.rand_like", torch.rand_like),
+    # pointwise chains over several dtypes, for the fusion pass (pointwise.py)
+    **{name: _method(name) for name in ("sin", "sqrt", "floor", "ceil", "reciprocal", "isnan")},
+    **{name: _method(name) for name in ("le", "ge", "eq", "ne", "div", "to")},
+    **{name: _method(name) for name in ("logical_not", "logical_and", "logical_or")},
+    "minimum": _call("torch.minimum", torch.minimum),
+    "add_alpha": _with_alpha("add"),
+    "sub_alpha": _with_alpha("sub"),
 }
 
 
@@ -219,12 +246,18 @@ def build_inputs(
     `dtype`: float64 only to rerun a program as a numeric oracle (docs/design.md section 5)."""
     world: dict[str, torch.Tensor] = {}
     for base in setup.bases:
-        t = torch.tensor(base.values, dtype=dtype).reshape(base.shape)
+        own = getattr(torch, base.dtype)
+        t = torch.tensor(base.values, dtype=dtype if own == torch.float32 else own)
+        t = t.reshape(base.shape)
         # A leaf that requires grad is a tensor of its own, as a parameter is: reshape's result is
         # a view, and eager's autograd sends a view-leaf's gradients to its base after a write.
         if base.non_leaf:
             world[f"{base.name}_leaf"] = leaf = t.clone().requires_grad_()
-            world[base.name] = leaf * 1
+            if base.history_freed:  # a node that saves a tensor, whose graph one backward frees
+                world[base.name] = leaf * torch.ones_like(leaf)
+                world[base.name].sum().backward()
+            else:
+                world[base.name] = leaf * 1
         else:
             world[base.name] = t.clone().requires_grad_() if base.requires_grad else t
     for view in setup.views:
@@ -270,11 +303,16 @@ def setup_source(setup: Setup) -> str:
     """`def make_inputs()`: builds the caller's tensors, returns (named tensors, arguments)."""
     lines = ["def make_inputs():"]
     for base in setup.bases:
-        values = list(base.values)
+        values = literal(list(base.values))
+        dtype = "" if base.dtype == "float32" else f", dtype=torch.{base.dtype}"
         grad = ".clone().requires_grad_()" if base.requires_grad else ""
         leaf = f"{base.name}_leaf" if base.non_leaf else base.name
-        lines.append(f"    {leaf} = torch.tensor({values!r}).reshape({base.shape!r}){grad}")
-        if base.non_leaf:
+        tensor = f"torch.tensor({values}{dtype})"
+        lines.append(f"    {leaf} = {tensor}.reshape({base.shape!r}){grad}")
+        if base.history_freed:
+            lines.append(f"    {base.name} = {leaf} * torch.ones_like({leaf})")
+            lines.append(f"    {base.name}.sum().backward()  # frees the graph behind it")
+        elif base.non_leaf:
             lines.append(f"    {base.name} = {leaf} * 1")
     for view in setup.views:
         layout = f"{view.sizes!r}, {view.strides!r}, {view.offset}"

@@ -1,10 +1,10 @@
 """Caller setups: the tensors a caller makes before calling a program, and the generators'
 model of them when the program starts.
 
-Generates `setups()`, the callers of mutation programs (mutations.py): 1-3
-float32 bases of distinct values, some resized to zero bytes, passed whole or as views (two
-arguments on one base alias; one object may be passed twice), and aliases the caller keeps
-without passing them; and `grad_setups()`, the callers of programs with backward
+Generates `setups()`, the callers of mutation programs (mutations.py): 1-3 float32 bases of
+distinct values (one in six with -inf, inf or nan), some resized to zero bytes, passed whole or
+as views (two arguments on one base alias; one object may be passed twice), and aliases the
+caller keeps without passing them; and `grad_setups()`, the callers of programs with backward
 (grad.py): leaves that require grad and buffers that do not.
 `initial_model` and `initial_grad_model` are the generators' `Model` of a setup's arguments.
 """
@@ -23,6 +23,8 @@ GRAD_SHAPES = [(3,), (4,), (2, 3), (3, 2), (2, 2), (1, 3), (2, 1, 3), ()]
 # Shrinking goes to the first: 1.0, then small values of either sign; 0.0 (the kink of relu and
 # abs) last.
 GRAD_VALUES = [1.0, -1.0, 0.5, 2.0, -0.5, -2.0, 0.25, 1.5, -1.5, -0.25, 0.0]
+#: Put in one element of one caller tensor in five or six.
+SPECIAL_VALUES = [math.inf, -math.inf, math.nan]
 
 #: How the caller passes a tensor: the tensor, a view of it, both (two aliasing arguments), the
 #: same object twice, with a view of its detach() (an alias that requires no grad); "held": a
@@ -41,6 +43,7 @@ def setups(draw) -> Setup:
         numel = math.prod(shape)
         # Distinct values, distinct per base: a misplaced element shows.
         values = tuple(10.0 * k + i - numel // 2 + 0.5 for i in range(numel))
+        values = draw(_with_special_value(values, odds=5))
         zeroed = draw(st.sampled_from([False, False, False, True]))
         bases.append(Base(f"b{k}", shape, values, zeroed))
         base_lay = Strided.contiguous(shape)
@@ -63,6 +66,15 @@ def setups(draw) -> Setup:
         args.append(draw(st.sampled_from(args)))
     args = draw(st.permutations(args))
     return Setup(tuple(bases), tuple(views), tuple(args))
+
+
+@st.composite
+def _with_special_value(draw, values: tuple[float, ...], odds: int) -> tuple[float, ...]:
+    """`values`, or one time in `odds + 1` with one of them -inf, inf or nan."""
+    if not values or not draw(st.sampled_from([False] * odds + [True])):
+        return values
+    k = draw(st.integers(0, len(values) - 1))
+    return (*values[:k], draw(st.sampled_from(SPECIAL_VALUES)), *values[k + 1 :])
 
 
 def _draw_caller_view(draw, lay: Strided) -> Strided:
@@ -103,6 +115,7 @@ def _grad_tensor(draw, requires_grad: bool):
     shape = draw(st.sampled_from(GRAD_SHAPES))
     numel = math.prod(shape)
     values = draw(st.lists(st.sampled_from(GRAD_VALUES), min_size=numel, max_size=numel))
+    values = draw(_with_special_value(tuple(values), odds=4))
     passing = draw(st.sampled_from(LEAF_PASSING if requires_grad else BUFFER_PASSING))
     view = _draw_caller_view(draw, Strided.contiguous(shape)) if passing != ("base",) else None
     non_leaf = requires_grad and draw(st.booleans())
@@ -114,13 +127,29 @@ def grad_setups(draw) -> Setup:
     """1-3 tensors that require grad (leaves, or non-leaves made from leaves the caller keeps)
     and 0-2 buffers that do not, each drawn whole (so shrinking drops a tensor at once). A view
     of a leaf passed is an argument that requires grad but is not a leaf; a view of a buffer the
-    caller keeps shows the buffer's writes."""
+    caller keeps shows the buffer's writes. One caller in four also passes a non-leaf whose graph
+    it freed (`Base.history_freed`), which grad programs read only through detach(); one tensor
+    in five holds -inf, inf or nan."""
     leaves = draw(st.lists(_grad_tensor(requires_grad=True), min_size=1, max_size=3))
     buffers = draw(st.lists(_grad_tensor(requires_grad=False), max_size=2))
+    # One caller in four passes a non-leaf whose graph it freed, which the program detaches.
+    freed = []
+    if draw(st.sampled_from([False, False, False, True])):
+        shape = draw(st.sampled_from(GRAD_SHAPES))
+        n = math.prod(shape)
+        values = draw(st.lists(st.sampled_from(GRAD_VALUES), min_size=n, max_size=n))
+        freed = [(shape, tuple(values), ("base",), None, True)]
     bases, views, args = [], [], []
-    for k, (shape, values, passing, view, non_leaf) in enumerate(leaves + buffers):
+    for k, (shape, values, passing, view, non_leaf) in enumerate(leaves + buffers + freed):
         bases.append(
-            Base(f"b{k}", shape, values, requires_grad=k < len(leaves), non_leaf=non_leaf)
+            Base(
+                f"b{k}",
+                shape,
+                values,
+                requires_grad=k < len(leaves) or k == len(leaves + buffers),
+                non_leaf=non_leaf,
+                history_freed=k == len(leaves + buffers),
+            )
         )
         for way in passing:
             if way == "base":

@@ -6,7 +6,13 @@ run after reading a list of activations the caller hands over with
 activation after its last use inside the call (`r[boxed.steal]`). The activations are only read
 (valid by construction: the spec rejects writing, resizing, rebinding or returning a stolen
 tensor), by a chain of pointwise ops whose result is the first output, so they die early in the
-call while the program's own work follows.
+call while the program's own work follows. With backward, one program in two steals activations
+that require grad, as a training step's are: each is `act{k}_leaf * 1` of a leaf the caller
+keeps, whose gradient flows through the stolen tensor. The caller keeps those activations too
+(`act{k}`): the runtime hands a stolen tensor that requires grad to autograd.Function.apply,
+whose arguments hold it until the forward returns, where the reference's ledger frees it at its
+last use (a disagreement with r[boxed.steal.freed-at-last-use], reported with issue 16), so
+their memory is left out of the comparison and their gradients are compared.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from hypothesis import strategies as st
 
 from .grad import grad_programs
 from .mutations import programs
-from .program import Program, as_function, source
+from .program import Program, as_function, literal, source
 from .setups import GRAD_VALUES
 
 ACTIVATION_SIZE = 4
@@ -34,6 +40,8 @@ class Stealing:
     activations: tuple[tuple[float, ...], ...]
     #: The method reading each activation.
     reads: tuple[str, ...]
+    #: Each activation is `act{k}_leaf * 1` of a leaf that requires grad, which the caller keeps.
+    requires_grad: bool = False
 
 
 @st.composite
@@ -46,12 +54,25 @@ def stealing_programs(draw, backward: bool = False) -> Stealing:
     )
     activations = tuple(tuple(draw(values)) for _ in range(count))
     reads = tuple(draw(st.sampled_from(READS)) for _ in range(count))
-    return Stealing(program, activations, reads)
+    requires_grad = backward and draw(st.booleans())
+    return Stealing(program, activations, reads, requires_grad)
 
 
-def make_activations(stealing: Stealing) -> list[torch.Tensor]:
-    """The caller's list: the only references to the activations."""
-    return [torch.tensor(values) for values in stealing.activations]
+def make_activations(
+    stealing: Stealing, named: dict | None = None, dtype: torch.dtype = torch.float32
+) -> list[torch.Tensor]:
+    """The caller's list: the only references to the activations, unless they require grad: then
+    each is made from a leaf, and both go in `named` (`act0_leaf`, `act0`, ...) when it is given
+    (see the module docstring). `dtype`: float64 only for the numeric oracle."""
+    if not stealing.requires_grad:
+        return [torch.tensor(values, dtype=dtype) for values in stealing.activations]
+    acts = []
+    for k, values in enumerate(stealing.activations):
+        leaf = torch.tensor(values, dtype=dtype, requires_grad=True)
+        acts.append(leaf * 1)
+        if named is not None:
+            named.update({f"act{k}_leaf": leaf, f"act{k}": acts[-1]})
+    return acts
 
 
 def as_stealing_function(stealing: Stealing) -> Callable:
@@ -70,7 +91,11 @@ def as_stealing_function(stealing: Stealing) -> Callable:
 
 def stealing_source(stealing: Stealing) -> str:
     """`make_inputs`, `program`, `make_activations` and `stealing` as Python."""
-    values = ", ".join(f"torch.tensor({list(v)!r})" for v in stealing.activations)
+    grad = ", requires_grad=True" if stealing.requires_grad else ""
+    times = " * 1" if stealing.requires_grad else ""
+    values = ", ".join(
+        f"torch.tensor({literal(list(v))}{grad}){times}" for v in stealing.activations
+    )
     first, *rest = [f"acts[{k}].{read}()" for k, read in enumerate(stealing.reads)]
     lines = [
         source(stealing.program),

@@ -1,0 +1,514 @@
+"""The planted bugs: each a small textual patch of one file, and why it is a bug someone could
+write.
+
+A `Mutant` replaces `original`, which must occur exactly once in `file`, by `replacement`, and
+names the tests that should kill it (`tests`: pytest arguments, run in order with `-x`, so the
+likeliest killers come first). A mutant no test kills says why in `equivalent`: the bug changes
+nothing any observable can see, or only what the project deliberately leaves unobserved.
+
+Areas: the fast backend's code generation, runtime, fusion and Triton kernels (`fast/`), and
+what it shares with the reference: the runtime skeleton (`reference/runtime.py`), the epilogue
+(`reference/epilogue.py`), the guard key (`aotspec/api.py`, `input_facts` in
+`reference/functionalize.py`) and hook inlining (`reference/hooks.py`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from attrs import frozen
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: Where each top-level directory's modules live in the package (pyproject's package-dir).
+PACKAGES = {"fast": "aotspec.fast", "reference": "aotspec.reference", "aotspec": "aotspec"}
+
+
+@frozen
+class Mutant:
+    name: str
+    file: str
+    original: str
+    replacement: str
+    why: str
+    tests: tuple[str, ...]
+    #: Why no test can kill it, for a survivor that is equivalent.
+    equivalent: str | None = None
+
+    @property
+    def module(self) -> str:
+        """The dotted name the tests import `file` by."""
+        directory, *rest = Path(self.file).with_suffix("").parts
+        return ".".join([PACKAGES[directory], *rest])
+
+    def apply(self, source: str) -> str:
+        """`source` with the bug planted; raises if `original` is not there exactly once."""
+        count = source.count(self.original)
+        if count != 1:
+            raise ValueError(
+                f"mutant {self.name}: its original snippet occurs {count} times in {self.file} "
+                "(the file changed: update the snippet in tests/mutants/catalog.py)"
+            )
+        return source.replace(self.original, self.replacement)
+
+    def mutated_source(self) -> str:
+        return self.apply((ROOT / self.file).read_text())
+
+
+# ---------------------------------------------------------------- which tests run
+
+FAST = "tests/test_differential_fast.py"
+FUSION = "tests/test_fusion_differential.py"
+TRITON = "tests/test_triton.py"
+CODEGEN = "tests/test_codegen.py"
+COMPILED = "tests/test_differential_compiled.py"
+HOOKS = "tests/test_differential_hooks.py"
+HOOK_UNITS = "tests/test_hooks.py"
+COMPILE = "tests/test_compile.py"
+GUARDS = "tests/test_guards.py"
+CONFORMANCE = "tests/test_conformance.py"
+EPILOGUE = "tests/test_epilogue.py"
+AOTDISPATCH = "tests/aotdispatch"
+
+#: Code generation and the fast runtime: the fast differential tests first.
+ON_FAST = (FAST, FUSION, CODEGEN, COMPILE)
+ON_FUSION = (FUSION, TRITON)
+#: Code both backends share: eager is the only independent oracle, then the hand-written cases
+#: and PyTorch's own AOTAutograd tests.
+ON_SHARED = (COMPILED, FAST, EPILOGUE, GUARDS, COMPILE, CONFORMANCE, AOTDISPATCH)
+ON_GUARDS = (GUARDS, COMPILE, HOOK_UNITS, AOTDISPATCH)
+ON_HOOKS = (HOOKS, HOOK_UNITS, FAST, CONFORMANCE, AOTDISPATCH)
+
+
+MUTANTS: tuple[Mutant, ...] = (
+    # ------------------------------------------------------------ code generation
+    Mutant(
+        "codegen.dead-values-live",
+        "fast/codegen.py",
+        "dead = [value.name for value in dies_after[node]]",
+        "dead = [value.name for value in dies_after[node] if value is not node]",
+        "A value nobody reads is never 'last used', so it is easy to forget that it dies where "
+        "it is made: it then lives to the end of the call.",
+        ON_FAST,
+    ),
+    Mutant(
+        "codegen.arguments-not-cleared",
+        "fast/codegen.py",
+        '    lines.append("    arguments.clear()")\n',
+        "",
+        "The boxed list is the function's argument: forgetting to clear it keeps every input "
+        "alive until the call returns (the unboxed calling convention).",
+        ON_FAST,
+    ),
+    Mutant(
+        "codegen.only-first-dead-deleted",
+        "fast/codegen.py",
+        "lines.append(f\"    del {', '.join(dead)}\")",
+        'lines.append(f"    del {dead[0]}")',
+        "A node that is the last use of several values: deleting one name per node looks right "
+        "on chains, where each node ends one value.",
+        ON_FAST,
+    ),
+    Mutant(
+        "codegen.minus-infinity-sign",
+        "fast/codegen.py",
+        '("inf" if value > 0 else "-inf")',
+        '"inf"',
+        "Rendering a non-finite float constant: the sign of -inf is lost (the issue's example).",
+        ON_FAST,
+    ),
+    Mutant(
+        "codegen.nan-as-infinity",
+        "fast/codegen.py",
+        '("nan" if math.isnan(value) else ("inf" if value > 0 else "-inf"))',
+        '("inf" if value > 0 else "-inf")',
+        "Non-finite constants handled as infinities only: nan renders as -inf.",
+        ON_FAST,
+    ),
+    # ------------------------------------------------------------ the fast runtime
+    Mutant(
+        "fast-runtime.fusion-never-requested",
+        "fast/runtime.py",
+        "    if triton_requested(graph_module):\n",
+        "    if False:\n",
+        "The fused path silently disabled (a refactoring that drops the call): every value stays "
+        "right, only Triton never runs.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "fast-runtime.fused-without-triton",
+        "fast/runtime.py",
+        "fuse_pointwise(graph_module, use_triton=True)",
+        "fuse_pointwise(graph_module)",
+        "The pass's default is `use_triton=False`: groups are fused but run as torch ops.",
+        ON_FUSION,
+    ),
+    # ------------------------------------------------------------ fusion
+    Mutant(
+        "fusion.cpu-falls-back-to-torch",
+        "fast/fusion.py",
+        'return device.type == "cuda" or interpreting()',
+        'return device.type == "cuda"',
+        "Only CUDA runs kernels: on CPU under TRITON_INTERPRET=1 the kernels silently fall "
+        "back to torch ops, so CI tests no kernel.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "fusion.shapes-not-compared",
+        "fast/fusion.py",
+        "g.open and g.shape == shape and g.device == device",
+        "g.open and g.device == device",
+        "A reader of another shape (broadcast up) joins the group, and the kernel runs over the "
+        "wrong shape.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "fusion.groups-never-close",
+        "fast/fusion.py",
+        "            if group not in joined:\n                group.open = False\n",
+        "            pass\n",
+        "A group stays open after an outside node read one of its values, so a later member "
+        "moves the value past its reader.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "fusion.bool-arithmetic-fused",
+        "fast/fusion.py",
+        "    if compute == torch.bool and rule.compute_in is ComputeIn.RESULT:\n"
+        "        return None  # bool arithmetic (add is or, ...) has no Triton spelling here\n",
+        "",
+        "Arithmetic on bool tensors looks like any other integer dtype; in a kernel, `+` on int1 "
+        "wraps where PyTorch's is a logical or.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "fusion.comparison-in-left-dtype",
+        "fast/fusion.py",
+        "return torch.result_type(*operands) if len(operands) == 2 else operands[0].dtype",
+        "return operands[0].dtype",
+        "A comparison computed in its left operand's dtype: an int tensor against a float "
+        "(tensor or scalar) truncates the float.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "fusion.non-finite-scalars-inlined",
+        "fast/fusion.py",
+        "return isinstance(argument, float) and math.isfinite(argument)",
+        "return isinstance(argument, float)",
+        "Every float scalar inlined into the kernel's source: inf and nan are no Triton literals.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "fusion.outputs-only-when-all-users-outside",
+        "fast/fusion.py",
+        "any(user not in members for user in node.users)",
+        "all(user not in members for user in node.users)",
+        "A value read both inside and outside its group is not stored by the kernel.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "fusion.any-layout-fused",
+        "fast/fusion.py",
+        "        or tuple(value.stride()) != contiguous_strides(value.shape)\n",
+        "",
+        "The kernel stores contiguous results; fusing an op whose eager result is laid out "
+        "otherwise changes the output's strides.",
+        ON_FUSION,
+    ),
+    # ------------------------------------------------------------ Triton kernels
+    Mutant(
+        "triton.relu-turns-nan-to-zero",
+        "fast/triton_kernels.py",
+        'return f"tl.where({x} < 0, 0, {x})"',
+        'return f"tl.where({x} > 0, {x}, 0)"',
+        "relu as `x > 0 ? x : 0`: NaN becomes 0 where PyTorch's relu keeps it.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "triton.clamp-bounds-swapped",
+        "fast/triton_kernels.py",
+        "    if low is not None:\n        x = _maximum(x, low)\n"
+        "    return x if high is None else _minimum(x, high)\n",
+        "    if high is not None:\n        x = _minimum(x, high)\n"
+        "    return x if low is None else _maximum(x, low)\n",
+        "clamp's bounds applied upper first: the same unless min > max, where PyTorch gives max.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "triton.maximum-drops-nan",
+        "fast/triton_kernels.py",
+        'return f"tl.maximum({x}, {y}, propagate_nan=tl.PropagateNan.ALL)"',
+        'return f"tl.maximum({x}, {y})"',
+        "Triton's maximum ignores NaN by default; torch.maximum propagates it.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "triton.sub-ignores-alpha",
+        "fast/triton_kernels.py",
+        'return f"{x} - {y}" if alpha == 1 else _plus_scaled(x, -alpha, y, dtype)',
+        'return f"{x} - {y}"',
+        "`sub`'s alpha (from `x.sub_(y, alpha=2)`) forgotten in the expression.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "triton.alpha-rounded-twice",
+        "fast/triton_kernels.py",
+        '    if dtype.is_floating_point:\n        return f"tl.fma({float(alpha)!r}, {y}, {x})"\n',
+        "",
+        "`x + alpha * y` as written, rounding the product and then the sum, where eager's "
+        "kernels round once (a fused multiply-add): the kernels' code until issue 16 found it.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "triton.threshold-backward-strict",
+        "fast/triton_kernels.py",
+        'return f"tl.where({x} <= {threshold}, 0, {grad})"',
+        'return f"tl.where({x} < {threshold}, 0, {grad})"',
+        "relu's backward at the kink: PyTorch gives 0 where x equals the threshold.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "triton.to-bool-truncates",
+        "fast/triton_kernels.py",
+        'return f"{_atom(expression)} != 0"  # nonzero is True',
+        'return f"{_atom(expression)}.to(tl.int8).to(tl.int1)"',
+        "A cast to bool through an integer: 0.5 truncates to 0, where PyTorch's bool is True "
+        "for every nonzero value.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "triton.float16-not-widened",
+        "fast/triton_kernels.py",
+        "REDUCED_FLOATS = frozenset({torch.float16, torch.bfloat16})",
+        "REDUCED_FLOATS = frozenset({torch.bfloat16})",
+        "float16 computed in float16 rather than float32 (`r[ops.opmath]`): a chain rounds "
+        "differently.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "triton.one-element-not-launched",
+        "fast/triton_kernels.py",
+        "    if program.numel > 0:\n",
+        "    if program.numel > 1:\n",
+        "An off-by-one guard against empty launches skips one-element tensors.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "triton.broadcast-size-one-read-as-full",
+        "fast/triton_kernels.py",
+        "stretched = d < lead or tensor.shape[d - lead] != size",
+        "stretched = d < lead",
+        "Broadcasting only leading dims: a size-1 dim of an input read with its own stride.",
+        ON_FUSION,
+    ),
+    Mutant(
+        "triton.where-condition-cast",
+        "fast/triton_kernels.py",
+        "@pointwise(aten.where.self, uncast=frozenset({0}))",
+        "@pointwise(aten.where.self)",
+        "where's bool condition cast to the compute dtype like its other operands.",
+        ON_FUSION,
+        equivalent="The cast condition is 0 or 1, in the float or integer dtype the step computes "
+        "in, and tl.where tests its condition for nonzero (Triton casts it to int1 by comparing "
+        "with 0 on the GPU; numpy's where does the same in the interpreter): every element picks "
+        "the same operand, so no observable can differ. Kept to show an equivalent mutant.",
+    ),
+    # ------------------------------------------------------------ the runtime skeleton
+    Mutant(
+        "runtime.non-leaf-inputs-not-detached",
+        "reference/runtime.py",
+        "        detached.append(t.detach() if needs_detach else t)\n",
+        "        detached.append(t)\n",
+        "Detaching looks redundant when no gradient flows to the input: autograd then walks the "
+        "graph behind it (PyTorch #134193).",
+        ON_SHARED,
+    ),
+    Mutant(
+        "runtime.stolen-grad-inputs-handed-over",
+        "reference/runtime.py",
+        "handed_over = {i: inputs[i] for i in stolen if not inputs[i].requires_grad}",
+        "handed_over = {i: inputs[i] for i in stolen}",
+        "Every stolen input handed to the forward outside apply's arguments, those that require "
+        "grad too: autograd no longer sees them as inputs.",
+        ON_SHARED,
+    ),
+    Mutant(
+        "runtime.unreached-outputs-get-zeros",
+        "reference/runtime.py",
+        "ctx.set_materialize_grads(False)",
+        "ctx.set_materialize_grads(True)",
+        "autograd.Function's default: outputs the backward does not reach get zero gradients, "
+        "so their inputs get a zero .grad instead of none.",
+        ON_SHARED,
+    ),
+    Mutant(
+        "runtime.never-retain",
+        "reference/runtime.py",
+        "retain = torch._C._autograd._get_current_graph_task_keep_graph()",
+        "retain = False",
+        "retain_graph ignored: the first backward takes the saved values away.",
+        ON_SHARED,
+    ),
+    Mutant(
+        "runtime.call-under-caller-grad-mode",
+        "reference/runtime.py",
+        "with torch.enable_grad():\n            flats = list(_Forward.apply(",
+        "if True:\n            flats = list(_Forward.apply(",
+        "The node applied under the caller's grad mode: under torch.no_grad() no output records "
+        "what the program computed under enable_grad().",
+        ON_SHARED,
+    ),
+    Mutant(
+        "runtime.tangents-as-given",
+        "reference/runtime.py",
+        "        elif grad.stride() != strides:\n",
+        "        elif False:\n",
+        "Tangents passed as autograd gives them (expanded by sum's backward) rather than laid "
+        "out as traced.",
+        ON_SHARED,
+    ),
+    Mutant(
+        "runtime.saved-input-version-unchecked",
+        "reference/runtime.py",
+        "    if t._version != version:\n",
+        "    if t._version < version:\n",
+        "A version check that only looks backwards: a saved input written after the call is "
+        "read as it is now.",
+        ON_SHARED,
+    ),
+    # ------------------------------------------------------------ the epilogue
+    Mutant(
+        "epilogue.window-only-written",
+        "reference/epilogue.py",
+        "    if not _covers(layout, storage):\n        _write_bytes(storage, flat.detach())\n",
+        "",
+        "A write with history into a view argument: only the argument's window is copied, the "
+        "rest of its storage keeps stale bytes.",
+        ON_SHARED,
+    ),
+    Mutant(
+        "epilogue.versions-per-argument",
+        "reference/epilogue.py",
+        "meta.storage == storage and meta.same_object == i:",
+        "meta.storage == storage:",
+        "One object passed twice gets its version advanced twice.",
+        ON_SHARED,
+    ),
+    Mutant(
+        "epilogue.views-under-caller-grad-mode",
+        "reference/epilogue.py",
+        "with torch.set_grad_enabled(output.made_with_grad):",
+        "with torch.set_grad_enabled(torch.is_grad_enabled()):",
+        "Output views built under the caller's grad mode, not the program's.",
+        ON_SHARED,
+    ),
+    Mutant(
+        "epilogue.detached-view-keeps-grad",
+        "reference/epilogue.py",
+        "base = t.detach() if t.requires_grad else t",
+        "base = t",
+        "A view of a detached value taken from the flat, which requires grad.",
+        ON_SHARED,
+    ),
+    # ------------------------------------------------------------ the guard key
+    Mutant(
+        "guard.grad-mode",
+        "aotspec/api.py",
+        "            grad_enabled,\n            None if hooks is None else hooks.key,\n",
+        "            None if hooks is None else hooks.key,\n",
+        "The grad mode left out of the key: a call under torch.no_grad() reuses a training plan.",
+        ON_GUARDS,
+    ),
+    Mutant(
+        "guard.hooks",
+        "aotspec/api.py",
+        "            None if hooks is None else hooks.key,\n            static,\n",
+        "            static,\n",
+        "The active saved-tensor hooks left out of the key.",
+        ON_GUARDS,
+    ),
+    Mutant(
+        "guard.constants-by-type",
+        "aotspec/api.py",
+        "        return (type(leaf), leaf)\n",
+        "        return (type(leaf),)\n",
+        "Non-tensor arguments keyed by type only: a new scalar reuses the plan that baked in "
+        "the old one.",
+        ON_GUARDS,
+    ),
+    Mutant(
+        "guard.requires-grad",
+        "reference/functionalize.py",
+        "                t.requires_grad,\n                t.is_leaf,\n",
+        "                t.is_leaf,\n",
+        "requires_grad left out of the input facts.",
+        ON_GUARDS,
+    ),
+    Mutant(
+        "guard.storage-sharing",
+        "reference/functionalize.py",
+        "                first_on_storage.setdefault(storage._cdata, i),\n",
+        "",
+        "Aliasing between arguments left out of the input facts.",
+        ON_GUARDS,
+    ),
+    Mutant(
+        "guard.storage-bytes",
+        "reference/functionalize.py",
+        "                storage.nbytes(),\n",
+        "",
+        "Storage sizes left out of the input facts: a zero-byte parameter reuses the plan of a "
+        "gathered one.",
+        ON_GUARDS,
+    ),
+    Mutant(
+        "guard.strides",
+        "reference/functionalize.py",
+        "                t.stride(),\n                t.storage_offset(),\n",
+        "                t.storage_offset(),\n",
+        "Strides left out of the input facts: a transposed argument reuses a contiguous plan.",
+        ON_GUARDS,
+    ),
+    # ------------------------------------------------------------ hook inlining
+    Mutant(
+        "hooks.pack-after-first-use",
+        "reference/hooks.py",
+        "last_use[used] = node",
+        "last_use.setdefault(used, node)",
+        "Pack placed after the saved value's first use rather than its last.",
+        ON_HOOKS,
+    ),
+    Mutant(
+        "hooks.donated-packs-outputs",
+        "reference/hooks.py",
+        "if node not in placeholders and node not in returned]",
+        "if node not in placeholders]",
+        "`donated` selects outputs too, though the caller holds them.",
+        ON_HOOKS,
+    ),
+    Mutant(
+        "hooks.unpack-at-backward-start",
+        "reference/hooks.py",
+        "    if placement is Placement.FORWARD_END:\n        for node in list(pending):\n",
+        "    if True:\n        for node in list(pending):\n",
+        "Every unpack at the start of the backward rather than before its first use.",
+        ON_HOOKS,
+    ),
+    Mutant(
+        "hooks.traced-once-per-shape",
+        "reference/hooks.py",
+        "key = (tuple(value.shape), value.stride(), value.storage_offset(), value.dtype)",
+        "key = (tuple(value.shape), value.dtype)",
+        "Hooks traced once per shape: a saved value of another layout reuses a trace whose "
+        "ops assume the first layout.",
+        ON_HOOKS,
+    ),
+    Mutant(
+        "hooks.closures-ignored",
+        "reference/hooks.py",
+        "        cells = tuple(_cell_behaviour(cell, seen) for cell in value.__closure__ or ())\n",
+        "        cells = ()\n",
+        "Hooks compared by code only: hooks made anew with another closure value reuse a plan.",
+        ON_HOOKS + (GUARDS,),
+    ),
+)
