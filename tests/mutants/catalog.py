@@ -370,10 +370,37 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "runtime.saved-input-version-unchecked",
         "reference/runtime.py",
-        "    if t._version != version:\n",
-        "    if t._version < version:\n",
+        "-> None:\n    if t._version != version:\n",
+        "-> None:\n    if t._version < version:\n",
         "A version check that only looks backwards: a saved input written after the call is "
         "read as it is now.",
+        ON_SHARED,
+    ),
+    Mutant(
+        "runtime.saved-outputs-unchecked",
+        "reference/runtime.py",
+        "        _check_saved_outputs(self.outputs_saved)\n",
+        "",
+        "No version check on saved outputs: a caller's write into one between the forward and "
+        "the backward changes the gradient silently.",
+        ON_SHARED,
+    ),
+    Mutant(
+        "runtime.saved-outputs-held-with-history",
+        "reference/runtime.py",
+        "        call.saved = [t.detach() if id(t) in returned else t for t in saved]\n",
+        "        call.saved = list(saved)\n",
+        "An output saved as the object itself: it holds its own grad_fn in a cycle, and a forward "
+        "dropped without a backward keeps its saved values until the garbage collector runs.",
+        ON_SHARED,
+    ),
+    Mutant(
+        "runtime.backward-records-history",
+        "reference/runtime.py",
+        "        with torch.no_grad(), autocast_off():\n",
+        "        with autocast_off():\n",
+        "The backward graph recorded under create_graph=True: a second derivative through it "
+        "misses the saved values' terms.",
         ON_SHARED,
     ),
     # ------------------------------------------------------------ the epilogue
@@ -414,9 +441,35 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "guard.grad-mode",
         "aotspec/api.py",
-        "            grad_enabled,\n            None if hooks is None else hooks.key,\n",
-        "            None if hooks is None else hooks.key,\n",
+        "            grad_enabled,\n            autocast,\n",
+        "            autocast,\n",
         "The grad mode left out of the key: a call under torch.no_grad() reuses a training plan.",
+        ON_GUARDS,
+    ),
+    Mutant(
+        "guard.autocast",
+        "aotspec/api.py",
+        "            autocast,\n            default_dtype,\n",
+        "            default_dtype,\n",
+        "The autocast state left out of the key: a plan captured under autocast keeps its casts "
+        "in calls without it.",
+        ON_GUARDS,
+    ),
+    Mutant(
+        "guard.default-dtype",
+        "aotspec/api.py",
+        "            default_dtype,\n            None if hooks is None else hooks.key,\n",
+        "            None if hooks is None else hooks.key,\n",
+        "The default dtype left out of the key: torch.ones keeps the first call's dtype.",
+        ON_GUARDS,
+    ),
+    Mutant(
+        "guard.module-mode",
+        "reference/lift.py",
+        "        return slots, tuple(module.training for module in self.modules)\n",
+        "        return slots, ()\n",
+        "Training mode left out of the key: model.eval() reuses the training plan's dropout and "
+        "batch norm.",
         ON_GUARDS,
     ),
     Mutant(
