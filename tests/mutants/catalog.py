@@ -402,6 +402,10 @@ MUTANTS: tuple[Mutant, ...] = (
         "The backward graph recorded under create_graph=True: a second derivative through it "
         "misses the saved values' terms.",
         ON_SHARED,
+        equivalent="every gradient that recording would give a history (one read from a saved "
+        "value, or from incoming gradients with a history) is then replaced by the node that "
+        "refuses a double backward, and the others record nothing, their operands having none: "
+        "what is left is the time and memory of a graph nobody reads",
     ),
     # ------------------------------------------------------------ the epilogue
     Mutant(
