@@ -219,12 +219,13 @@ def _case_link(case, root: str) -> str:
 
 def _clean(message: str) -> str:
     """A message on one line, without this machine's paths (the checkout, the installed
-    packages, the compile caches)."""
+    packages, Python's own library, the compile caches)."""
     from torch._inductor.runtime.cache_dir_utils import cache_dir
 
     text = " ".join(message.split())
     for path, name in [
         (sysconfig.get_paths()["purelib"], ""),
+        (sysconfig.get_paths()["stdlib"], "<python>"),
         (cache_dir(), "<inductor cache>"),
         (str(Path.cwd()), ""),
         (tempfile.gettempdir(), "<tmp>"),

@@ -120,15 +120,21 @@ def _signal_name(exitcode: int | None) -> str:
 
 
 def _log(path: str) -> str:
-    """What a dead worker printed for its task: from the fault handler's report on when there
-    is one (the innermost frames first), else the end."""
+    """What a dead worker printed for its task: the fault handler's headline and the frames of
+    the thread that crashed (the innermost first) when there is one, else the end."""
     try:
         with open(path, errors="replace") as log:
             text = log.read()
     except OSError:
         return ""
     fault = text.find("Fatal Python error")
-    return text[fault : fault + LOG_TAIL] if fault >= 0 else text[-LOG_TAIL:]
+    if fault < 0:
+        return text[-LOG_TAIL:]
+    headline = text[fault:].split("\n", 1)[0]
+    # the thread that crashed; the fault handler lists the others (thread pools) first
+    current = text.find("Current thread", fault)
+    frames = text[current:] if current >= 0 else text[fault + len(headline) :]
+    return f"{headline}\n{frames}"[:LOG_TAIL]
 
 
 @define
