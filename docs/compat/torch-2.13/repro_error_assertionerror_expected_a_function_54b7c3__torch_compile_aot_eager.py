@@ -1,6 +1,6 @@
 """aotspec fuzz repro: torch.compile:aot_eager disagrees with the oracles on the program below.
 
-Found by `aotspec fuzz --backend torch.compile:aot_eager --seed 0` (program 0, a grad program).
+Found by `aotspec fuzz --backend torch.compile:aot_eager --seed 0` (program 2, a grad program).
 Signature: error AssertionError: expected a function variable, got <class 'torch._dynamo.variables.lazy.L
 Run alone, from anywhere aotspec is installed:
     python repro_error_assertionerror_expected_a_function_54b7c3__torch_compile_aot_eager.py                  fails: torch.compile:aot_eager is wrong here
@@ -18,19 +18,20 @@ import sys
 from aotspec.fuzz.judge import judge
 
 BACKEND = 'torch.compile:aot_eager'
-SUBJECT = pickle.loads(base64.b64decode('gASVJAIAAAAAAACMH2FvdHNwZWMuZnV6ei5zdHJhdGVnaWVzLnByb2dyYW2UjAdQcm9ncmFtlJOUKYGUfZQojAVzZXR1cJRoAIwFU2V0dXCUk5QpgZR9lCiMBWJhc2VzlGgAjARCYXNllJOUKYGUfZQojARuYW1llIwCYjCUjAVzaGFwZZRLBIWUjAZ2YWx1ZXOUKEc/8AAAAAAAAEc/+AAAAAAAAEc/4AAAAAAAAEc/4AAAAAAAAHSUjAZ6ZXJvZWSUiYwNcmVxdWlyZXNfZ3JhZJSIjAhub25fbGVhZpSJdWKFlIwFdmlld3OUKYwEYXJnc5SMAmIwlIWUdWKMBGJvZHmUKGgAjAVJbnN0cpSTlCmBlH2UKIwCb3CUjANwb3eUjARvdXRzlIwCdjCUhZRoGmgAjANWYXKUk5QpgZR9lGgPjAJ4MJRzYkdACAAAAAAAAIaUdWJoHymBlH2UKGgijAZkZXRhY2iUaCSMAnYxlIWUaBpoKCmBlH2UaA9oK3NihZR1YmgfKYGUfZQoaCKMB3Jlc2hhcGWUaCSMAnYylIWUaBpoKCmBlH2UaA9oMHNiSwSFlIaUdWJoHymBlH2UKGgijA9lbmFibGVfZ3JhZF9tdWyUaCSMAnYzlIWUaBpoKCmBlH2UaA9oK3NiR0AAAAAAAAAAhpR1YnSUjAdyZXR1cm5zlGhBhZSMDGdyYWRfZW5hYmxlZJSJjAxyZXRhaW5fZ3JhcGiUiXViLg=='))
+SUBJECT = pickle.loads(base64.b64decode('gASVvQIAAAAAAACMH2FvdHNwZWMuZnV6ei5zdHJhdGVnaWVzLnByb2dyYW2UjAdQcm9ncmFtlJOUKYGUfZQojAVzZXR1cJRoAIwFU2V0dXCUk5QpgZR9lCiMBWJhc2VzlGgAjARCYXNllJOUKYGUfZQojARuYW1llIwCYjCUjAVzaGFwZZRLAksDhpSMBnZhbHVlc5QoRz/wAAAAAAAARz/wAAAAAAAARz/wAAAAAAAARz/wAAAAAAAAR7/wAAAAAAAAR0AAAAAAAAAAdJSMBnplcm9lZJSJjA1yZXF1aXJlc19ncmFklIiMCG5vbl9sZWFmlImMBWR0eXBllIwHZmxvYXQzMpSMDWhpc3RvcnlfZnJlZWSUiXVihZSMBXZpZXdzlGgAjApDYWxsZXJWaWV3lJOUKYGUfZQoaA+MAmEwlIwEYmFzZZSMAmIwlIwFc2l6ZXOUSwFLBoaUjAdzdHJpZGVzlEsGSwGGlIwGb2Zmc2V0lEsAjAhkZXRhY2hlZJSJdWKFlIwEYXJnc5SMAmIwlGghhpR1YowEYm9keZQoaACMBUluc3RylJOUKYGUfZQojAJvcJSMAXSUjARvdXRzlIwCdjCUhZRoK2gAjANWYXKUk5QpgZR9lGgPjAJ4MJRzYoWUdWJoMCmBlH2UKGgzjAJtbZRoNYwCdjGUhZRoK2g5KYGUfZRoD2g8c2JoOSmBlH2UaA9oNnNihpR1YmgwKYGUfZQoaDOMCXVuc3F1ZWV6ZZRoNYwCdjKUhZRoK2g5KYGUfZRoD2g8c2JLAoaUdWJoMCmBlH2UKGgzjA9lbmFibGVfZ3JhZF9tdWyUaDWMAnYzlIWUaCtoOSmBlH2UaA9oPHNiR0AAAAAAAAAAhpR1YnSUjAdyZXR1cm5zlGhThZSMDGdyYWRfZW5hYmxlZJSJjAxyZXRhaW5fZ3JhcGiUiXViLg=='))
 
 # The program, as Python (SUBJECT holds it as data; the judge runs this rendering of it):
 # def make_inputs():
-#     b0 = torch.tensor([1.0, 1.5, 0.5, 0.5]).reshape((4,)).clone().requires_grad_()
-#     named = {'b0': b0}
-#     return named, [b0]
+#     b0 = torch.tensor([1.0, 1.0, 1.0, 1.0, -1.0, 2.0]).reshape((2, 3)).clone().requires_grad_()
+#     a0 = b0.as_strided((1, 6), (6, 1), 0)
+#     named = {'b0': b0, 'a0': a0}
+#     return named, [b0, a0]
 #
 #
-# def program(x0):
-#     v0 = x0.pow(3.0)
-#     v1 = x0.detach()
-#     v2 = v1.reshape((4,))
+# def program(x0, x1):
+#     v0 = x0.t()
+#     v1 = x0.mm(v0)
+#     v2 = x0.unsqueeze(2)
 #     v3 = torch.enable_grad()(torch.mul)(x0, 2.0)
 #     return (v3,)
 #
