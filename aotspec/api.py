@@ -81,6 +81,10 @@ def check(fn: Callable, *args, **kwargs) -> list[UnsupportedError]:
             return torch.func.functional_call(module, state, args, kwargs)
 
         args = (state, *args)
+    else:
+        lifted = lift(fn)
+        if lifted.tensors:  # r[capture.lift]: as a compiled call lifts them
+            fn, args = lifted.wrap(fn), (list(lifted.tensors), *args)
     leaves, _ = _flatten(args, kwargs)
     tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
     try:

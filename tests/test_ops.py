@@ -1505,3 +1505,12 @@ def test_check_takes_a_module_and_runs_nothing():
     assert [] == aotspec.check(model, torch.randn(2, 3, 6, 6))
     assert 0 == model[1].num_batches_tracked.item()
     assert torch.equal(torch.zeros(4), model[1].running_mean)
+
+
+_GLOBAL_MODEL = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())
+
+
+def test_check_lifts_what_the_function_reads_as_compile_does():
+    """A function reading a global module: its parameters are inputs, as `aotspec.compile`
+    lifts them (`r[capture.lift]`), not tensors check cannot reach."""
+    assert [] == aotspec.check(lambda x: _GLOBAL_MODEL(x).sum(), torch.randn(4, 8))
