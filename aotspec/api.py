@@ -18,17 +18,11 @@ from aotspec.errors import UnsupportedError
 from aotspec.fast.runtime import FastPlan, run_fast
 from aotspec.reference.boundary import autocast_state, refuse_transformed
 from aotspec.reference.compiled import run_compiled
-from aotspec.reference.plan import (
-    HOOK_FILTERS,
-    HooksRequest,
-    Placement,
-    Plan,
-    SavedTensorHooks,
-    bases_key,
-    build_plan,
-    input_facts,
-    lift,
-)
+from aotspec.reference.lift import lift
+from aotspec.reference.pipeline import HOOK_FILTERS, HooksRequest, SavedTensorHooks, build_plan
+from aotspec.reference.plan_records import Placement, Plan
+from aotspec.reference.program_records import input_facts
+from aotspec.reference.synthetic_bases import bases_key
 
 BACKENDS = ("reference", "fast")
 

@@ -1,10 +1,10 @@
 """`aotspec explain`: a compiled program's plan, each step with the spec rule that put it there.
 
 The facts come from what the reference already keeps, never derived again here:
-- the frozen `Plan` (`reference/plan.py`): the forward and backward graphs, the saved set, the
-  epilogue, the outputs; each node's `from_node` names the pass that made it and its stack trace
-  the user's line (`reference/graph.py`, `traced_from`), and inlined hooks carry their
-  `InlinedHook` mark (`reference/hooks.py`);
+- the frozen `Plan` (`reference/plan_records.py`): the forward and backward graphs, the saved
+  set, the epilogue, the outputs; each node's `from_node` names the pass that made it and its
+  stack trace the user's line (`reference/graph.py`, `traced_from`), and inlined hooks carry
+  their `InlinedHook` mark (`reference/plan_records.py`);
 - the ledgers of one run of the plan on the reference backend, forward and backward
   (`compiled.last_run`): where each storage is allocated and freed, and the live bytes after
   each step.
@@ -31,20 +31,18 @@ import torch.fx
 import torch.utils._pytree as pytree
 from attrs import frozen
 
-import aotspec.reference as reference_package
 from aotspec.api import compile
 from aotspec.program_file import training_roots
-from aotspec.reference.functionalize import (
+from aotspec.reference.graph import GraphProgram, output_node, placeholders
+from aotspec.reference.ledger import Ledger
+from aotspec.reference.plan_records import Placement, Plan
+from aotspec.reference.program_records import (
     CallerStorage,
     OutputIsInput,
     Rebind,
     Resize,
     WriteBack,
 )
-from aotspec.reference.graph import GraphProgram, output_node, placeholders
-from aotspec.reference.hooks import Placement
-from aotspec.reference.ledger import Ledger
-from aotspec.reference.plan import Plan
 from aotspec.reference.storage import Layout
 
 # ---------------------------------------------------------------- what an explanation holds
@@ -353,10 +351,10 @@ class _Explainer:
                 rule, what = self.saved_what(k, saved)
                 return rule, f"saved value {k}: {what}"
             tangents = placeholders(node.graph)[self.plan.num_saved :]
-            j = self.plan.differentiable_outputs[tangents.index(node)]
+            j = self.plan.differentiated.differentiable_outputs[tangents.index(node)]
             return "autograd.tangent-layout", f"the gradient of forward output {j}"
         if node.op == "output":
-            grads = ", ".join(self.name_of_input(i) for i in self.plan.grad_inputs)
+            grads = ", ".join(self.name_of_input(i) for i in self.plan.differentiated.grad_inputs)
             return "autograd.joint", f"the gradients of {grads or 'no input'}"
         mark = node.meta.get("saved_tensor_hook")
         if mark is not None:
@@ -391,7 +389,7 @@ class _Explainer:
             return None
         k, _ = self.saved_by_name[base.name]
         i = self.plan.saved_inputs.get(k)
-        if i is None or i not in self.plan.read_after_call:
+        if i is None or i not in self.plan.differentiated.read_after_call:
             return None
         return self.name_of_input(i)
 
@@ -400,7 +398,7 @@ class _Explainer:
     def saved_what(self, k: int, node: torch.fx.Node) -> tuple[str, str]:
         if k in self.plan.saved_inputs:
             i = self.plan.saved_inputs[k]
-            if i in self.plan.read_after_call:
+            if i in self.plan.differentiated.read_after_call:
                 return (
                     "autograd.saved-inputs.final-contents",
                     f"input {self.name_of_input(i)} itself, read as the call leaves it",
@@ -592,7 +590,7 @@ _FRAME = re.compile(
 
 
 #: aotspec's own folders: frames there are the tracing machinery, not the user's program.
-_OWN = (str(Path(__file__).parent), str(Path(reference_package.__file__).parent))
+_OWN = (str(Path(__file__).parent), str(Path(inspect.getfile(Plan)).parent))
 
 
 def user_frame(node: torch.fx.Node) -> tuple[str, int, str, str] | None:

@@ -87,7 +87,7 @@ class _Stages:
 def phases(backend: str, programs: int) -> None:
     from aotspec.fuzz import judge, oracle
 
-    plan = sys.modules["aotspec.reference.plan"]
+    plan = sys.modules["aotspec.reference.pipeline"]
     api = sys.modules["aotspec.api"]
     stages = _Stages()
     for owner, attribute, stage in [

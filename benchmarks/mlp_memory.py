@@ -57,7 +57,7 @@ def _joint_eager_peak(plan, inputs) -> int:
     tangents = [
         torch.ones(node.meta["val"].shape)
         for k, node in enumerate(outputs)
-        if k in plan.differentiable_outputs
+        if k in plan.differentiated.differentiable_outputs
     ]
     cells = [boundary.import_tensor(t) for t in [*inputs, *tangents]]
     ledger = Ledger()

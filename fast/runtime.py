@@ -1,6 +1,6 @@
 """The fast backend's runtime: the reference's plans, executed by real torch ops, boxed.
 
-The plan (`aotspec.reference.plan.Plan`) and the skeleton of a call
+The plan (`aotspec.reference.plan_records.Plan`) and the skeleton of a call
 (`aotspec.reference.runtime`) are the reference's; only how a graph runs differs. Each graph
 becomes a plain Python function (`fast/codegen.py`) that takes one list, clears it on entry, and
 deletes every value right after its last use, so on real tensors:
@@ -17,7 +17,7 @@ import torch
 import torch.fx
 from attrs import define
 
-from aotspec.reference.plan import Plan
+from aotspec.reference.plan_records import Plan
 from aotspec.reference.runtime import run_plan
 
 from .codegen import GeneratedCode, generate

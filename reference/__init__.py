@@ -5,21 +5,29 @@ the fast backend must agree with it. Modules, from the ground floor up (each imp
 modules above it in this list):
 
 - storage.py (storages, layouts, tensors), ledger.py (live, freed, peak), lifetimes.py (where
-  each value dies), boundary.py (torch tensors in and out)
-- optable.py (the op table), ops.py (value, view and derivative rules), effects.py, opaque.py,
-  aten.py (ATen-valued ops: aten ops outside the table)
+  each value dies), boundary.py (torch tensors in and out), lift.py (tensors a function reads
+  through globals and closures), synthetic_bases.py (aliasing arguments compiled as views of a
+  base)
+- optable.py (the op table), opaque.py (custom ops run opaquely), ops.py (value, view and
+  derivative rules), effects.py, aten.py (ATen-valued ops: aten ops outside the table),
+  collectives.py (functional collectives), custom_functions.py (custom autograd Functions)
 - graph.py (a graph with its op table entries), interpreter.py (the evaluator)
+- program_records.py (the captured and the functional program, the input facts, the epilogue
+  and output records), plan_records.py (`Differentiated` and the `Plan`): the records the
+  passes hand on, apart from the passes
 - capture.py (make_fx on fakes: a function becomes an aten graph)
 - eager.py (the eager interpreter), with rules.py (derivative rules traced), aten_autograd.py
   (eager's derivatives of ATen-valued ops), tape.py (the autograd tape) and eager_backward.py
   (the tape's backward)
 - functionalize.py, autograd.py (joint graph and partition), hooks.py (saved-tensor hooks
   inlined): the compile passes
-- plan.py (the pipeline and its rule checks: one frozen Plan), epilogue.py and runtime.py (the
-  runtime skeleton both backends share), compiled.py (the reference's graph runner)
+- epilogue.py and runtime.py (the runtime skeleton both backends share), compiled.py (the
+  reference's graph runner): beside the passes, on the records alone
+- pipeline.py (the pipeline and its rule checks: one frozen Plan)
 """
 
-from .capture import Program, capture
+from .capture import capture
 from .eager import EagerRun, execute, run
+from .program_records import CapturedProgram
 
-__all__ = ["EagerRun", "Program", "capture", "execute", "run"]
+__all__ = ["CapturedProgram", "EagerRun", "capture", "execute", "run"]

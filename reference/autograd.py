@@ -30,16 +30,7 @@ from .aten_autograd import output_gradients
 from .capture import CheckpointRegions, checkpoint_region, grad_enabled
 from .collectives import communicates
 from .custom_functions import custom_function_call
-from .functionalize import (
-    BackwardWrite,
-    CallerStorage,
-    FunctionalProgram,
-    GraphStorage,
-    OutputView,
-    Rebind,
-    WriteBack,
-    node_of,
-)
+from .functionalize import node_of
 from .graph import GraphProgram, output_node, placeholders, traced_from
 from .optable import (
     NONDIFFERENTIABLE,
@@ -50,39 +41,19 @@ from .optable import (
     lookup,
     qualified_name,
 )
+from .plan_records import Differentiated
+from .program_records import (
+    BackwardWrite,
+    CallerStorage,
+    FunctionalProgram,
+    GraphStorage,
+    OutputView,
+    Rebind,
+    WriteBack,
+)
 from .storage import Layout
 
 aten = torch.ops.aten
-
-
-@frozen
-class Differentiated:
-    """The forward and backward graphs of a functional program, and what links them."""
-
-    #: inputs: the functional graph's inputs; outputs: its outputs, then the saved values.
-    forward: GraphProgram
-    #: inputs: the saved values, then one tangent per differentiable output; outputs: the
-    #: gradients of `grad_inputs`.
-    backward: GraphProgram
-    #: Indices of the functional graph's outputs that gradients flow into.
-    differentiable_outputs: tuple[int, ...]
-    #: Indices of the inputs that receive a gradient, in the backward graph's output order.
-    grad_inputs: tuple[int, ...]
-    num_saved: int
-    #: Strides of each tangent as traced (`r[autograd.tangent-layout]`).
-    tangent_strides: tuple[tuple[int, ...], ...]
-    #: Inputs the backward reads as the program left them (input index -> bytes of their storage
-    #: it reads), rather than as they were when the call began (`r[autograd.saved-inputs]`).
-    read_after_call: dict[int, int]
-    #: Per gradient of `grad_inputs`, the tangents (by position) it is computed from
-    #: (`r[autograd.unreached-outputs]`).
-    grad_tangents: tuple[frozenset[int], ...]
-    #: Writes of custom Functions' backwards into the caller's storages: the backward returns
-    #: their values after the gradients (`r[autograd.custom-function.backward-writes]`).
-    backward_writes: tuple[BackwardWrite, ...] = ()
-    #: Per write, the tangents (by position) that reach its Function: it happens only when one
-    #: of them is reached, or always when there are none.
-    write_tangents: tuple[frozenset[int], ...] = ()
 
 
 def _differentiable_outputs(
@@ -135,7 +106,8 @@ def _write_backs_with_history(program: FunctionalProgram, flows: set) -> tuple[W
 
 class AliasedInputsWritten(Exception):
     """A write with history lands in a storage several arguments read: the flat inputs of those
-    arguments (`r[autograd.input-writes.synthetic-base]`, which `reference/plan.py` applies)."""
+    arguments (`r[autograd.input-writes.synthetic-base]`, which `reference/pipeline.py`
+    applies)."""
 
     def __init__(self, inputs: list[int]):
         super().__init__(f"flat inputs {inputs} share a storage written with history")

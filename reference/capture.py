@@ -46,12 +46,12 @@ from . import effects, ops  # noqa: F401  (importing them fills the op table)
 from .aten import mutation_decompositions
 from .collectives import check_collective
 from .custom_functions import (
-    CustomFunction,
     Interception,
     custom_function_call,
     intercepting_apply,
 )
 from .optable import DERIVATIVES, OpEntry, lookup
+from .program_records import TENSOR, CapturedProgram, refuse_layout
 
 aten = torch.ops.aten
 
@@ -268,17 +268,6 @@ _SPARSE_MAKERS = frozenset(
 )
 
 
-def refuse_layout(what: str, problem: str) -> None:
-    """r[memory.layout.strided-only]: a tensor without a strided layout has no storage read
-    through a layout; it cannot be an input, an output or a value of a captured program."""
-    raise UnsupportedError(
-        f"{what} {problem}: only strided tensors have layouts on storages",
-        rule="memory.layout.strided-only",
-        fix="make and use sparse tensors outside the compiled function, and pass it dense ones "
-        "(to_dense())",
-    )
-
-
 def _record_detach_(t: torch.Tensor) -> None:
     """r[capture.detach-in-place]: a node `aten.detach_.default(t)` at the end of the graph so
     far (a tensor the trace does not follow, a constant, has nothing to record)."""
@@ -293,75 +282,26 @@ def grad_enabled(node: torch.fx.Node) -> bool:
     return node.meta.get("grad_enabled", True)
 
 
-class _TensorSlot:
-    """Marks a flat leaf that is a tensor (a graph input or output) in Program's leaf tuples."""
-
-    def __repr__(self) -> str:
-        return "<tensor>"
-
-
-TENSOR = _TensorSlot()
-
-
-@frozen
-class Program:
-    """A captured program: the graph plus how to get from user arguments to it and back."""
-
-    graph_module: torch.fx.GraphModule
-    #: pytree spec of (args, kwargs) as the user passed them.
-    in_spec: pytree.TreeSpec
-    #: For each flat leaf of (args, kwargs): TENSOR if it is a graph input, else the constant.
-    in_leaves: tuple[Any, ...]
-    #: pytree spec of the user's return value.
-    out_spec: pytree.TreeSpec
-    #: For each flat leaf of the return value: TENSOR if it is a graph output, else the constant.
-    out_leaves: tuple[Any, ...]
-    #: Op table entry of every call_function node, looked up once at capture.
-    entries: dict[torch.fx.Node, OpEntry]
-    name: str
-    #: Flat inputs the function calls `requires_grad_()` on (`r[autograd.requires-grad-inside]`).
-    requires_grad_inputs: frozenset[int] = frozenset()
-    #: Flat outputs the function calls `requires_grad_()` on after their last use
-    #: (`r[autograd.requires-grad-inside.outputs]`).
-    requires_grad_outputs: frozenset[int] = frozenset()
-    #: The custom Functions a gradient reaches, by the key their `custom_function_call` nodes
-    #: name (`r[capture.custom-function]`).
-    custom_functions: tuple[CustomFunction, ...] = ()
-
-    @property
-    def graph(self) -> torch.fx.Graph:
-        return self.graph_module.graph
-
-    @classmethod
-    def of_graph(cls, graph_module: torch.fx.GraphModule, name: str) -> Program:
-        """A graph traced apart from the user's function (a custom Function's backward), taking
-        and returning flat tensors."""
-        graph = graph_module.graph
-        n_in = sum(node.op == "placeholder" for node in graph.nodes)
-        n_out = len(next(iter(reversed(graph.nodes))).args[0])
-        entries = {
-            node: lookup(node.target, where=_source_line(node))
-            for node in graph.nodes
-            if node.op == "call_function" and node.target is not getitem
-        }
-        return cls(
-            graph_module,
-            pytree.tree_flatten(((None,) * n_in, {}))[1],
-            (TENSOR,) * n_in,
-            pytree.tree_flatten([None] * n_out)[1],
-            (TENSOR,) * n_out,
-            entries,
-            name,
-        )
-
-    def tensor_inputs(self, args, kwargs) -> list[torch.Tensor]:
-        leaves, _ = pytree.tree_flatten((tuple(args), dict(kwargs)))
-        return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
-
-    def unflatten_outputs(self, graph_outputs: list) -> Any:
-        it = iter(graph_outputs)
-        leaves = [next(it) if leaf is TENSOR else leaf for leaf in self.out_leaves]
-        return pytree.tree_unflatten(leaves, self.out_spec)
+def program_of_graph(graph_module: torch.fx.GraphModule, name: str) -> CapturedProgram:
+    """A graph traced apart from the user's function (a custom Function's backward), taking and
+    returning flat tensors, as a captured program."""
+    graph = graph_module.graph
+    n_in = sum(node.op == "placeholder" for node in graph.nodes)
+    n_out = len(next(iter(reversed(graph.nodes))).args[0])
+    entries = {
+        node: lookup(node.target, where=_source_line(node))
+        for node in graph.nodes
+        if node.op == "call_function" and node.target is not getitem
+    }
+    return CapturedProgram(
+        graph_module,
+        pytree.tree_flatten(((None,) * n_in, {}))[1],
+        (TENSOR,) * n_in,
+        pytree.tree_flatten([None] * n_out)[1],
+        (TENSOR,) * n_out,
+        entries,
+        name,
+    )
 
 
 @define
@@ -376,7 +316,7 @@ def _is_tensor(leaf) -> bool:
     return isinstance(leaf, torch.Tensor)
 
 
-def capture(fn: Callable, args, kwargs=None) -> Program:
+def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     """Trace `fn(*args, **kwargs)` to an aten graph without touching the caller's tensors."""
     kwargs = {} if kwargs is None else kwargs
     # r[capture.flat-inputs]: tensor leaves are placeholders, the other leaves constants.
@@ -451,7 +391,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
     _refuse_value_dependent_shapes(graph_module.graph)
     _drop_view_replays(graph_module)
     entries = _entries(graph_module.graph)
-    return Program(
+    return CapturedProgram(
         graph_module=graph_module,
         in_spec=in_spec,
         in_leaves=in_leaves,

@@ -21,7 +21,7 @@ from .boundary import Boundary, tensor_on
 from .graph import GraphProgram
 from .interpreter import interpret
 from .ledger import Ledger
-from .plan import Plan
+from .plan_records import Plan
 from .runtime import run_plan
 from .storage import Tensor
 

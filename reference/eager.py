@@ -19,12 +19,13 @@ from attrs import define
 from aotspec.errors import UnsupportedError
 
 from .boundary import Boundary, autocast_off, refuse_transformed
-from .capture import Program, capture, hooks_silenced_while_tracing
+from .capture import capture, hooks_silenced_while_tracing
 from .eager_backward import connect
 from .graph import placeholders
 from .interpreter import interpret
 from .ledger import Ledger
 from .lift import lift
+from .program_records import CapturedProgram
 from .storage import Tensor
 from .tape import Tape
 
@@ -35,7 +36,7 @@ class EagerRun:
 
     outputs: Any
     ledger: Ledger
-    program: Program
+    program: CapturedProgram
     #: With autograd: the backward's ledger, once `.backward()` has run the tape.
     backward_ledger: Ledger | None = None
     #: Storages (ledger ids) of the values the tape saved, which the backward took over.
@@ -54,7 +55,7 @@ def run(fn, *args, **kwargs) -> EagerRun:
     return execute(program, args, kwargs)
 
 
-def execute(program: Program, args, kwargs) -> EagerRun:
+def execute(program: CapturedProgram, args, kwargs) -> EagerRun:
     """Run a captured program on the caller's arguments (`r[boundary.import]`,
     `r[boundary.export]`): the caller's tensors take the program's effects once it succeeded."""
     if program.custom_functions:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from .boundary import set_within, tensor_on
-from .functionalize import (
+from .program_records import (
     CallerStorage,
     FunctionalProgram,
     OutputIsInput,
@@ -123,7 +123,10 @@ def apply_backward_writes(plan, targets: dict, written: list, reached: list[bool
     layout, as an in-place write under torch.no_grad() that advances their version; a write of a
     Function that no reached tangent leads to is not made (eager's engine does not run that
     Function's backward)."""
-    writes = zip(plan.backward_writes, written, plan.write_tangents, strict=True)
+    differentiated = plan.differentiated
+    writes = zip(
+        differentiated.backward_writes, written, differentiated.write_tangents, strict=True
+    )
     for write, value, tangents in writes:
         if tangents and not any(reached[j] for j in tangents):
             continue

@@ -17,12 +17,11 @@ Each pass visits every node once; tracing is cached per saved-tensor layout.
 
 from __future__ import annotations
 
-import enum
 import functools
 import types
 import warnings
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.fx
@@ -33,12 +32,11 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 from aotspec.errors import HooksWarning, UnsupportedError
 
-from .capture import TENSOR, Program, capture
+from .capture import capture
 from .graph import GraphProgram, output_node
 from .optable import OpKind
-
-if TYPE_CHECKING:  # plan.py runs this pass: the import would be a cycle at run time
-    from .plan import Plan
+from .plan_records import InlinedHook, Placement, Plan
+from .program_records import TENSOR, CapturedProgram
 
 
 @frozen
@@ -108,32 +106,15 @@ def _cell_behaviour(cell, seen: set[int]):
         return ("empty cell",)
 
 
-class Placement(enum.Enum):
-    #: Pack right after the saved value's last forward use: the spec's placement.
-    LAST_USE = "last-use"
-    #: Pack at the end of the forward, as PyTorch 2.13 does: kept for comparisons.
-    FORWARD_END = "forward-end"
-
-
 FILTERS = ("donated", "no_static", "all")
-
-
-@frozen
-class InlinedHook:
-    """`node.meta["saved_tensor_hook"]` of a node this pass inlined: it belongs to the `hook`
-    ("pack" or "unpack") of the saved value named `value` in the forward graph (read by
-    `aotspec explain`)."""
-
-    hook: str
-    value: str
 
 
 @frozen
 class _TracedHooks:
     """pack and unpack for one saved-value layout, as graphs."""
 
-    pack: Program
-    unpack: Program
+    pack: CapturedProgram
+    unpack: CapturedProgram
 
 
 def inline_hooks(
@@ -152,7 +133,7 @@ def inline_hooks(
         plan.num_saved,
         hooks_filter,
         static_inputs,
-        frozenset(plan.read_after_call),
+        frozenset(plan.differentiated.read_after_call),
     )
     if not selected:
         if hooks_filter == "donated":
@@ -173,12 +154,13 @@ def inline_hooks(
         _unpack_in_backward(backward, packed, {j: traced[saved[j]] for j in selected}, placement),
     )
     _propagate_layouts(new_backward)
-    return evolve(
-        plan,
+    differentiated = evolve(
+        plan.differentiated,
         forward=GraphProgram.of(torch.fx.GraphModule(plan.forward.graph_module, new_forward)),
         backward=GraphProgram.of(new_backward),
         num_saved=plan.num_saved - len(selected) + sum(len(names) for names in packed.values()),
     )
+    return evolve(plan, differentiated=differentiated)
 
 
 # ---------------------------------------------------------------- selection
@@ -257,7 +239,7 @@ def _trace(hooks: SavedTensorHooks, saved_value) -> _TracedHooks:
     return _TracedHooks(pack, unpack)
 
 
-def _capture_hook(which: str, hook: Callable, examples) -> Program:
+def _capture_hook(which: str, hook: Callable, examples) -> CapturedProgram:
     try:
         program = capture(hook, tuple(examples))
     except Exception as error:  # noqa: BLE001  (any failure to trace is the user's to fix)
@@ -369,7 +351,7 @@ def _pack_points(forward, chosen, placement) -> dict[torch.fx.Node | None, list[
 
 
 def _inline(
-    graph: torch.fx.Graph, hook: Program, arguments: list[torch.fx.Node], mark: InlinedHook
+    graph: torch.fx.Graph, hook: CapturedProgram, arguments: list[torch.fx.Node], mark: InlinedHook
 ) -> list[torch.fx.Node]:
     """Copy `hook`'s graph into `graph` on `arguments`, each copy marked with `mark`; returns the
     nodes of its tensor outputs."""
@@ -399,7 +381,7 @@ def _unpack_in_backward(backward, packed, traced, placement):
     pending: dict[
         torch.fx.Node, list[torch.fx.Node]
     ] = {}  # saved placeholder -> its packed inputs
-    unpack_of: dict[torch.fx.Node, Program] = {}
+    unpack_of: dict[torch.fx.Node, CapturedProgram] = {}
     placeholders = [node for node in backward.nodes if node.op == "placeholder"]
     for j, node in enumerate(placeholders):
         if j not in packed:

@@ -33,7 +33,7 @@ from aotspec.errors import SECOND_BACKWARD, SpecViolation, UnsupportedError
 
 from .boundary import autocast_off
 from .epilogue import apply_backward_writes, apply_epilogue, build_outputs
-from .plan import Plan
+from .plan_records import Plan
 from .storage import Layout
 
 
@@ -54,7 +54,7 @@ class Graphs(Protocol):
         """The backward graph on the saved values and then the tangents; `saved_inputs` are
         the caller's tensors of the saved values that are inputs, by saved index; `retain`:
         the autograd node still holds the saved values (`r[autograd.retain-graph]`). Returns
-        one torch gradient per input in `plan.grad_inputs`."""
+        one torch gradient per input in `plan.differentiated.grad_inputs`."""
 
 
 def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) -> list:
@@ -81,7 +81,8 @@ def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) 
         for i in handed_over:
             inputs[i] = tensors[i] = None
         # r[autograd.custom-function.backward-writes]: the caller's tensors the backward writes
-        targets = {write.input_index: tensors[write.input_index] for write in plan.backward_writes}
+        writes = plan.differentiated.backward_writes
+        targets = {write.input_index: tensors[write.input_index] for write in writes}
         call = _Call(plan, graphs, handed_over, targets)
         # r[autograd.grad-mode-inside]: the node records what the program's ops under
         # torch.enable_grad() computed, even when the call is made under torch.no_grad()
@@ -158,7 +159,7 @@ class _Forward(torch.autograd.Function):
         ctx.differentiated = [
             weakref.ref(t) for t in tensors if isinstance(t, torch.Tensor) and t.requires_grad
         ]
-        differentiable = plan.differentiable_outputs
+        differentiable = plan.differentiated.differentiable_outputs
         ctx.mark_non_differentiable(*[f for k, f in enumerate(flats) if k not in differentiable])
         # r[autograd.unreached-outputs]: outputs the backward does not reach get None, not zeros.
         ctx.set_materialize_grads(False)
@@ -185,11 +186,15 @@ class _Forward(torch.autograd.Function):
         with torch.no_grad(), autocast_off():
             results = call.graphs.backward(arguments, saved_inputs.tensors, retain)  # clears it
         input_grads: list = [None] * len(plan.functional.inputs)
-        reached = [grads[k] is not None for k in plan.differentiable_outputs]
-        written = results[len(plan.grad_inputs) :]
-        del results[len(plan.grad_inputs) :]
+        differentiated = plan.differentiated
+        reached = [grads[k] is not None for k in differentiated.differentiable_outputs]
+        written = results[len(differentiated.grad_inputs) :]
+        del results[len(differentiated.grad_inputs) :]
         apply_backward_writes(plan, call.targets, written, reached)
-        for i, grad, tangents in zip(plan.grad_inputs, results, plan.grad_tangents, strict=True):
+        grads_and_tangents = zip(
+            differentiated.grad_inputs, results, differentiated.grad_tangents, strict=True
+        )
+        for i, grad, tangents in grads_and_tangents:
             # r[autograd.unreached-outputs]: from unreached outputs only, no gradient at all.
             if not tangents or any(reached[j] for j in tangents):
                 input_grads[i] = grad
@@ -205,7 +210,7 @@ def _give_first_order_histories(ctx, plan: Plan, grads: tuple, input_grads: list
     differentiated."""
     inputs = [t for t in (ref() for ref in ctx.differentiated) if t is not None]
     incoming_history = any(grad is not None and grad.requires_grad for grad in grads)
-    for i, reads_saved in zip(plan.grad_inputs, plan.grads_read_saved, strict=True):
+    for i, reads_saved in zip(plan.differentiated.grad_inputs, plan.grads_read_saved, strict=True):
         if input_grads[i] is not None and (reads_saved or incoming_history):
             input_grads[i] = _FirstOrderOnly.apply(input_grads[i], *inputs)
 
@@ -235,8 +240,9 @@ def detached_where_needed(plan: Plan, tensors: list) -> list:
     """r[autograd.detach-no-grad-inputs]: a non-leaf input that statically gets no gradient is
     detached, so autograd does not walk the graph behind it (PyTorch #134193); leaves are not."""
     detached = []
+    grad_inputs = plan.differentiated.grad_inputs
     for i, (t, meta) in enumerate(zip(tensors, plan.functional.inputs, strict=True)):
-        needs_detach = meta.requires_grad and not meta.is_leaf and i not in plan.grad_inputs
+        needs_detach = meta.requires_grad and not meta.is_leaf and i not in grad_inputs
         detached.append(t.detach() if needs_detach else t)
     return detached
 
@@ -264,7 +270,7 @@ class SavedInputs:
         self._note(read_after_call=True)
 
     def _note(self, read_after_call: bool) -> None:
-        after = self.plan.read_after_call
+        after = self.plan.differentiated.read_after_call
         for k, t in self.tensors.items():
             i = self.plan.saved_inputs[k]
             if (i in after) == read_after_call:
@@ -323,8 +329,9 @@ def tangents_as_traced(plan: Plan, grads, shapes) -> list[torch.Tensor]:
     like the tangent the backward graph was traced with (autograd may pass an expanded one);
     zeros for an output the backward did not reach (`shapes`: its shape, dtype and device)."""
     tangents = []
+    differentiated = plan.differentiated
     for k, strides, (shape, dtype, device) in zip(
-        plan.differentiable_outputs, plan.tangent_strides, shapes, strict=True
+        differentiated.differentiable_outputs, differentiated.tangent_strides, shapes, strict=True
     ):
         grad = grads[k]
         if grad is None:

@@ -1,13 +1,15 @@
-"""The package's layering: no import cycle, and the public API reaches the passes only through
-the plan module (`reference/plan.py`).
+"""The package's layering: no import cycle; the records apart from the passes; the public API
+reaches the passes only through the pipeline module (`reference/pipeline.py`); the runtime side
+(the shared runtime, the reference's graph executor, the fast backend) reaches no pass.
 
-Imports are read from the source with `ast`, at any depth (an import inside a function is still
-a dependency), except those under `if TYPE_CHECKING:`, which never run.
+Imports are read from the source with `ast`, at any depth: an import inside a function, or under
+`if TYPE_CHECKING:`, is still a dependency (a module that names another's types knows it).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,8 +24,12 @@ PACKAGES = {
     "aotspec.conformance.cases": ROOT / "conformance" / "cases",
     "aotspec.examples": ROOT / "examples",
 }
-#: The compile passes of the reference, which only the plan module runs.
+#: The compile passes of the reference, which only the pipeline module runs.
 PASSES = {"capture", "functionalize", "autograd", "hooks"}
+#: The records the passes hand on, to each other, to the plan and to the runtime.
+RECORDS = {"program_records", "plan_records"}
+#: What runs a plan: the shared runtime skeleton, its epilogue, the reference's graph executor.
+RUNTIME = {"runtime", "epilogue", "compiled"}
 
 
 def modules() -> dict[str, Path]:
@@ -35,21 +41,12 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return isinstance(test, ast.Name) and test.id == "TYPE_CHECKING"
-
-
 def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
-    """The package's modules that `name` imports when it runs."""
+    """The package's modules that `name` imports, when it runs or for type checking."""
     package = name if path.stem == "__init__" else name.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name in known)
         elif isinstance(node, ast.ImportFrom):
@@ -122,22 +119,56 @@ def test_the_cycle_finder_finds_a_cycle():
 
 def test_the_import_reader_sees_relative_and_absolute_imports():
     graph = import_graph()
-    assert "aotspec.reference.plan" in graph["aotspec.reference.compiled"]
+    assert "aotspec.reference.plan_records" in graph["aotspec.reference.compiled"]
     assert "aotspec.reference.runtime" in graph["aotspec.fast.runtime"]
 
 
-def test_the_api_reaches_the_passes_only_through_the_plan():
+def test_the_import_reader_counts_type_checking_imports(tmp_path):
+    path = tmp_path / "typed.py"
+    path.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import B\n")
+    assert imports_of("package.typed", path, {"package.b"}) == {"package.b"}
+
+
+def test_the_api_reaches_the_passes_only_through_the_pipeline():
     graph = import_graph()
     passes = {f"aotspec.reference.{name}" for name in PASSES}
     assert graph["aotspec.api"] & passes == set()
-    assert "aotspec.reference.plan" in graph["aotspec.api"]
+    assert "aotspec.reference.pipeline" in graph["aotspec.api"]
+
+
+def test_the_records_reach_no_pass_and_no_runtime():
+    """The records sit below the code that makes them and the code that reads them."""
+    graph = import_graph()
+    above = {f"aotspec.reference.{name}" for name in PASSES | RUNTIME | {"pipeline"}}
+    for name in RECORDS:
+        assert _reachable(graph, f"aotspec.reference.{name}") & above == set(), name
+
+
+def test_the_runtime_side_reaches_no_pass():
+    """The shared runtime, the reference's graph executor and the fast backend run a plan from
+    its records: they stand beside the passes, not on top of them."""
+    graph = import_graph()
+    compile_side = {f"aotspec.reference.{name}" for name in PASSES | {"pipeline"}}
+    runtime_side = [f"aotspec.reference.{name}" for name in RUNTIME]
+    runtime_side += [name for name in graph if name.startswith("aotspec.fast")]
+    for name in runtime_side:
+        assert _reachable(graph, name) & compile_side == set(), name
+
+
+def test_the_tools_that_show_a_plan_import_records_not_passes():
+    """`aotspec explain` and the memory tools compile through the public API and read the plan's
+    records; they import no pass and not the pipeline themselves."""
+    graph = import_graph()
+    compile_side = {f"aotspec.reference.{name}" for name in PASSES | {"pipeline"}}
+    for name in ("explain", "memory_timeline", "memory_viz"):
+        assert graph[f"aotspec.{name}"] & compile_side == set(), name
 
 
 def test_the_eager_interpreter_depends_on_no_compile_pass():
     graph = import_graph()
     compile_side = {
         f"aotspec.reference.{name}"
-        for name in ("functionalize", "autograd", "hooks", "plan", "runtime", "compiled")
+        for name in ("functionalize", "autograd", "hooks", "pipeline", "runtime", "compiled")
     }
     eager_side = ["interpreter", "eager", "tape", "rules", "eager_backward"]
     for name in eager_side:
@@ -164,3 +195,27 @@ def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
                 seen.add(used)
                 stack.append(used)
     return seen
+
+
+def _module_map() -> list[set[str]]:
+    """The floors of `reference/__init__.py`'s module map: per bullet, the modules it names."""
+    doc = ast.get_docstring(ast.parse((ROOT / "reference" / "__init__.py").read_text()))
+    bullets = re.split(r"\n- ", doc.split("\n- ", 1)[1])
+    return [set(re.findall(r"\b(\w+)\.py\b", bullet)) for bullet in bullets]
+
+
+def test_the_reference_module_map_names_every_module_in_floor_order():
+    """Every module of the reference is on the map, and imports only modules on its floor or
+    below it."""
+    floors = _module_map()
+    floor_of = {name: k for k, names in enumerate(floors) for name in names}
+    on_disk = {path.stem for path in (ROOT / "reference").glob("*.py")} - {"__init__"}
+    assert on_disk - set(floor_of) == set(), "modules missing from the map"
+    assert set(floor_of) - on_disk == set(), "modules on the map that do not exist"
+    graph = import_graph()
+    prefix = "aotspec.reference."
+    for name in on_disk:
+        for used in graph[prefix + name]:
+            if used.startswith(prefix):
+                stem = used.removeprefix(prefix)
+                assert floor_of[stem] <= floor_of[name], f"{name} imports {stem}, above it"

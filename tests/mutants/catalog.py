@@ -9,7 +9,7 @@ nothing any observable can see, or only what the project deliberately leaves uno
 Areas: the fast backend's code generation, runtime, fusion and Triton kernels (`fast/`), and
 what it shares with the reference: the runtime skeleton (`reference/runtime.py`), the epilogue
 (`reference/epilogue.py`), the guard key (`aotspec/api.py`, `input_facts` in
-`reference/functionalize.py`) and hook inlining (`reference/hooks.py`).
+`reference/program_records.py`) and hook inlining (`reference/hooks.py`).
 """
 
 from __future__ import annotations
@@ -495,7 +495,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "guard.requires-grad",
-        "reference/functionalize.py",
+        "reference/program_records.py",
         "                t.requires_grad,\n                t.is_leaf,\n",
         "                t.is_leaf,\n",
         "requires_grad left out of the input facts.",
@@ -503,7 +503,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "guard.storage-sharing",
-        "reference/functionalize.py",
+        "reference/program_records.py",
         "                first_on_storage.setdefault(storage._cdata, i),\n",
         "",
         "Aliasing between arguments left out of the input facts.",
@@ -511,7 +511,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "guard.storage-bytes",
-        "reference/functionalize.py",
+        "reference/program_records.py",
         "                storage.nbytes(),\n",
         "",
         "Storage sizes left out of the input facts: a zero-byte parameter reuses the plan of a "
@@ -520,7 +520,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         "guard.strides",
-        "reference/functionalize.py",
+        "reference/program_records.py",
         "                t.stride(),\n                t.storage_offset(),\n",
         "                t.storage_offset(),\n",
         "Strides left out of the input facts: a transposed argument reuses a contiguous plan.",

@@ -3,49 +3,32 @@
     capture ─▶ functionalize ─▶ rule checks ─▶ differentiate (joint graph, partition)
             ─▶ inline saved-tensor hooks ─▶ Plan
 
-Each pass hands the next a typed record (`Program`, `FunctionalProgram`, `Differentiated`). The
-rule checks between them reject programs outside the specification before any input is touched
-(`r[functionalize.errors-before-running]`). Both runtimes run a `Plan`: the reference's
-(`compiled.py`) and the fast backend's (`aotspec.fast`), through one skeleton (`runtime.py`).
+Each pass hands the next a typed record (`CapturedProgram` and `FunctionalProgram` of
+`program_records.py`, `Differentiated` of `plan_records.py`). The rule checks between them reject
+programs outside the specification before any input is touched
+(`r[functionalize.errors-before-running]`). Both runtimes run the `Plan` (`plan_records.py`): the
+reference's (`compiled.py`) and the fast backend's (`aotspec.fast`), through one skeleton
+(`runtime.py`), which import the records and none of the passes.
 """
 
 from __future__ import annotations
 
-from functools import cached_property
-
 import torch
-from attrs import evolve, field, frozen
+from attrs import evolve, frozen
 
 from aotspec.errors import UnsupportedError
 
-from .autograd import AliasedInputsWritten, Differentiated, differentiate
-from .bases import SyntheticBases, bases_key
+from .autograd import AliasedInputsWritten, differentiate
 from .capture import capture, grad_enabled, hooks_silenced_while_tracing
-from .functionalize import (
-    BackwardWrite,
-    CallerStorage,
-    FunctionalProgram,
-    OutputIsInput,
-    Rebind,
-    functionalize,
-    input_facts,
-)
-from .graph import GraphProgram, output_node, placeholders
+from .functionalize import functionalize
 from .hooks import FILTERS as HOOK_FILTERS
-from .hooks import Placement, SavedTensorHooks, inline_hooks
-from .lift import lift
+from .hooks import SavedTensorHooks, inline_hooks
+from .plan_records import Placement, Plan
+from .program_records import CallerStorage, FunctionalProgram, OutputIsInput, Rebind
+from .synthetic_bases import SyntheticBases
 
-__all__ = [
-    "HOOK_FILTERS",
-    "HooksRequest",
-    "Placement",
-    "Plan",
-    "SavedTensorHooks",
-    "bases_key",
-    "build_plan",
-    "input_facts",
-    "lift",
-]
+#: What the front door (`aotspec.api`) takes from the passes: the hooks a call may be made under.
+__all__ = ["HOOK_FILTERS", "HooksRequest", "SavedTensorHooks", "build_plan"]
 
 
 @frozen
@@ -58,89 +41,6 @@ class HooksRequest:
     #: Flat indices of parameters and inputs marked static (`r[hooks.filter.no-static]`).
     static_inputs: frozenset[int]
     placement: Placement
-
-
-@frozen
-class Plan:
-    """Everything a runtime needs to run one specialization of a compiled function.
-
-    Without autograd, `forward` is the functional graph and `backward` is None; with it,
-    `forward` returns the functional graph's outputs and then `num_saved` saved values, which
-    `backward` takes before one tangent per differentiable output."""
-
-    #: The functional program: input facts, epilogue, outputs, and the captured program.
-    functional: FunctionalProgram
-    forward: GraphProgram
-    backward: GraphProgram | None = None
-    #: Indices of the forward's outputs that gradients flow into.
-    differentiable_outputs: tuple[int, ...] = ()
-    #: Indices of the inputs that receive a gradient, in the backward's output order.
-    grad_inputs: tuple[int, ...] = ()
-    num_saved: int = 0
-    #: Strides of each tangent as traced (`r[autograd.tangent-layout]`).
-    tangent_strides: tuple[tuple[int, ...], ...] = ()
-    #: Input index -> bytes of its storage the backward reads as the call left it
-    #: (`r[autograd.saved-inputs]`).
-    read_after_call: dict[int, int] = field(factory=dict)
-    #: Per input in `grad_inputs`, the tangents (positions) its gradient is computed from
-    #: (`r[autograd.unreached-outputs]`).
-    grad_tangents: tuple[frozenset[int], ...] = ()
-    #: Where the values the backward returns after the gradients are written, and the tangents
-    #: that decide whether they are (`r[autograd.custom-function.backward-writes]`).
-    backward_writes: tuple[BackwardWrite, ...] = ()
-    write_tangents: tuple[frozenset[int], ...] = ()
-    #: Arguments compiled as views of a base (`r[autograd.input-writes.synthetic-base]`): the
-    #: runtime passes the base in their place.
-    bases: SyntheticBases = SyntheticBases()
-
-    @classmethod
-    def without_autograd(cls, functional: FunctionalProgram) -> Plan:
-        return cls(functional, GraphProgram(functional.graph_module, functional.entries))
-
-    @classmethod
-    def with_autograd(cls, functional: FunctionalProgram, graphs: Differentiated) -> Plan:
-        return cls(
-            functional,
-            graphs.forward,
-            graphs.backward,
-            graphs.differentiable_outputs,
-            graphs.grad_inputs,
-            graphs.num_saved,
-            graphs.tangent_strides,
-            graphs.read_after_call,
-            graphs.grad_tangents,
-            graphs.backward_writes,
-            graphs.write_tangents,
-        )
-
-    @cached_property
-    def saved_inputs(self) -> dict[int, int]:
-        """Saved index -> flat input index, for the saved values that are inputs: the caller's
-        tensors themselves, read when the backward runs (`r[autograd.saved-inputs]`)."""
-        if self.backward is None:
-            return {}
-        graph = self.forward.graph
-        index_of = {node: i for i, node in enumerate(placeholders(graph))}
-        outputs = output_node(graph).args[0]
-        saved = outputs[len(outputs) - self.num_saved :]
-        return {k: index_of[node] for k, node in enumerate(saved) if node in index_of}
-
-
-    @cached_property
-    def grads_read_saved(self) -> tuple[bool, ...]:
-        """Per gradient of `grad_inputs`: whether the backward graph computes it from a saved
-        value, as eager's derivatives of the same ops read the forward's values, so that the
-        gradient eager computes with `create_graph=True` has a history
-        (`r[autograd.double-backward]`); one computed from the tangents alone has none."""
-        graph = self.backward.graph
-        saved = set(placeholders(graph)[: self.num_saved])
-        reads_saved: dict[torch.fx.Node, bool] = {}
-        for node in graph.nodes:
-            reads_saved[node] = node in saved or any(
-                reads_saved[used] for used in node.all_input_nodes
-            )
-        grads = output_node(graph).args[0][: len(self.grad_inputs)]
-        return tuple(isinstance(grad, torch.fx.Node) and reads_saved[grad] for grad in grads)
 
 
 def build_plan(
@@ -190,10 +90,10 @@ def _build_program_plan(fn, args, kwargs, tensors, stolen, hooks) -> Plan:
         _check_stolen(functional, stolen)
         needs_grad = [i for i, meta in enumerate(functional.inputs) if meta.requires_grad]
         if not (needs_grad and records_autograd(functional)):
-            return Plan.without_autograd(functional)
+            return Plan(functional)
         _check_grad_input_mutations(functional, needs_grad)
-        plan = Plan.with_autograd(functional, differentiate(functional, tensors))
-        _check_rebound_grad_inputs(functional, plan.grad_inputs)
+        plan = Plan(functional, differentiate(functional, tensors))
+        _check_rebound_grad_inputs(functional, plan.differentiated.grad_inputs)
         if hooks is None:
             return plan
         return inline_hooks(

@@ -1,0 +1,139 @@
+"""The plan of a compiled call: the records the pipeline makes and the runtimes run.
+
+`pipeline.py` makes one frozen `Plan` per specialization of a compiled function; the shared
+runtime (`runtime.py`) and its graph executors, the reference's (`compiled.py`) and the fast
+backend's (`aotspec.fast`), run it, and `aotspec explain` shows it. A plan holds the functional
+program (`program_records.py`), and, when the call records autograd, the `Differentiated` graphs
+autograd's partition made (`autograd.py`), with the saved-tensor hooks inlined into them
+(`hooks.py`, whose marks and placement are recorded here too).
+Records only: the passes that make them live elsewhere.
+"""
+
+from __future__ import annotations
+
+import enum
+from functools import cached_property
+
+import torch
+import torch.fx
+from attrs import frozen
+
+from .graph import GraphProgram, output_node, placeholders
+from .program_records import BackwardWrite, FunctionalProgram
+from .synthetic_bases import SyntheticBases
+
+# ---------------------------------------------------------------- saved-tensor hooks
+
+
+class Placement(enum.Enum):
+    """Where the saved-tensor hooks pass (`hooks.py`) puts each pack hook."""
+
+    #: Pack right after the saved value's last forward use: the spec's placement.
+    LAST_USE = "last-use"
+    #: Pack at the end of the forward, as PyTorch 2.13 does: kept for comparisons.
+    FORWARD_END = "forward-end"
+
+
+@frozen
+class InlinedHook:
+    """`node.meta["saved_tensor_hook"]` of a node the saved-tensor hooks pass (`hooks.py`)
+    inlined: it belongs to the `hook` ("pack" or "unpack") of the saved value named `value` in
+    the forward graph (read by `aotspec explain`)."""
+
+    hook: str
+    value: str
+
+
+# ---------------------------------------------------------------- the plan
+
+
+@frozen
+class Differentiated:
+    """The forward and backward graphs of a functional program, and what links them."""
+
+    #: inputs: the functional graph's inputs; outputs: its outputs, then the saved values.
+    forward: GraphProgram
+    #: inputs: the saved values, then one tangent per differentiable output; outputs: the
+    #: gradients of `grad_inputs`.
+    backward: GraphProgram
+    #: Indices of the functional graph's outputs that gradients flow into.
+    differentiable_outputs: tuple[int, ...]
+    #: Indices of the inputs that receive a gradient, in the backward graph's output order.
+    grad_inputs: tuple[int, ...]
+    num_saved: int
+    #: Strides of each tangent as traced (`r[autograd.tangent-layout]`).
+    tangent_strides: tuple[tuple[int, ...], ...]
+    #: Inputs the backward reads as the program left them (input index -> bytes of their storage
+    #: it reads), rather than as they were when the call began (`r[autograd.saved-inputs]`).
+    read_after_call: dict[int, int]
+    #: Per gradient of `grad_inputs`, the tangents (by position) it is computed from
+    #: (`r[autograd.unreached-outputs]`).
+    grad_tangents: tuple[frozenset[int], ...]
+    #: Writes of custom Functions' backwards into the caller's storages: the backward returns
+    #: their values after the gradients (`r[autograd.custom-function.backward-writes]`).
+    backward_writes: tuple[BackwardWrite, ...] = ()
+    #: Per write, the tangents (by position) that reach its Function: it happens only when one
+    #: of them is reached, or always when there are none.
+    write_tangents: tuple[frozenset[int], ...] = ()
+
+
+@frozen
+class Plan:
+    """Everything a runtime needs to run one specialization of a compiled function.
+
+    Without autograd, `forward` is the functional graph and `backward` is None; with it,
+    `forward` returns the functional graph's outputs and then `num_saved` saved values, which
+    `backward` takes before one tangent per differentiable output."""
+
+    #: The functional program: input facts, epilogue, outputs, and the captured program.
+    functional: FunctionalProgram
+    #: The forward and backward graphs and what links them, when the call records autograd.
+    differentiated: Differentiated | None = None
+    #: Arguments compiled as views of a base (`r[autograd.input-writes.synthetic-base]`): the
+    #: runtime passes the base in their place.
+    bases: SyntheticBases = SyntheticBases()
+
+    @cached_property
+    def forward(self) -> GraphProgram:
+        """The graph a call runs first: with autograd, the partition's forward, which returns
+        the functional graph's outputs and then `num_saved` saved values; without it, the
+        functional graph."""
+        if self.differentiated is None:
+            return GraphProgram(self.functional.graph_module, self.functional.entries)
+        return self.differentiated.forward
+
+    @property
+    def backward(self) -> GraphProgram | None:
+        return None if self.differentiated is None else self.differentiated.backward
+
+    @property
+    def num_saved(self) -> int:
+        return 0 if self.differentiated is None else self.differentiated.num_saved
+
+    @cached_property
+    def saved_inputs(self) -> dict[int, int]:
+        """Saved index -> flat input index, for the saved values that are inputs: the caller's
+        tensors themselves, read when the backward runs (`r[autograd.saved-inputs]`)."""
+        if self.backward is None:
+            return {}
+        graph = self.forward.graph
+        index_of = {node: i for i, node in enumerate(placeholders(graph))}
+        outputs = output_node(graph).args[0]
+        saved = outputs[len(outputs) - self.num_saved :]
+        return {k: index_of[node] for k, node in enumerate(saved) if node in index_of}
+
+    @cached_property
+    def grads_read_saved(self) -> tuple[bool, ...]:
+        """Per gradient of `grad_inputs`: whether the backward graph computes it from a saved
+        value, as eager's derivatives of the same ops read the forward's values, so that the
+        gradient eager computes with `create_graph=True` has a history
+        (`r[autograd.double-backward]`); one computed from the tangents alone has none."""
+        graph = self.backward.graph
+        saved = set(placeholders(graph)[: self.num_saved])
+        reads_saved: dict[torch.fx.Node, bool] = {}
+        for node in graph.nodes:
+            reads_saved[node] = node in saved or any(
+                reads_saved[used] for used in node.all_input_nodes
+            )
+        grads = output_node(graph).args[0][: len(self.differentiated.grad_inputs)]
+        return tuple(isinstance(grad, torch.fx.Node) and reads_saved[grad] for grad in grads)

@@ -1,0 +1,352 @@
+"""The records the compile passes hand on: to each other, to the plan and to the runtime.
+
+A compiled call's pipeline (`pipeline.py`) runs the passes in turn; each makes a record the next
+reads, and the runtime (`runtime.py`, `epilogue.py`) reads them back when it calls the program:
+- `CapturedProgram`, what capture (`capture.py`) makes of the user's function: its aten graph,
+  and how to go from the user's arguments to the graph's inputs and from its outputs back;
+- `InputMeta` and `input_facts`, what a compiled program assumes about its flat inputs (the
+  guard of a compiled function compares them);
+- `FunctionalProgram`, what functionalization (`functionalize.py`) makes of a captured program:
+  a graph without mutations, the epilogue that applies the program's mutations to the caller's
+  tensors (`WriteBack`, `Resize`, `Relayout`, `Rebind`), how each output is laid out
+  (`OutputIsInput`, `OutputView`), and what autograd (`autograd.py`) reads besides
+  (`StandIns`, `CustomCall`).
+Records only: no pass lives here, so the runtime, the fast backend and the tools that show a
+plan read them without importing the passes.
+
+Conventions: `n` counts bytes; an input index is a flat tensor input's position.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from attrs import field, frozen
+
+from aotspec.errors import UnsupportedError
+
+from .custom_functions import CustomFunction
+from .optable import OpEntry
+from .storage import Layout
+
+# ---------------------------------------------------------------- the captured program
+
+
+class _TensorSlot:
+    """Marks a flat leaf that is a tensor (a graph input or output) in the leaf tuples of a
+    `CapturedProgram`."""
+
+    def __repr__(self) -> str:
+        return "<tensor>"
+
+
+TENSOR = _TensorSlot()
+
+
+@frozen
+class CapturedProgram:
+    """A captured program: the graph plus how to get from user arguments to it and back."""
+
+    graph_module: torch.fx.GraphModule
+    #: pytree spec of (args, kwargs) as the user passed them.
+    in_spec: pytree.TreeSpec
+    #: For each flat leaf of (args, kwargs): TENSOR if it is a graph input, else the constant.
+    in_leaves: tuple[Any, ...]
+    #: pytree spec of the user's return value.
+    out_spec: pytree.TreeSpec
+    #: For each flat leaf of the return value: TENSOR if it is a graph output, else the constant.
+    out_leaves: tuple[Any, ...]
+    #: Op table entry of every call_function node, looked up once at capture.
+    entries: dict[torch.fx.Node, OpEntry]
+    name: str
+    #: Flat inputs the function calls `requires_grad_()` on (`r[autograd.requires-grad-inside]`).
+    requires_grad_inputs: frozenset[int] = frozenset()
+    #: Flat outputs the function calls `requires_grad_()` on after their last use
+    #: (`r[autograd.requires-grad-inside.outputs]`).
+    requires_grad_outputs: frozenset[int] = frozenset()
+    #: The custom Functions a gradient reaches, by the key their `custom_function_call` nodes
+    #: name (`r[capture.custom-function]`).
+    custom_functions: tuple[CustomFunction, ...] = ()
+
+    @property
+    def graph(self) -> torch.fx.Graph:
+        return self.graph_module.graph
+
+    def tensor_inputs(self, args, kwargs) -> list[torch.Tensor]:
+        leaves, _ = pytree.tree_flatten((tuple(args), dict(kwargs)))
+        return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+
+    def unflatten_outputs(self, graph_outputs: list) -> Any:
+        it = iter(graph_outputs)
+        leaves = [next(it) if leaf is TENSOR else leaf for leaf in self.out_leaves]
+        return pytree.tree_unflatten(leaves, self.out_spec)
+
+
+# ---------------------------------------------------------------- what a compiled program assumes
+
+
+@frozen
+class InputMeta:
+    """What a compiled program assumes about one flat tensor input; a change means recompiling."""
+
+    layout: Layout
+    #: Inputs with equal `storage` share one storage (the index of the first input on it).
+    storage: int
+    storage_nbytes: int
+    requires_grad: bool
+    is_leaf: bool
+    #: The index of the first input that is this very object (its own index if none).
+    same_object: int
+
+    @classmethod
+    def of(cls, tensors: list[torch.Tensor]) -> tuple[InputMeta, ...]:
+        return tuple(
+            cls(
+                Layout(dtype, tuple(sizes), strides, offset),
+                storage,
+                nbytes,
+                requires_grad,
+                is_leaf,
+                same,
+            )
+            for (
+                dtype,
+                sizes,
+                strides,
+                offset,
+                storage,
+                nbytes,
+                requires_grad,
+                is_leaf,
+                same,
+            ) in input_facts(tensors)
+        )
+
+
+def input_facts(tensors: list[torch.Tensor]) -> tuple[tuple, ...]:
+    """`InputMeta.of(tensors)` as plain tuples, cheap to build and hash: a compiled function's
+    guard."""
+    first_on_storage: dict[int, int] = {}
+    first_object: dict[int, int] = {}
+    facts = []
+    for i, t in enumerate(tensors):
+        if t.layout != torch.strided:
+            refuse_layout(f"flat input {i}", f"has layout {t.layout}")  # before its storage
+        storage = t.untyped_storage()
+        facts.append(
+            (
+                t.dtype,
+                t.shape,
+                t.stride(),
+                t.storage_offset(),
+                first_on_storage.setdefault(storage._cdata, i),
+                storage.nbytes(),
+                t.requires_grad,
+                t.is_leaf,
+                first_object.setdefault(id(t), i),
+            )
+        )
+    return tuple(facts)
+
+
+def refuse_layout(what: str, problem: str) -> None:
+    """r[memory.layout.strided-only]: a tensor without a strided layout has no storage read
+    through a layout; it cannot be an input, an output or a value of a captured program."""
+    raise UnsupportedError(
+        f"{what} {problem}: only strided tensors have layouts on storages",
+        rule="memory.layout.strided-only",
+        fix="make and use sparse tensors outside the compiled function, and pass it dense ones "
+        "(to_dense())",
+    )
+
+
+# ---------------------------------------------------------------- the result
+
+
+@frozen
+class CallerStorage:
+    """The caller's storage that flat input `input_index` reads at entry."""
+
+    input_index: int
+
+
+@frozen
+class GraphStorage:
+    """A storage the program made: graph output `output_index` holds its bytes (the op result that
+    made it, or, once the program wrote or resized it, a 1-D tensor of its contents)."""
+
+    output_index: int
+
+
+@frozen
+class WriteBack:
+    """r[functionalize.epilogue.data]: the caller's storage takes graph output `output_index`'s
+    bytes."""
+
+    input_index: int
+    output_index: int
+
+
+@frozen
+class Resize:
+    """r[functionalize.epilogue.resize]: the caller's storage is resized to `nbytes`."""
+
+    input_index: int
+    nbytes: int
+
+
+@frozen
+class Relayout:
+    """r[functionalize.epilogue.metadata]: the caller's tensor object takes the in-place metadata
+    op `op(tensor, *args)` the program applied to it, under the grad mode it ran under; `layout`
+    is the layout it leaves the tensor in."""
+
+    input_index: int
+    op: torch._ops.OpOverload
+    args: tuple
+    layout: Layout
+    grad_enabled: bool
+
+
+@frozen
+class Rebind:
+    """r[functionalize.epilogue.set]: the caller's tensor object is set_ to `storage` and
+    `layout`."""
+
+    input_index: int
+    storage: CallerStorage | GraphStorage
+    layout: Layout
+
+
+@frozen
+class OutputIsInput:
+    """The output is the caller's very tensor object `input_index` (after any rebinding)."""
+
+    input_index: int
+
+
+@frozen
+class OutputView:
+    """The output reads `storage` through `layout`: a real alias of whatever else reads it."""
+
+    storage: CallerStorage | GraphStorage
+    layout: Layout
+    #: The input the output was viewed from, when there is one: the output is built as a view of
+    #: that very tensor, so autograd attributes its gradient as eager does.
+    through: int | None = None
+    #: False for a view the program took under torch.no_grad() (r[autograd.grad-mode-inside]).
+    made_with_grad: bool = True
+    #: (A view of) a detach()ed value: it carries no gradient (`r[autograd.detach]`).
+    detached: bool = False
+    #: A view taken of a detach()ed value, not the detach() result itself: a view for autograd.
+    view_of_detached: bool = False
+    #: (A view of) one of several views one op returned (`r[autograd.multi-output-views]`).
+    multi_output: bool = False
+    #: (A view of) a view a custom Function returned: the graph output holding its value, which
+    #: carries the Function's gradient where the storage's contents do not
+    #: (`r[capture.custom-function.outputs]`).
+    gradient_from: int | None = None
+
+
+@frozen
+class BackwardWrite:
+    """r[autograd.custom-function.backward-writes]: a custom Function's backward writes a tensor
+    it read that lies on flat input `input_index`'s storage, through `layout`: after the backward
+    graph, the caller's storage takes the written values."""
+
+    input_index: int
+    layout: Layout
+
+
+@frozen
+class CustomCall:
+    """A custom Function's node in the functional graph (`r[autograd.custom-function]`)."""
+
+    function: CustomFunction
+    #: Its backward, functionalized: its graph takes and returns what `function.backward` does.
+    backward: FunctionalProgram
+    #: (position among the saved values, where the write reaches the caller or None) for each
+    #: saved value the backward writes into.
+    writes: tuple[tuple[int, BackwardWrite | None], ...] = ()
+
+
+@frozen
+class StandIns:
+    """Values of the functional graph that autograd does not treat as ordinary op results, found
+    by the replay (each maps a node of the functional graph to a flat input index)."""
+
+    #: The whole contents of a caller storage that a resize up from 0 bytes made, by the first
+    #: input on that storage (`r[autograd.no-grad-input-writes.identity]`).
+    resized_contents: dict[torch.fx.Node, int]
+    #: The last contents the program gave a caller storage, by first input
+    #: (`r[autograd.saved-inputs]`).
+    final_contents: dict[torch.fx.Node, int]
+    #: Reads through an input that set_ rebound under torch.no_grad() (`r[autograd.no-grad-set]`).
+    read_as_input: dict[torch.fx.Node, int]
+    #: Writes under torch.no_grad(): as_strided_scatters into the old contents, their first
+    #: argument (`r[autograd.no-grad-writes]`).
+    no_grad_writes: frozenset[torch.fx.Node]
+    #: Those of them made with grad mode on, through a detach()ed alias (`r[autograd.detach]`).
+    detached_writes: frozenset[torch.fx.Node] = frozenset()
+    #: The storage contents behind tensors an in-place metadata op relaid out under
+    #: torch.no_grad() and the program read or returned afterwards
+    #: (`r[autograd.no-grad-metadata]`).
+    stale_histories: frozenset[torch.fx.Node] = frozenset()
+
+    def kept_in(self, graph: torch.fx.Graph) -> StandIns:
+        """Only the nodes still in `graph` (dead code elimination removes some)."""
+        alive = set(graph.nodes)
+
+        def kept(mapping: dict) -> dict:
+            return {node: i for node, i in mapping.items() if node in alive}
+
+        return StandIns(
+            kept(self.resized_contents),
+            kept(self.final_contents),
+            kept(self.read_as_input),
+            frozenset(node for node in self.no_grad_writes if node in alive),
+            frozenset(node for node in self.detached_writes if node in alive),
+            frozenset(node for node in self.stale_histories if node in alive),
+        )
+
+
+@frozen
+class FunctionalProgram:
+    """What functionalization makes of a captured program (`r[functionalize.storage-values]`):
+    a graph without mutations, the epilogue that applies the program's mutations to the
+    caller's tensors, and how each user output is laid out on a storage."""
+
+    graph_module: torch.fx.GraphModule
+    entries: dict[torch.fx.Node, OpEntry]
+    inputs: tuple[InputMeta, ...]
+    #: Applied in order after the graph: storage resizes, in-place metadata ops, storage writes,
+    #: then rebindings.
+    epilogue: tuple[WriteBack | Resize | Relayout | Rebind, ...]
+    #: One per tensor the user's function returns, in pytree order.
+    outputs: tuple[OutputIsInput | OutputView, ...]
+    captured: CapturedProgram
+    #: Values autograd treats as standing for something else.
+    stand_ins: StandIns
+    #: Caller storages (by first input) the program wrote or resized at some point.
+    touched_storages: frozenset[int] = frozenset()
+    #: Caller storages the program wrote, and those it wrote with grad mode on, through a tensor
+    #: that records history (`r[functionalize.epilogue.version]`, `r[autograd.input-writes]`).
+    written: frozenset[int] = frozenset()
+    written_with_grad: frozenset[int] = frozenset()
+    #: Inputs that set_ rebound with grad mode on (`r[autograd.input-writes.set]`).
+    rebound_with_grad: frozenset[int] = frozenset()
+    #: The custom Functions' nodes of the graph (`r[autograd.custom-function]`).
+    custom_calls: dict[torch.fx.Node, CustomCall] = field(factory=dict)
+    #: With `functionalize(..., values_out=True)`: the graph outputs holding the value of each
+    #: output of the program, after the storages' contents.
+    output_values: tuple[int, ...] = ()
+    #: Caller storages (by first input) an as_strided_ read in other locations than the tensor it
+    #: relaid out read before (`r[autograd.metadata.as-strided]`).
+    relocated: frozenset[int] = frozenset()
+
+    @property
+    def graph(self) -> torch.fx.Graph:
+        return self.graph_module.graph
