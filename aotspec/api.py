@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import torch
 import torch.utils._pytree as pytree
 
 from aotspec.errors import UnsupportedError
-from aotspec.fast.runtime import FastPlan, run_fast
 from aotspec.reference.boundary import autocast_state, refuse_transformed
 from aotspec.reference.compiled import run_compiled
 from aotspec.reference.lift import lift
@@ -23,6 +24,9 @@ from aotspec.reference.pipeline import HOOK_FILTERS, HooksRequest, SavedTensorHo
 from aotspec.reference.plan_records import Placement, Plan
 from aotspec.reference.program_records import input_facts
 from aotspec.reference.synthetic_bases import bases_key
+
+if TYPE_CHECKING:  # the fast backend loads when first used (`_FastRuntime`)
+    from aotspec.fast.runtime import FastPlan
 
 BACKENDS = ("reference", "fast")
 
@@ -39,11 +43,19 @@ def _resolve_backend(backend: str | None) -> str:
 
 
 def compile(
-    fn: Callable, *, backend: str | None = None, steal=(), hooks_filter: str = "donated"
+    fn: Callable,
+    *,
+    backend: str | None = None,
+    steal=(),
+    hooks_filter: str = "donated",
+    hook_placement: str = "last-use",
 ) -> CompiledFunction:
     """Compile `fn` for `backend` (`"reference"` or `"fast"`; default `$AOTSPEC_BACKEND`, else
-    `"fast"`)."""
+    `"fast"`). `hook_placement` says where inlined pack hooks go: `"last-use"`, the spec's
+    placement (`r[hooks.place.pack-after-last-use]`), or `"forward-end"`, PyTorch 2.13's, kept
+    for comparisons."""
     backend = _resolve_backend(backend)
+    placement = Placement(hook_placement)
     if hooks_filter not in HOOK_FILTERS:
         raise ValueError(
             f"unknown hooks_filter {hooks_filter!r}; "
@@ -58,7 +70,7 @@ def compile(
             f"{getattr(fn, '__qualname__', fn)} "
             f"(its parameters: {list(parameters)}) [rule boxed.steal.lists-only]"
         )
-    return CompiledFunction(fn, backend, steal, hooks_filter)
+    return CompiledFunction(fn, backend, steal, hooks_filter, placement)
 
 
 def check(fn: Callable, *args, **kwargs) -> list[UnsupportedError]:
@@ -114,18 +126,23 @@ def _constant_key(leaf):
 class CompiledFunction:
     """What `aotspec.compile` returns: call it like `fn`."""
 
-    def __init__(self, fn: Callable, backend: str, steal: tuple[str, ...], hooks_filter: str):
+    def __init__(
+        self,
+        fn: Callable,
+        backend: str,
+        steal: tuple[str, ...],
+        hooks_filter: str,
+        hook_placement: Placement = Placement.LAST_USE,
+    ):
         self.fn = fn
         self.backend = backend
         self.steal = steal
         self.hooks_filter = hooks_filter
+        #: Where inlined pack hooks go (`compile`'s `hook_placement`).
+        self.hook_placement = hook_placement
         self._runtime = _RUNTIMES[backend]
         #: Guard key -> what the backend runs: a Plan (reference) or a FastPlan (fast).
         self._plans: dict = {}
-        #: Where inlined pack hooks go; the spec's placement is the default (see
-        #: reference/hooks.py).
-        self.hook_placement = "last-use"
-        self.last_ledger = None
         self.last_run = None
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", "compiled")
@@ -134,6 +151,21 @@ class CompiledFunction:
     def compilations(self) -> int:
         """How many specializations this callable holds."""
         return len(self._plans)
+
+    @property
+    def plans(self) -> Mapping:
+        """Its specializations, read-only: guard key -> what the backend runs, a `Plan`
+        (reference) or a `FastPlan` (fast, whose `source` is the generated code)."""
+        return types.MappingProxyType(self._plans)
+
+    def adopt_plans(self, other: CompiledFunction) -> None:
+        """Run the specializations `other`, compiled for the reference backend, has built, from
+        now on, prepared for this backend, instead of compiling them again: the fuzzer and the
+        differential tests compare two backends on one plan."""
+        if other.backend != "reference":
+            raise ValueError("adopt_plans takes a function compiled for the reference backend")
+        for key, plan in other._plans.items():
+            self._plans[key] = self._runtime.prepare(plan)
 
     def __call__(self, *args, **kwargs):
         stolen_lists = self._stolen_lists(args, kwargs)
@@ -176,8 +208,9 @@ class CompiledFunction:
         if compiled is None:
             hooks_request = None
             if hooks is not None:
-                placement = Placement(self.hook_placement)
-                hooks_request = HooksRequest(hooks, self.hooks_filter, static, placement)
+                hooks_request = HooksRequest(
+                    hooks, self.hooks_filter, static, self.hook_placement
+                )
             # r[functionalize.errors-before-running]: before the call touches any input
             plan = build_plan(fn, args, kwargs, tensors, stolen, hooks_request)
             compiled = self._runtime.prepare(plan)
@@ -243,7 +276,6 @@ class _ReferenceRuntime:
         outputs, run.outputs = run.outputs, []  # the caller's alone, as eager's outputs are
         #: The latest call's run (its ledgers: memory facts of the reference backend).
         compiled_function.last_run = run
-        compiled_function.last_ledger = run.ledger
         return outputs
 
 
@@ -252,10 +284,16 @@ class _FastRuntime:
 
     @staticmethod
     def prepare(plan: Plan) -> FastPlan:
+        # Imported when first used: importing aotspec (or its reference) loads neither the fast
+        # backend nor Triton.
+        from aotspec.fast.runtime import FastPlan
+
         return FastPlan.of(plan)
 
     @staticmethod
     def run(compiled_function: CompiledFunction, fast: FastPlan, tensors: list, stolen) -> list:
+        from aotspec.fast.runtime import run_fast
+
         return run_fast(fast, tensors, stolen)
 
 

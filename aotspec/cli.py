@@ -5,7 +5,7 @@
 - `aotspec report --backend NAME`: a compatibility report (docs/compat/);
 - `aotspec rule ID`: a rule of the spec, as an error names it;
 - `aotspec explain FILE.py:FUNCTION`, `aotspec memory FILE.py:FUNCTION`: a plan and its memory
-  timelines (`aotspec/show.py`).
+  timelines (`aotspec/program_commands.py`).
 
 Backends: `fast`, `reference`, `reference-eager`, `torch-eager`, `torch.compile:NAME` (any
 registered Dynamo backend) and `MODULE:CALLABLE` (a Dynamo backend callable of one's own).
@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from aotspec import show
+from aotspec import program_commands
 
 
 def _selected(cases, names: list[str] | None, rules: list[str] | None) -> list:
@@ -270,7 +270,7 @@ def main(argv=None) -> int:
     _report_parser(commands)
     rule = commands.add_parser("rule", help="print a rule of the spec, as an error names it")
     rule.add_argument("id", help="the rule's ID, e.g. resize.compiled.zero-only")
-    show.register(commands)
+    program_commands.register(commands)
     options = parser.parse_args(argv)
     if hasattr(options, "run"):
         return options.run(options)

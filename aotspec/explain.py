@@ -181,14 +181,15 @@ def explain(
     returns it. `hooks` are (pack, unpack), active around the call; `before_backward(*args)`
     runs between the call and the backward; `name` heads the listing (default: `fn`'s). The
     arguments are spent as in a training step."""
-    compiled = compile(fn, backend="reference", hooks_filter=hooks_filter)
-    compiled.hook_placement = Placement(placement).value
+    compiled = compile(
+        fn, backend="reference", hooks_filter=hooks_filter, hook_placement=placement
+    )
     context = (
         torch.autograd.graph.saved_tensors_hooks(*hooks) if hooks else contextlib.nullcontext()
     )
     with context:
         outputs = compiled(*args)
-    (plan,) = compiled._plans.values()
+    (plan,) = compiled.plans.values()
     run = compiled.last_run
     roots = training_roots(outputs)
     if plan.backward is not None and roots:

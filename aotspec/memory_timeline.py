@@ -173,10 +173,8 @@ def _tracked_backward(step: TrainingStep, args: tuple, outputs) -> Pass | None:
 def _reference(
     step: TrainingStep, boxed: bool, placement: str | None = None
 ) -> tuple[Pass, Pass | None]:
-    compiled = compile(step.fn, backend="reference")
+    compiled = compile(step.fn, backend="reference", hook_placement=placement or "last-use")
     hooks = step.hooks if placement is not None else None
-    if placement is not None:
-        compiled.hook_placement = placement
     _spend(step, compiled, hooks)
     args = step.build_args()
     if boxed:
@@ -184,14 +182,14 @@ def _reference(
             outputs = compiled(*args)
         run = compiled.last_run
     else:
-        (unboxed_plan,) = compiled._plans.values()
+        (unboxed_plan,) = compiled.plans.values()
         tensors = [leaf for leaf in pytree.tree_leaves(args) if isinstance(leaf, torch.Tensor)]
         run = run_compiled(unboxed_plan, tensors, boxed=False)
         outputs = run.outputs
     roots = step.backward(args, outputs)
     if roots:
         torch.autograd.backward(roots)
-    (plan,) = compiled._plans.values()
+    (plan,) = compiled.plans.values()
     forward = pass_of(run.ledger, _placeholder_names(plan.forward))
     if run.backward_ledger is None:
         return forward, None

@@ -48,8 +48,7 @@ def _inputs():
 
 def measure(hooks: bool, placement: str = "last-use") -> dict[str, int]:
     inputs = _inputs()
-    compiled = aotspec.compile(chain, backend="reference")
-    compiled.hook_placement = placement
+    compiled = aotspec.compile(chain, backend="reference", hook_placement=placement)
     if hooks:
         with torch.autograd.graph.saved_tensors_hooks(pack_bf16, unpack_f32):
             loss = compiled(*inputs)

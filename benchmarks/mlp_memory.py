@@ -44,7 +44,7 @@ def _inputs(batch: int = BATCH):
 
 
 def _step(compiled, inputs, boxed=True):
-    plan = next(iter(compiled._plans.values()))
+    plan = next(iter(compiled.plans.values()))
     run = run_compiled(plan, list(inputs), boxed=boxed)
     run.outputs[0].sum().backward()
     return run
@@ -74,7 +74,7 @@ def measure(batch: int = BATCH) -> dict[str, int]:
     inputs = _inputs(batch)
     compiled = aotspec.compile(mlp, backend="reference")
     compiled(*inputs).sum().backward()  # compile once
-    plan = next(iter(compiled._plans.values()))
+    plan = next(iter(compiled.plans.values()))
     boxed = _step(compiled, inputs, boxed=True)
     unboxed = _step(compiled, inputs, boxed=False)
     return {

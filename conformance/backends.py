@@ -220,7 +220,3 @@ def resolve(name: str) -> Backend:
     raise ValueError(
         f"unknown backend {name!r}; valid backends: {', '.join([*BACKENDS, *FOREIGN_KINDS])}"
     )
-
-
-def get_backend(name: str) -> Callable:
-    return resolve(name).run

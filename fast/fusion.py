@@ -43,7 +43,7 @@ from .triton_kernels import (
     ComputeIn,
     Input,
     InputLayout,
-    Program,
+    KernelProgram,
     Step,
     Value,
     contiguous_strides,
@@ -74,7 +74,7 @@ class FusedKernel:
 
     #: `fused_mul_sin_0`: the ops, and a number unique in its graph.
     name: str
-    program: Program
+    program: KernelProgram
     #: The inputs' layouts at capture; `source` is the kernel for these.
     input_layouts: tuple[InputLayout, ...] = field(repr=False)
     use_triton: bool = field(repr=False)
@@ -119,7 +119,7 @@ def _triton_runs_on(tensors) -> bool:
     return device.type == "cuda" or interpreting()
 
 
-def torch_ops_function(program: Program, n_inputs: int) -> Callable:
+def torch_ops_function(program: KernelProgram, n_inputs: int) -> Callable:
     """`program` as a Python function of its inputs that calls its torch ops in order."""
     graph = torch.fx.Graph()
     nodes: dict[Input | Value, torch.fx.Node] = {
@@ -314,7 +314,7 @@ def fuse_pointwise(
     return torch.fx.GraphModule(graph_module, fused)
 
 
-def _program_of(nodes, compute_dtypes) -> tuple[Program, list[torch.fx.Node]]:
+def _program_of(nodes, compute_dtypes) -> tuple[KernelProgram, list[torch.fx.Node]]:
     """The group's program, and its inputs: the nodes outside it that it reads, in order."""
     members = set(nodes)
     operand_of: dict[torch.fx.Node, Input | Value] = {}
@@ -336,7 +336,7 @@ def _program_of(nodes, compute_dtypes) -> tuple[Program, list[torch.fx.Node]]:
     outputs = tuple(
         k for k, node in enumerate(nodes) if any(user not in members for user in node.users)
     )
-    return Program(tuple(steps), outputs, tuple(nodes[0].meta["val"].shape)), inputs
+    return KernelProgram(tuple(steps), outputs, tuple(nodes[0].meta["val"].shape)), inputs
 
 
 def _emit_kernel(

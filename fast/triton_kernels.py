@@ -1,6 +1,6 @@
 """Triton kernels for chains of pointwise ops: the program a kernel runs, its source, its launch.
 
-A `Program` is a straight line of `Step`s over tensors of one shape: each step is one aten
+A `KernelProgram` is a straight line of `Step`s over tensors of one shape: each step is one aten
 pointwise op whose operands are the kernel's tensor arguments (`Input`), earlier steps' results
 (`Value`) or Python scalars. The generated kernel runs over the flat, contiguous index range of
 that shape, BLOCK elements per program instance:
@@ -121,7 +121,7 @@ class Step:
 
 
 @frozen(cache_hash=True)
-class Program:
+class KernelProgram:
     """Steps over tensors of one `shape`; the results of the steps in `outputs` are stored."""
 
     steps: tuple[Step, ...]
@@ -369,7 +369,7 @@ def copy(x, *_):
 # ---------------------------------------------------------------- source
 
 
-def kernel_source(program: Program, layouts: tuple[InputLayout, ...]) -> str:
+def kernel_source(program: KernelProgram, layouts: tuple[InputLayout, ...]) -> str:
     """The `@triton.jit` kernel computing `program` from inputs laid out as `layouts`."""
     contiguous = contiguous_strides(program.shape)
     pointers = [
@@ -503,7 +503,7 @@ def interpreting() -> bool:
     return knobs.runtime.interpret
 
 
-def launch(program: Program, tensors) -> list[torch.Tensor]:
+def launch(program: KernelProgram, tensors) -> list[torch.Tensor]:
     """Run `program`'s kernel on `tensors` (all on one device); returns its outputs."""
     layouts = tuple(InputLayout.of(t, program.shape) for t in tensors)
     kernel = _compiled(program, layouts, interpreting())
@@ -521,7 +521,7 @@ def launch(program: Program, tensors) -> list[torch.Tensor]:
 
 
 @functools.cache
-def _compiled(program: Program, layouts: tuple[InputLayout, ...], interpret: bool):
+def _compiled(program: KernelProgram, layouts: tuple[InputLayout, ...], interpret: bool):
     # `interpret` is part of the key: triton.jit reads TRITON_INTERPRET when it wraps the kernel.
     name = f"triton_{program.name}"
     path = kernel_file(name, kernel_source(program, layouts))

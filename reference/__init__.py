@@ -16,9 +16,9 @@ modules above it in this list):
   and output records), plan_records.py (`Differentiated` and the `Plan`): the records the
   passes hand on, apart from the passes
 - capture.py (make_fx on fakes: a function becomes an aten graph)
-- eager.py (the eager interpreter), with rules.py (derivative rules traced), aten_autograd.py
-  (eager's derivatives of ATen-valued ops), tape.py (the autograd tape) and eager_backward.py
-  (the tape's backward)
+- eager.py (the eager interpreter), with traced_rules.py (derivative rules traced),
+  aten_autograd.py (eager's derivatives of ATen-valued ops), tape.py (the autograd tape) and
+  eager_backward.py (the tape's backward)
 - functionalize.py, autograd.py (joint graph and partition), hooks.py (saved-tensor hooks
   inlined): the compile passes
 - epilogue.py and runtime.py (the runtime skeleton both backends share), compiled.py (the

@@ -14,7 +14,8 @@ Which outputs carry a gradient is eager's answer too (`differentiable_outputs`):
 never do, and an op may declare others not differentiable (batch norm's saved statistics).
 
 Conventions: `leaves` is an op's arguments flattened by pytree, a `Slot` for each tensor and a
-keyed constant otherwise (`rules.py`); `needed[k]` says whether tensor leaf k wants a gradient.
+keyed constant otherwise (`traced_rules.py`); `needed[k]` says whether tensor leaf k wants a
+gradient.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from torch.utils._python_dispatch import _disable_current_modes
 from aotspec.errors import InternalError
 
 from .optable import ATEN_VALUED, OP_TABLE, call_with
-from .rules import Slot, example, key_of
 from .storage import Layout, Tensor
+from .traced_rules import Slot, example, key_of
 
 aten = torch.ops.aten
 

@@ -139,14 +139,6 @@ class Boundary:
         self._caller_of[id(cell)] = t
         return cell
 
-    def forget_caller_tensors(self) -> None:
-        """Drop every reference to the caller's tensors and storages (a compiled call keeps
-        none)."""
-        self._storages.clear()
-        self._inputs.clear()
-        self._caller_of.clear()
-        self._torch_of.clear()
-
     def torch_storage(self, s: Storage) -> torch.UntypedStorage:
         if id(s) not in self._torch_of:
             self._torch_of[id(s)] = new_torch_storage(s)

@@ -2,8 +2,8 @@
 
 The outputs of an eager run reach torch's autograd through one node (`TapeFunction`) whose
 backward walks the tape (`tape.py`) in reverse on the reference, with its own ledger, running
-each entry's traced derivative rule (`rules.py`) on the interpreter and unpacking saved values
-right before their op's rule reads them (`r[hooks.eager.unpack-on-use]`).
+each entry's traced derivative rule (`traced_rules.py`) on the interpreter and unpacking saved
+values right before their op's rule reads them (`r[hooks.eager.unpack-on-use]`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from aotspec.errors import SECOND_BACKWARD, InternalError, UnsupportedError
 from .boundary import Boundary
 from .interpreter import interpret
 from .ledger import Ledger
-from .rules import Slot, rule_program, sum_program
 from .storage import Tensor
 from .tape import Crossing, Entry, Saved, Tape, Var, cells_of
+from .traced_rules import Slot, rule_program, sum_program
 
 
 class Backward:

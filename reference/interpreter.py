@@ -32,7 +32,7 @@ from .storage import REDUCED_FLOATS, Layout, Storage, Tensor
 
 
 class Runnable(Protocol):
-    """What the interpreter runs: a captured `Program` or a `GraphProgram`."""
+    """What the interpreter runs: a `CapturedProgram` or a `GraphProgram`."""
 
     graph_module: torch.fx.GraphModule
     entries: dict[torch.fx.Node, OpEntry]

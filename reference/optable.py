@@ -160,7 +160,7 @@ def inplace(inplace_overload, functional_overload) -> None:
 
 
 def effect(overload, description: str, relayout_as=None):
-    """Register `rule` (machine, *args) as an op acting on storages and tensors directly;
+    """Register `rule` (ledger, *args) as an op acting on storages and tensors directly;
     `relayout_as`: for an in-place metadata op, the view op whose layout it gives its input."""
 
     def register(rule):

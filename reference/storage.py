@@ -1,4 +1,4 @@
-"""The reference storage model: storages, layouts, tensors, and the ledger.
+"""The reference storage model: storages, layouts and tensors (the ledger is `ledger.py`).
 
 Written for clarity, not speed. This module defines what `specs/memory-model.md` says.
 

@@ -41,8 +41,8 @@ from .optable import (
     derivative_of,
     qualified_name,
 )
-from .rules import Slot, key_of, rule_program, write_through_backward
 from .storage import Layout, Storage, Tensor
+from .traced_rules import Slot, key_of, rule_program, write_through_backward
 
 aten = torch.ops.aten
 

@@ -5,7 +5,7 @@ import from here too.
 """
 
 from aotspec.fuzz.oracle import (  # noqa: F401 (the names the tests and repros import)
-    Case,
+    FuzzCase,
     Hooked,
     Outcome,
     call_and_backward,

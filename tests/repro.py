@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hypothesis.control import current_build_context
 
-from harness import Case, Hooked
+from harness import FuzzCase, Hooked
 from strategies.program import Program, source
 from strategies.stealing import Stealing
 
@@ -265,7 +265,7 @@ def write_fast_repro(
 ) -> Path:
     """Write `repro_fast_<hash>.py` for `case` (pickled, beside its Python source) and return
     its path."""
-    text = Case(case).source
+    text = FuzzCase(case).source
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"repro_fast_{digest}.py"

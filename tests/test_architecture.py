@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,7 +172,7 @@ def test_the_eager_interpreter_depends_on_no_compile_pass():
         f"aotspec.reference.{name}"
         for name in ("functionalize", "autograd", "hooks", "pipeline", "runtime", "compiled")
     }
-    eager_side = ["interpreter", "eager", "tape", "rules", "eager_backward"]
+    eager_side = ["interpreter", "eager", "tape", "traced_rules", "eager_backward"]
     for name in eager_side:
         reached = _reachable(graph, f"aotspec.reference.{name}")
         assert reached & compile_side == set(), name
@@ -219,3 +221,13 @@ def test_the_reference_module_map_names_every_module_in_floor_order():
             if used.startswith(prefix):
                 stem = used.removeprefix(prefix)
                 assert floor_of[stem] <= floor_of[name], f"{name} imports {stem}, above it"
+
+
+def test_importing_the_reference_loads_neither_the_fast_backend_nor_triton():
+    """The fast backend (and Triton behind it) loads when a fast-backend function first runs."""
+    probe = (
+        "import sys, aotspec.reference.storage, aotspec\n"
+        "loaded = [m for m in sys.modules if m == 'triton' or m.startswith('aotspec.fast')]\n"
+        "assert loaded == [], loaded\n"
+    )
+    subprocess.run([sys.executable, "-c", probe], check=True)

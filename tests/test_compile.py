@@ -137,7 +137,7 @@ def test_boxed_backward_frees_saved_values_before_the_unboxed_one_would():
 
     compiled = aotspec.compile(mlp, backend="reference")
     compiled(*inputs)
-    plan = next(iter(compiled._plans.values()))
+    plan = next(iter(compiled.plans.values()))
     peaks = {}
     for boxed in (True, False):
         run = run_compiled(plan, list(inputs), boxed=boxed)

@@ -45,7 +45,7 @@ from hypothesis import strategies as st
 
 from aotspec.fuzz import coverage
 
-from harness import Case, Hooked, fast_divergence
+from harness import FuzzCase, Hooked, fast_divergence
 from repro import REPRO_DIR, is_final_run, write_fast_repro
 from strategies.grad import grad_programs
 from strategies.mutations import programs
@@ -68,7 +68,7 @@ def _check(case: Program | Stealing | Hooked, test: str) -> None:
     raise AssertionError(
         "the fast backend disagrees with the reference:\n"
         + "\n".join(f"  {line}" for line in found)
-        + f"\nprogram:\n{Case(case).source}{where}"
+        + f"\nprogram:\n{FuzzCase(case).source}{where}"
     )
 
 

@@ -1,6 +1,6 @@
 """Differential tests of saved-tensor hooks (`specs/saved-tensor-hooks.md`) against eager PyTorch.
 
-Programs with backward come from `grad_programs()` (tests/strategies/grad.py). Each runs on eager
+Programs with backward come from `grad_programs()` (`strategies/grad.py`). Each runs on eager
 and through `aotspec.compile(backend="reference")`, both called inside `saved_tensors_hooks`:
 - lossless hooks (pack widens to float64 and remembers the dtype, unpack narrows back), under each
   `hooks_filter`: the compiled gradients equal eager's without hooks, and every other observable

@@ -47,7 +47,7 @@ def compiled_saves(fn, *args) -> list[tuple[tuple[int, ...], torch.dtype]]:
     """(shape, dtype) of each value the compiled training plan saves for its backward."""
     compiled = aotspec.compile(fn, backend="reference")
     compiled(*args)
-    (plan,) = compiled._plans.values()
+    (plan,) = compiled.plans.values()
     (outputs,) = next(reversed(plan.forward.graph.nodes)).args
     saved = [node.meta["val"] for node in outputs[len(outputs) - plan.num_saved :]]
     assert all(isinstance(value, torch.Tensor) for value in saved), (

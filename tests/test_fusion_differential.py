@@ -36,7 +36,6 @@ import aotspec
 from aotspec.fast import triton_kernels
 from aotspec.fast.codegen import GeneratedCode
 from aotspec.fast.fusion import FusedKernel, fuse_pointwise
-from aotspec.fast.runtime import FastPlan
 from aotspec.fuzz import coverage
 
 from harness import call_and_backward, compare
@@ -103,8 +102,8 @@ def fused_divergence(program: Program) -> FusedRun:
     fast = aotspec.compile(as_function(program), backend="fast")
     found = []
     with triton_on_cpu():
-        fast._plans.update({key: FastPlan.of(plan) for key, plan in reference._plans.items()})
-        (plan,) = fast._plans.values()
+        fast.adopt_plans(reference)
+        (plan,) = fast.plans.values()
         for name in ("forward", "backward"):
             graph = getattr(plan.plan, name)
             if graph is None:

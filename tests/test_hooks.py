@@ -188,10 +188,9 @@ def test_untraceable_hooks_are_rejected_before_anything_runs(backend, hooks, rea
 def _placement(placement: str):
     """The reference's forward and backward ledgers, and its backward graph, for a placement."""
     a, b = leaves((4, 5), (5, 3))
-    compiled = aotspec.compile(matmul_sin, backend="reference")
-    compiled.hook_placement = placement
+    compiled = aotspec.compile(matmul_sin, backend="reference", hook_placement=placement)
     call_and_grads(compiled, [a, b], (pack_bf16, unpack_f32))
-    (plan,) = compiled._plans.values()
+    (plan,) = compiled.plans.values()
     return compiled.last_run.ledger, compiled.last_run.backward_ledger, plan.backward.graph
 
 
@@ -224,7 +223,7 @@ def test_generated_code_shows_the_pack_after_the_last_use():
     a, b = leaves((4, 5), (5, 3))
     compiled = aotspec.compile(matmul_sin, backend="fast")
     call_and_grads(compiled, [a, b], (pack_bf16, unpack_f32))
-    (plan,) = compiled._plans.values()
+    (plan,) = compiled.plans.values()
     lines = [line.strip() for line in plan.forward.code.splitlines()]
     sin = next(i for i, line in enumerate(lines) if line.startswith("sin = "))
     assert lines[sin + 1] == "mm_packed = aten._to_copy.default(mm, dtype=torch.bfloat16)"

@@ -36,7 +36,7 @@ def layers_args():
 def ledgers():
     compiled = aotspec.compile(layers, backend="reference")
     compiled(*layers_args()).sum().backward()
-    (plan,) = compiled._plans.values()
+    (plan,) = compiled.plans.values()
     run = compiled.last_run
     return [
         ("forward", plan.forward.graph, run.ledger),

@@ -666,7 +666,7 @@ def test_compiled_function_runs_fused_kernels(monkeypatch, hooks):
         results[backend] = (out.detach(), x.grad, w.grad)
         x.grad = w.grad = None
     torch.testing.assert_close(results["fast"], results["reference"])
-    (plan,) = compiled._plans.values()
+    (plan,) = compiled.plans.values()
     ran = kernels(plan.forward) + kernels(plan.backward)
     wanted = collections.Counter(f"triton_{kernel.program.name}" for kernel in ran)
     assert triton_kernels.LAUNCHES - before == wanted, "Triton did not run the fused kernels"

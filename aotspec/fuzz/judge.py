@@ -35,7 +35,7 @@ from torch.fx._lazy_graph_module import _use_lazy_graph_module
 import aotspec
 
 from .oracle import (
-    Case,
+    FuzzCase,
     Hooked,
     call_and_backward,
     compare,
@@ -256,7 +256,7 @@ def _judge_values(subject, expected, run) -> list[str]:
 
 def _judge_fast(subject, expected) -> list[str]:
     """fast: values against eager; memory facts against the reference, on the same plan."""
-    case = Case(subject)
+    case = FuzzCase(subject)
     try:
         reference, compiled = run_reference(case)
         fast = run_fast(case, compiled)

@@ -7,7 +7,7 @@
   differs but memory facts; `numerically_explained` forgives value differences that an eager
   float64 run shows to be rounding.
 - Saved-tensor hooks: a lossless pair and a bfloat16 pair, by name, so that repros import them.
-- The fast backend against the reference: `fast_divergence` runs a `Case` on both and lists
+- The fast backend against the reference: `fast_divergence` runs a `FuzzCase` on both and lists
   what differs, memory facts included (tests/test_differential_fast.py says which).
 
 The differential tests (through tests/harness.py) and `aotspec fuzz` use them; the standalone
@@ -27,7 +27,6 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 import aotspec
 from aotspec.conformance.observe import Observation, differences, observe, world_of
-from aotspec.fast.runtime import FastPlan
 from aotspec.tracker import MemoryTracker
 
 from .strategies.program import Program, as_function, build_inputs, source
@@ -317,7 +316,7 @@ class Hooked:
         return (pack_lossless, unpack_lossless) if self.lossless else (pack_bf16, unpack_bf16)
 
 
-class Case:
+class FuzzCase:
     """A program, a stealing program or a hooked one, as something to build inputs for, compile
     and call."""
 
@@ -372,7 +371,7 @@ def _stolen_freed(acts: list | None, refs: list[StorageWeakRef]) -> bool | None:
     return not acts and all(ref.expired() for ref in refs)
 
 
-def run_reference(case: Case):
+def run_reference(case: FuzzCase):
     """The reference's run, and the compiled callable (its plan serves the fast run too)."""
     compiled = case.compile("reference")
     named, args, acts = case.inputs()
@@ -417,19 +416,19 @@ class _Observed:
         return outputs
 
 
-def run_fast(case: Case, reference) -> Run:
+def run_fast(case: FuzzCase, reference) -> Run:
     """The fast run, on the plan `reference` (the reference's compiled callable) built; with
     none (the reference raised), the fast callable builds its own, to raise its own error."""
     compiled = case.compile("fast")
-    compiled._plans.update({key: FastPlan.of(plan) for key, plan in reference._plans.items()})
-    if not compiled._plans:
+    compiled.adopt_plans(reference)
+    if not compiled.plans:
         try:
             named, args, _ = case.inputs()
             case.call(compiled, named, args)
         except Exception as error:  # noqa: BLE001 (an error is an observable)
             return Run(None, _error_text(error), {}, {}, None)
         raise AssertionError(f"the reference raised and fast did not, on:\n{case.source}")
-    (plan,) = compiled._plans.values()
+    (plan,) = compiled.plans.values()
     tracker = MemoryTracker()
     brackets = {"forward": Bracket(plan.forward, tracker)}
     plan.forward = brackets["forward"]
@@ -533,7 +532,7 @@ def memory_differences(reference: Run, fast: Run) -> list[str]:
 
 def fast_divergence(case: Program | Stealing | Hooked) -> list[str]:
     """How the fast backend differs from the reference on `case`; empty when they agree."""
-    case = Case(case)
+    case = FuzzCase(case)
     try:
         reference, compiled = run_reference(case)
     except Exception:

@@ -193,7 +193,7 @@ def _dump_snapshot(step, path: str) -> None:
     roots = step.backward(args, outputs)
     if roots:
         torch.autograd.backward(roots)
-    (plan,) = compiled._plans.values()
+    (plan,) = compiled.plans.values()
     run = compiled.last_run
     graphs = [("forward", plan.forward.graph, run.ledger)]
     if run.backward_ledger is not None:
