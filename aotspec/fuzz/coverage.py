@@ -68,7 +68,18 @@ def program_items(case) -> list[str]:
 
 def features(case) -> list[str]:
     program: Program = getattr(case, "program", case)
-    setup = program.setup
+    found = _setup_features(program.setup) | _body_features(program)
+    if isinstance(case, Stealing):
+        found.add("stolen list")
+        if case.requires_grad:
+            found.add("stolen tensors require grad")
+    if hasattr(case, "hooks_filter"):
+        found.add("saved-tensor hooks")
+    return sorted(found)
+
+
+def _setup_features(setup) -> set[str]:
+    """What the inputs of a program are like: aliases, sharing, histories, values."""
     found = set()
     if any(base.zeroed for base in setup.bases):
         found.add("zero-byte input")
@@ -88,6 +99,12 @@ def features(case) -> list[str]:
         found.add("detached alias of a leaf")
     if any(_non_finite(v) for base in setup.bases for v in base.values):
         found.add("inf or nan in an input")
+    return found
+
+
+def _body_features(program: Program) -> set[str]:
+    """What a program's body and call are like: constants, ops, grad mode, backwards."""
+    found = set()
     constants = [a for instr in program.body for a in _flat(instr.args)]
     if any(_non_finite(a) for a in constants):
         found.add("inf or nan constant")
@@ -100,13 +117,7 @@ def features(case) -> list[str]:
         found.add("called under no_grad")
     if program.retain_graph:
         found.add("backward twice (retain_graph)")
-    if isinstance(case, Stealing):
-        found.add("stolen list")
-        if case.requires_grad:
-            found.add("stolen tensors require grad")
-    if hasattr(case, "hooks_filter"):
-        found.add("saved-tensor hooks")
-    return sorted(found)
+    return found
 
 
 def _flat(values) -> list:
