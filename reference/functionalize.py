@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from operator import getitem
+from typing import Any
 
 import numpy as np
 import torch
@@ -387,24 +388,25 @@ class _Replay:
     #: The functionalized backward of each of the program's custom Functions.
     backwards: tuple[FunctionalProgram, ...] = ()
     region: int | None = None
-    env: dict = field(factory=dict)
+    #: The value of each node of the captured graph replayed so far: a cell, or a constant.
+    env: dict[torch.fx.Node, Any] = field(factory=dict)
     #: The cell of each flat input (the same cell for the same object passed twice).
-    placeholder_cells: list = field(factory=list)
+    placeholder_cells: list[_Cell] = field(factory=list)
     #: The caller's storages, in the order of their first input.
-    caller_storages: list = field(factory=list)
+    caller_storages: list[_Storage] = field(factory=list)
     grad_enabled: bool = field(factory=torch.is_grad_enabled)
     #: Inputs that set_ rebound with grad mode on.
-    rebound_with_grad: set = field(factory=set)
+    rebound_with_grad: set[int] = field(factory=set)
     #: What the replay found for `StandIns`, filled as the graph is traced.
-    resized_contents: dict = field(factory=dict)
-    read_as_input: dict = field(factory=dict)
-    no_grad_writes: set = field(factory=set)
-    detached_writes: set = field(factory=set)
+    resized_contents: dict[torch.fx.Node, int] = field(factory=dict)
+    read_as_input: dict[torch.fx.Node, int] = field(factory=dict)
+    no_grad_writes: set[torch.fx.Node] = field(factory=set)
+    detached_writes: set[torch.fx.Node] = field(factory=set)
     #: The custom Functions' nodes of the functional graph, with the cells their backward writes.
     custom_nodes: list[_CustomNode] = field(factory=list)
-    no_grad_relayout_reads: set = field(factory=set)
-    stale_histories: set = field(factory=set)
-    relocated: set = field(factory=set)
+    stale_histories: set[torch.fx.Node] = field(factory=set)
+    #: Caller storages, by first input (`FunctionalProgram.relocated`).
+    relocated: set[int] = field(factory=set)
 
     def run(self, values: list[torch.Tensor]):
         storages: dict[int, _Storage] = {}
