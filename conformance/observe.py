@@ -38,7 +38,8 @@ class Observation:
 def _extent_bytes(t: torch.Tensor) -> int:
     if t.numel() == 0:
         return 0
-    last = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    steps = zip(t.shape, t.stride(), strict=True)
+    last = t.storage_offset() + sum((n - 1) * s for n, s in steps)
     return (last + 1) * t.element_size()
 
 

@@ -201,7 +201,10 @@ def _last_offset(tensor: torch.Tensor) -> int:
     """The offset of the tensor's last element from its first (of the output, its numel)."""
     return max(
         tensor.numel(),
-        sum((size - 1) * stride for size, stride in zip(tensor.shape, tensor.stride())),
+        sum(
+            (size - 1) * stride
+            for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
+        ),
     )
 
 

@@ -199,7 +199,8 @@ def _write_back(overload, functional, *args, **kwargs):
     results = functional(*positional, **keyword)
     results = list(results) if len(functional._schema.returns) > 1 else [results]
     fresh = iter(results[: len(results) - len(written)])
-    for (argument, target), new in zip(written, results[len(results) - len(written) :]):
+    news = results[len(results) - len(written) :]
+    for (argument, target), new in zip(written, news, strict=True):
         for t, value in zip(pytree.tree_leaves(target), pytree.tree_leaves(new), strict=True):
             _check_out_shape(overload, argument, t, value)
             t.copy_(value)

@@ -1592,7 +1592,8 @@ derivative(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims)(reshape_ba
 @view(aten.split_with_sizes.default)
 def split_with_sizes(layout: Layout, split_sizes, dim):
     starts = np.cumsum([0, *split_sizes])
-    return tuple(slice_(layout, dim, int(a), int(b), 1) for a, b in zip(starts[:-1], starts[1:]))
+    bounds = zip(starts[:-1], starts[1:], strict=True)
+    return tuple(slice_(layout, dim, int(a), int(b), 1) for a, b in bounds)
 
 
 @derivative(aten.split_with_sizes.default)

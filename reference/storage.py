@@ -162,7 +162,8 @@ class Layout:
         """The bytes of the storage this layout can touch: [first, last) (empty for no element)."""
         if self.numel == 0:
             return (0, 0)
-        first = self.offset + sum((n - 1) * s for n, s in zip(self.sizes, self.strides) if s < 0)
+        steps = zip(self.sizes, self.strides, strict=True)
+        first = self.offset + sum((n - 1) * s for n, s in steps if s < 0)
         return (first * self.itemsize, self.extent_bytes())
 
     def overlaps(self, other: Layout) -> bool:

@@ -61,7 +61,7 @@ def test_capture_leaves_the_callers_tensors_alone():
     values = [t.clone() for t in (x, y, z)]
     capture(_mutates_everything, (x, y, z, w))
     assert before == [_state(t) for t in (x, y, z, w)]
-    for original, t in zip(values, (x, y, z)):
+    for original, t in zip(values, (x, y, z), strict=True):
         assert torch.equal(original, t)
 
 

@@ -218,7 +218,8 @@ def _readable(t: torch.Tensor) -> bool:
         return True
     if t.numel() == 0:
         return True
-    extent = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1
+    steps = zip(t.shape, t.stride(), strict=True)
+    extent = t.storage_offset() + sum((n - 1) * s for n, s in steps) + 1
     return t.untyped_storage().nbytes() >= extent * t.element_size()
 
 
@@ -302,7 +303,7 @@ def _compare(got, want, where: str, tol: Tolerance) -> None:
     got_leaves, got_spec = pytree.tree_flatten(got)
     want_leaves, want_spec = pytree.tree_flatten(want)
     assert got_spec == want_spec, f"{where}: structure {got_spec} != eager {want_spec}"
-    for i, (g, w) in enumerate(zip(got_leaves, want_leaves)):
+    for i, (g, w) in enumerate(zip(got_leaves, want_leaves, strict=True)):
         here = f"{where}[{i}]"
         if isinstance(w, TensorFact):
             assert isinstance(g, TensorFact), f"{here}: eager gave a tensor, compiled {g!r}"
@@ -375,13 +376,15 @@ class Recorder:
 def compare_records(got: Recorder, want: Recorder, tol: Tolerance) -> None:
     got_labels = [label for label, _ in got.entries]
     want_labels = [label for label, _ in want.entries]
-    for (label, g), (want_label, w) in zip(got.entries, want.entries):
+    # The records may differ in length: compared up to the first label that differs, then the
+    # labels as a whole.
+    for (label, g), (want_label, w) in zip(got.entries, want.entries, strict=False):
         if label != want_label:
             break
         if isinstance(w, tuple) and len(w) == 2 and w[0] == "layout":
             assert isinstance(g, tuple) and g[0] == "layout", f"{label}: not a layout"
             assert len(g[1]) == len(w[1]), f"{label}: {len(g[1])} tensors != eager {len(w[1])}"
-            for i, (gt, wt) in enumerate(zip(g[1], w[1])):
+            for i, (gt, wt) in enumerate(zip(g[1], w[1], strict=True)):
                 _compare_tensor(gt, wt, f"{label}[{i}]", tol)
                 _compare_layout(gt, wt, f"{label}[{i}]")
         else:
