@@ -50,7 +50,7 @@ from .optable import (
     lookup,
     qualified_name,
 )
-from .storage import Layout
+from .storage import Layout, differentiable
 
 aten = torch.ops.aten
 
@@ -112,7 +112,7 @@ def _differentiable_outputs(
 
 
 def _carries_gradient(node: torch.fx.Node, flows: set) -> bool:
-    return node in flows and node.meta["val"].dtype.is_floating_point
+    return node in flows and differentiable(node.meta["val"].dtype)
 
 
 def _write_backs_with_history(program: FunctionalProgram, flows: set) -> tuple[WriteBack, ...]:

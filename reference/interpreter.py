@@ -24,6 +24,7 @@ import torch.utils._pytree as pytree
 from aotspec.errors import InternalError
 
 from .boundary import storage_from_torch
+from .aten import run_aten
 from .custom_functions import custom_function_call
 from .ledger import Ledger
 from .lifetimes import last_uses
@@ -103,6 +104,9 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
     bound = bind(node.target._schema, args, kwargs)
     meta = node.meta.get("val")
     try:
+        if entry.kind is OpKind.COMPUTE and _complex(bound, meta):
+            # r[ops.complex.aten-values]
+            return _named(run_aten(node.target, meta, *bound), node.name)
         if entry.kind is OpKind.COMPUTE:
             values = entry.rule(*pytree.tree_map(_read_for_compute, bound))
             return _fresh(values, meta, node.name)
@@ -110,6 +114,10 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
             return _named(entry.rule(node.target, meta, *bound), node.name)
         if entry.kind is OpKind.VIEW:
             return _view(entry.rule(bound[0].layout, *bound[1:]), bound[0], meta, node.name)
+        if entry.kind is OpKind.INPLACE and _complex(bound, meta):
+            # r[ops.complex.aten-values]: the functional op's kernel, written back
+            bound[0].write(run_aten(entry.functional, meta, *bound).read())
+            return bound[0]
         if entry.kind is OpKind.INPLACE:
             target = bound[0]
             target.write(entry.rule(*pytree.tree_map(_read_for_compute, bound)))
@@ -122,6 +130,12 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
         error.add_note(f"while executing {node.format_node()}")
         raise
     raise InternalError(f"op table entry of unknown kind: {entry}")
+
+
+def _complex(bound, meta) -> bool:
+    """Whether a tensor argument or output of the op is complex (`r[ops.complex.aten-values]`)."""
+    leaves = pytree.tree_leaves([bound, meta])
+    return any(isinstance(leaf, Tensor | torch.Tensor) and leaf.dtype.is_complex for leaf in leaves)
 
 
 def _read_for_compute(value):

@@ -30,6 +30,8 @@ NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
     torch.float32: np.dtype(np.float32),
     torch.float16: np.dtype(np.float16),
     torch.bfloat16: np.dtype(ml_dtypes.bfloat16),
+    torch.complex128: np.dtype(np.complex128),
+    torch.complex64: np.dtype(np.complex64),
     torch.float8_e4m3fn: np.dtype(ml_dtypes.float8_e4m3fn),
     torch.float8_e5m2: np.dtype(ml_dtypes.float8_e5m2),
     torch.int64: np.dtype(np.int64),
@@ -44,6 +46,11 @@ NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
 REDUCED_FLOATS = frozenset(
     {torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2}
 )
+
+
+def differentiable(dtype: torch.dtype) -> bool:
+    """Only floating-point and complex values carry gradients (r[autograd.requires-grad])."""
+    return dtype.is_floating_point or dtype.is_complex
 
 
 def numpy_dtype(dtype: torch.dtype) -> np.dtype:
@@ -221,9 +228,9 @@ class Tensor:
         dtype = numpy_dtype(layout.dtype)
         if layout.numel == 0:
             return np.empty(layout.sizes, dtype=dtype)
-        # Strided through unsigned integers of the item's size, then read as the dtype: numpy's
+        # Strided through raw items of the item's size, then read as the dtype: numpy's
         # as_strided cannot name some ml_dtypes types (float8_e5m2) in its array interface.
-        carrier = np.dtype(f"u{dtype.itemsize}")
+        carrier = np.dtype(f"V{dtype.itemsize}")
         flat = self.storage.buffer[: layout.extent_elements() * dtype.itemsize].view(carrier)
         return np.lib.stride_tricks.as_strided(
             flat[layout.offset :],

@@ -42,7 +42,7 @@ from .optable import (
     qualified_name,
 )
 from .rules import Slot, key_of, rule_program, write_through_backward
-from .storage import Layout, Storage, Tensor
+from .storage import Layout, Storage, Tensor, differentiable
 
 aten = torch.ops.aten
 
@@ -460,14 +460,9 @@ def _signature(out, bound):
 def _carries(leaf, k: int, carried: tuple[bool, ...] | None) -> bool:
     """Whether output leaf `k` gets a gradient: a floating-point tensor, and for an ATen-valued
     op one eager autograd gives a gradient (`carried`, `r[ops.aten-derivatives]`)."""
-    if not (isinstance(leaf, Slot) and _differentiable(leaf.layout.dtype)):
+    if not (isinstance(leaf, Slot) and differentiable(leaf.layout.dtype)):
         return False
     return carried is None or carried[k]
-
-
-def _differentiable(dtype: torch.dtype) -> bool:
-    """Only floating-point and complex values carry gradients (r[autograd.requires-grad])."""
-    return dtype.is_floating_point or dtype.is_complex
 
 
 def cells_of(value) -> list[Tensor]:

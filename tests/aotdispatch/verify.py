@@ -54,9 +54,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: unpack hook turning a saved int64 tensor float (hooks.compiled.untraceable)",
 
     # test_aotdispatch_misc.py
-    ("test_complex_linear", "reference"): "unsupported: dtype complex64",
-    ("test_complex_linear", "fast"): "unsupported: dtype complex64",
-    ("test_complex_linear", "dynamo"): "unsupported: dtype complex64",
     ("test_embedding_bag_view_dynamic", "reference"):
         "unsupported: a sparse gradient (ops.aten-values)",
     ("test_sparse_csr_creation", "reference"):
