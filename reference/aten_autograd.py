@@ -34,7 +34,7 @@ from aotspec.errors import InternalError
 
 from .optable import ATEN_VALUED, OP_TABLE, call_with
 from .rules import Slot, example, key_of
-from .storage import Layout, Tensor, differentiable
+from .storage import Layout, Tensor, carries_gradients
 
 aten = torch.ops.aten
 
@@ -61,7 +61,7 @@ def _arguments(spec: pytree.TreeSpec, leaves: tuple, tensors) -> list:
 
 
 def _differentiable_dtype(leaf) -> bool:
-    return isinstance(leaf, Slot) and differentiable(leaf.layout.dtype)
+    return isinstance(leaf, Slot) and carries_gradients(leaf.layout.dtype)
 
 
 @functools.lru_cache(maxsize=None)

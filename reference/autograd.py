@@ -50,7 +50,7 @@ from .optable import (
     lookup,
     qualified_name,
 )
-from .storage import Layout, differentiable
+from .storage import Layout, carries_gradients
 
 aten = torch.ops.aten
 
@@ -112,7 +112,7 @@ def _differentiable_outputs(
 
 
 def _carries_gradient(node: torch.fx.Node, flows: set) -> bool:
-    return node in flows and differentiable(node.meta["val"].dtype)
+    return node in flows and carries_gradients(node.meta["val"].dtype)
 
 
 def _write_backs_with_history(program: FunctionalProgram, flows: set) -> tuple[WriteBack, ...]:

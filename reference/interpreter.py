@@ -23,8 +23,8 @@ import torch.utils._pytree as pytree
 
 from aotspec.errors import InternalError
 
-from .boundary import storage_from_torch
 from .aten import run_aten
+from .boundary import storage_from_torch
 from .custom_functions import custom_function_call
 from .ledger import Ledger
 from .lifetimes import last_uses
@@ -135,7 +135,8 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
 def _complex(bound, meta) -> bool:
     """Whether a tensor argument or output of the op is complex (`r[ops.complex.aten-values]`)."""
     leaves = pytree.tree_leaves([bound, meta])
-    return any(isinstance(leaf, Tensor | torch.Tensor) and leaf.dtype.is_complex for leaf in leaves)
+    tensors = [leaf for leaf in leaves if isinstance(leaf, Tensor | torch.Tensor)]
+    return any(t.dtype.is_complex for t in tensors)
 
 
 def _read_for_compute(value):

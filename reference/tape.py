@@ -42,7 +42,7 @@ from .optable import (
     qualified_name,
 )
 from .rules import Slot, key_of, rule_program, write_through_backward
-from .storage import Layout, Storage, Tensor, differentiable
+from .storage import Layout, Storage, Tensor, carries_gradients
 
 aten = torch.ops.aten
 
@@ -400,9 +400,7 @@ class Tape:
         spec, leaves, n_out = _signature(out, bound)
         # every output that can carry a gradient gets one: eager saves before it knows which will
         grads = tuple(
-            Layout.contiguous(s.layout.dtype, s.layout.sizes)
-            if _carries(s, k, carried)
-            else None
+            Layout.contiguous(s.layout.dtype, s.layout.sizes) if _carries(s, k, carried) else None
             for k, s in enumerate(leaves[:n_out])
         )
         needed = tuple(var is not None for var in inputs)
@@ -460,7 +458,7 @@ def _signature(out, bound):
 def _carries(leaf, k: int, carried: tuple[bool, ...] | None) -> bool:
     """Whether output leaf `k` gets a gradient: a floating-point tensor, and for an ATen-valued
     op one eager autograd gives a gradient (`carried`, `r[ops.aten-derivatives]`)."""
-    if not (isinstance(leaf, Slot) and differentiable(leaf.layout.dtype)):
+    if not (isinstance(leaf, Slot) and carries_gradients(leaf.layout.dtype)):
         return False
     return carried is None or carried[k]
 
