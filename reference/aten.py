@@ -229,7 +229,9 @@ def _native_batch_norm(input, weight, bias, running_mean, running_var, training,
     training mode although its schema does not say so; it is the _native_batch_norm_legit op that
     says so (the same kernel)."""
     if running_mean is None:
-        return aten._native_batch_norm_legit.no_stats(input, weight, bias, training, momentum, eps)
+        return aten._native_batch_norm_legit.no_stats(
+            input, weight, bias, training, momentum, eps
+        )
     if training:
         return aten._native_batch_norm_legit(
             input, weight, bias, running_mean, running_var, training, momentum, eps

@@ -481,7 +481,8 @@ def _refuse_random_ops_in_regions(graph: torch.fx.Graph) -> None:
         tags = getattr(node.target, "tags", ())
         if checkpoint_region(node) is not None and torch.Tag.nondeterministic_seeded in tags:
             raise UnsupportedError(
-                f"random op {node.target} inside a checkpointed region ({_source_line(node)})",
+                f"random op {node.target} inside a checkpointed region "
+                f"({_source_line(node)})",
                 rule="checkpoint.random",
                 fix="draw the random values outside the checkpointed function and pass them in",
             )

@@ -1175,7 +1175,9 @@ def functionalize(
         written=frozenset(s.caller for s in storages if s.written),
         written_with_grad=frozenset(s.caller for s in storages if s.written_with_grad),
         rebound_with_grad=frozenset(state.rebound_with_grad),
-        custom_calls={node: call for node, call in replayed.custom_calls.items() if node in alive},
+        custom_calls={
+            node: call for node, call in replayed.custom_calls.items() if node in alive
+        },
         output_values=replayed.output_values,
         relocated=frozenset(state.relocated),
     )

@@ -125,6 +125,7 @@ class Plan:
         saved = outputs[len(outputs) - self.num_saved :]
         return {k: index_of[node] for k, node in enumerate(saved) if node in index_of}
 
+
     @cached_property
     def grads_read_saved(self) -> tuple[bool, ...]:
         """Per gradient of `grad_inputs`: whether the backward graph computes it from a saved

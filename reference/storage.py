@@ -43,7 +43,9 @@ NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
 }
 
 # r[ops.opmath]: reduced-precision floats are computed in float32 and rounded once to the result.
-REDUCED_FLOATS = frozenset({torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2})
+REDUCED_FLOATS = frozenset(
+    {torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2}
+)
 
 
 def carries_gradients(dtype: torch.dtype) -> bool:

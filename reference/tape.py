@@ -400,7 +400,9 @@ class Tape:
         spec, leaves, n_out = _signature(out, bound)
         # every output that can carry a gradient gets one: eager saves before it knows which will
         grads = tuple(
-            Layout.contiguous(s.layout.dtype, s.layout.sizes) if _carries(s, k, carried) else None
+            Layout.contiguous(s.layout.dtype, s.layout.sizes)
+            if _carries(s, k, carried)
+            else None
             for k, s in enumerate(leaves[:n_out])
         )
         needed = tuple(var is not None for var in inputs)
