@@ -138,6 +138,12 @@ def meta_view(overload: torch._ops.OpOverload, layout: Layout, *rest):
     `layout` (the other arguments are what they are)."""
     storage = torch.empty(layout.extent_elements(), dtype=layout.dtype, device="meta")
     base = storage.as_strided(layout.sizes, layout.strides, layout.offset)
+    # r[memory.layout.conj-neg]: the meta kernel says whether the view keeps, drops or refuses
+    # the input's bits (`_conj` flips one, `view_as_real` refuses a conjugate)
+    if layout.conj:
+        base = base._conj()
+    if layout.neg:
+        base = base._neg_view()
     result = call_with(overload, [base, *rest])
     if isinstance(result, (tuple, list)):
         return tuple(Layout.of(out) for out in result)

@@ -108,7 +108,11 @@ def set_within(t: torch.Tensor, st: torch.UntypedStorage, layout: Layout) -> tor
 
 
 def tensor_on(st: torch.UntypedStorage, layout: Layout) -> torch.Tensor:
-    return set_within(torch.empty(0, dtype=layout.dtype), st, layout)
+    t = set_within(torch.empty(0, dtype=layout.dtype), st, layout)
+    # r[memory.layout.conj-neg]: eager's lazy views of the same storage
+    if layout.conj:
+        t = t._conj()
+    return t._neg_view() if layout.neg else t
 
 
 @define

@@ -423,11 +423,26 @@ def _read(cell: _Cell, name: str, replay: _Replay, *, for_view: bool = False) ->
     # r[functionalize.reads.grad-mode]: made under the grad mode of the tensor read, not the
     # reader's.
     with replay.materializing(grad_enabled=not cell.viewed_without_grad):
-        cell.value = aten.as_strided(flat, layout.sizes, layout.strides, layout.offset)
+        contents = _contents_as(flat, layout.dtype)
+        value = aten.as_strided(contents, layout.sizes, layout.strides, layout.offset)
+        # r[memory.layout.conj-neg]: the cell reads its storage conjugated or negated
+        value = aten._conj(value) if layout.conj else value
+        cell.value = aten._neg_view(value) if layout.neg else value
     if cell.read_as_input is not None:  # r[autograd.no-grad-set]
         replay.read_as_input[node_of(cell.value)] = cell.read_as_input
     cell.version = cell.storage.version
     return cell.value
+
+
+def _contents_as(flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """r[functionalize.complex-views]: a storage's 1-D contents read as `dtype`: a complex
+    storage's as its real and imaginary parts in turn (`view_as_real`), a real storage's as the
+    complex numbers its pairs make (`view_as_complex`); other dtypes as they are."""
+    if flat.is_complex() and not dtype.is_complex and dtype.itemsize * 2 == flat.itemsize:
+        return aten.view(aten.view_as_real(flat), [flat.numel() * 2])
+    if dtype.is_complex and not flat.is_complex() and flat.itemsize * 2 == dtype.itemsize:
+        return aten.view_as_complex(aten.view(flat, [flat.numel() // 2, 2]))
+    return flat
 
 
 #: How many later writes `_unwritten_since` looks through before it reads the storage again: a
@@ -501,6 +516,11 @@ def _write(
         new = aten._to_copy(new, dtype=layout.dtype)
     if tuple(new.shape) != layout.sizes:
         new = aten.expand(new, list(layout.sizes))
+    # r[memory.layout.conj-neg]: a conjugating or negating layout stores the values so
+    if layout.conj:
+        new = aten.conj_physical(new)
+    if layout.neg:
+        new = aten.neg(new)
     storage = cell.storage
     # r[autograd.detach]: a write through a detached alias records no history.
     with_grad = replay.grad_enabled and not cell.detached
@@ -525,9 +545,14 @@ def _write(
         storage.flat = aten.view(new, [storage.elements])
     else:
         contents = None
-        storage.flat = aten.as_strided_scatter(
-            _flat(storage, replay), new, layout.sizes, layout.strides, layout.offset
+        written = aten.as_strided_scatter(
+            _contents_as(_flat(storage, replay), layout.dtype),
+            new,
+            layout.sizes,
+            layout.strides,
+            layout.offset,
         )
+        storage.flat = _contents_as(written, storage.dtype)
         if not with_grad:
             # r[autograd.no-grad-writes]: the tensor keeps its history; the written values carry
             # none.

@@ -80,8 +80,10 @@ def _grad_like(grad, x):
 
 def _conj(t):
     """r[ops.complex.conjugate-grad]: the conjugate where eager's formula takes `.conj()`; a real
-    tensor is its own conjugate. A fresh tensor (conj_physical), not eager's lazy conjugate view,
-    which the storage model has no bit for (`r[ops.complex.conj-view]`)."""
+    tensor or number is its own conjugate. A fresh tensor (conj_physical), as eager's lazy
+    conjugate view is resolved by the next op anyway."""
+    if not isinstance(t, torch.Tensor):
+        return t.conjugate()
     return aten.conj_physical(t) if t.is_complex() else t
 
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import torch
 import torch.utils._pytree as pytree
-from attrs import define, frozen
+from attrs import define, evolve, frozen
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -140,10 +140,24 @@ def view(*overloads):
 
     def register(rule):
         for overload in overloads:
-            _register(overload, OpKind.VIEW, rule, "output views input 0")
+            _register(overload, OpKind.VIEW, _keeping_bits(rule), "output views input 0")
         return rule
 
     return register
+
+
+def _keeping_bits(rule: Callable) -> Callable:
+    """r[memory.layout.conj-neg]: a view of the table keeps its input's conjugate and negative
+    bits."""
+
+    def keeping(layout, *args):
+        result = rule(layout, *args)
+        kept = {"conj": layout.conj, "neg": layout.neg}
+        if isinstance(result, tuple):
+            return tuple(evolve(r, **kept) for r in result)
+        return evolve(result, **kept)
+
+    return keeping
 
 
 def inplace(inplace_overload, functional_overload) -> None:

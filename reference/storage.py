@@ -114,6 +114,10 @@ class Layout:
     sizes: tuple[int, ...] = field(converter=tuple)
     strides: tuple[int, ...] = field(converter=tuple)
     offset: int = 0
+    #: r[memory.layout.conj-neg]: the tensor reads the conjugate (`conj`) or the negation (`neg`)
+    #: of what its storage holds, as eager's lazy `conj()` and `_neg_view` do.
+    conj: bool = False
+    neg: bool = False
 
     @classmethod
     def contiguous(cls, dtype: torch.dtype, sizes) -> Layout:
@@ -122,7 +126,8 @@ class Layout:
 
     @classmethod
     def of(cls, t: torch.Tensor) -> Layout:
-        return cls(t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+        offset = t.storage_offset()
+        return cls(t.dtype, tuple(t.shape), tuple(t.stride()), offset, t.is_conj(), t.is_neg())
 
     @property
     def itemsize(self) -> int:
@@ -246,7 +251,14 @@ class Tensor:
 
     def read(self) -> np.ndarray:
         """A copy of the tensor's values."""
-        return np.array(self._array_view(writeable=False), copy=True)
+        return self._lazy(np.array(self._array_view(writeable=False), copy=True))
+
+    def _lazy(self, values: np.ndarray) -> np.ndarray:
+        """r[memory.layout.conj-neg]: the stored values conjugated and negated as the layout
+        says; each is its own inverse, so the same turns values to write into stored ones."""
+        if self.layout.conj:
+            values = np.conjugate(values)
+        return np.negative(values) if self.layout.neg else values
 
     def write(self, values: np.ndarray) -> None:
         """Store `values` (broadcast, cast to the tensor's dtype) through the layout."""
@@ -258,4 +270,5 @@ class Tensor:
                 "operation."
             )
         view = self._array_view(writeable=True)
-        view[...] = np.broadcast_to(np.asarray(values).astype(view.dtype), view.shape)
+        stored = self._lazy(np.asarray(values).astype(view.dtype))
+        view[...] = np.broadcast_to(stored, view.shape)
