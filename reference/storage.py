@@ -30,6 +30,7 @@ NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
     torch.float32: np.dtype(np.float32),
     torch.float16: np.dtype(np.float16),
     torch.bfloat16: np.dtype(ml_dtypes.bfloat16),
+    # r[memory.layout.complex]: a real part then an imaginary part, as in eager's storages
     torch.complex128: np.dtype(np.complex128),
     torch.complex64: np.dtype(np.complex64),
     torch.float8_e4m3fn: np.dtype(ml_dtypes.float8_e4m3fn),
@@ -54,6 +55,12 @@ def carries_gradients(dtype: torch.dtype) -> bool:
 
 
 def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    if dtype == torch.complex32:
+        raise UnsupportedError(
+            "dtype torch.complex32 (chalf) has no numpy type to hold its values",
+            rule="memory.layout.complex32",
+            fix="use complex64 (x.to(torch.complex64)) in the compiled function",
+        )
     if dtype not in NUMPY_DTYPES:
         supported = ", ".join(str(d) for d in NUMPY_DTYPES)
         raise UnsupportedError(

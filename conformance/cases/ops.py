@@ -199,7 +199,143 @@ def _eager_dropout():
 _DROPOUT = _eager_dropout()
 
 
+_Z = torch.tensor([[1.0 + 2.0j, -0.5 + 1.0j], [2.0 - 1.0j, 0.25 + 0.5j]])
+_W = torch.tensor([[0.5 - 1.0j, 1.0 + 1.0j], [-1.0 + 0.5j, 2.0 + 0.0j]])
+
+
+def _complex_world():
+    return {"x": _Z.clone().requires_grad_(), "w": _W.clone().requires_grad_()}
+
+
+def _complex_chain(x, w):
+    # mm, mul, div, add, exp, sub and abs: table ops whose gradients conjugate
+    return ((x @ w) * w / (w + 2.0)).exp().sub(x, alpha=0.5 + 0.5j).abs()
+
+
+_COMPLEX_CHAIN = _eager(_complex_chain, _complex_world(), ["x", "w"])
+
+
+def _real_times_complex_world():
+    return {"x": torch.tensor([1.0, -2.0]).requires_grad_(), "w": _W[0].clone().requires_grad_()}
+
+
+def _real_times_complex(x, w):
+    return (x * w).abs()
+
+
+_REAL_TIMES_COMPLEX = _eager(_real_times_complex, _real_times_complex_world(), ["x", "w"])
+
+
+def _complex_spectrum(x):
+    return torch.fft.irfft(torch.fft.rfft(x) * torch.fft.rfft(x).conj(), n=4)
+
+
+def _signal_world():
+    return {"x": torch.tensor([1.0, 2.0, 0.5, -1.0]).requires_grad_()}
+
+
+_SPECTRUM = _eager(_complex_spectrum, _signal_world(), ["x"])
+
+
+def _write_through_real_views(x):
+    torch.view_as_real(x).mul_(2)
+    x.imag.add_(1)
+    return x * 1
+
+
+def _conjugate_view(x):
+    y = x.conj()
+    y[0, 0] = 1.0 + 1.0j
+    return y, y.imag
+
+
 CASES = [
+    Case(
+        name="ops.complex-chain-values-and-conjugate-gradients-as-eager",
+        rules=["ops.complex.aten-values", "ops.complex.conjugate-grad", "memory.layout.complex"],
+        setup=_complex_world,
+        args=["x", "w"],
+        program=_complex_chain,
+        backward=True,
+        # eager's values and gradients; the gradients conjugate w, x @ w and exp's output
+        expect=[Values(name, _COMPLEX_CHAIN[name]) for name in ["out0", "x.grad", "w.grad"]],
+    ),
+    Case(
+        name="ops.complex-real-input-gets-the-real-part-of-its-gradient",
+        rules=["ops.complex.real-input-grad"],
+        setup=_real_times_complex_world,
+        args=["x", "w"],
+        program=_real_times_complex,
+        backward=True,
+        expect=[
+            Values(name, _REAL_TIMES_COMPLEX[name]) for name in ["out0", "x.grad", "w.grad"]
+        ]
+        + [Layout("x.grad", dtype=torch.float32), Layout("w.grad", dtype=torch.complex64)],
+    ),
+    Case(
+        name="ops.complex-fft-round-trip-as-eager",
+        rules=["ops.aten-values", "ops.aten-derivatives", "memory.layout.conj-neg"],
+        setup=_signal_world,
+        args=["x"],
+        program=_complex_spectrum,
+        backward=True,
+        # rfft's derivative and conj() (a conjugate view the next op reads) as in eager
+        expect=[Values(name, _SPECTRUM[name]) for name in ["out0", "x.grad"]],
+    ),
+    Case(
+        name="ops.complex32-is-refused-by-name",
+        rules=["memory.layout.complex32"],
+        setup=lambda: {"x": torch.zeros(2, dtype=torch.complex64).to(torch.complex32)},
+        args=["x"],
+        program=lambda x: x + x,
+        expect=[Raises(UnsupportedError, rule="memory.layout.complex32", match="complex32")],
+        skip={"torch-eager": "eager PyTorch adds complex32 tensors"},
+    ),
+    Case(
+        name="ops.complex-views-of-an-input-alias-it-in-the-other-dtype",
+        rules=["memory.layout.complex", "ops.aten-views"],
+        setup=lambda: {"x": _Z.clone()},
+        args=["x"],
+        program=lambda x: (torch.view_as_real(x), x.imag),
+        expect=[
+            Values("out0", [[[1.0, 2.0], [-0.5, 1.0]], [[2.0, -1.0], [0.25, 0.5]]]),
+            # a complex64 element is two float32s: sizes, strides and offset count float32s
+            Layout("out0", dtype=torch.float32, shape=(2, 2, 2), strides=(4, 2, 1), offset=0),
+            Values("out1", [[2.0, 1.0], [-1.0, 0.5]]),
+            Layout("out1", dtype=torch.float32, shape=(2, 2), strides=(4, 2), offset=1),
+            Shares("x", "out0"),
+            Shares("x", "out1"),
+        ],
+    ),
+    Case(
+        name="ops.complex-writes-through-real-views-reach-the-complex-input",
+        rules=["functionalize.complex-views"],
+        setup=lambda: {"x": _Z.clone()},
+        args=["x"],
+        program=_write_through_real_views,
+        # doubled through view_as_real, then 1 added to each imaginary part
+        expect=[
+            Values("x", [[2.0 + 5.0j, -1.0 + 3.0j], [4.0 - 1.0j, 0.5 + 2.0j]]),
+            Values("out0", [[2.0 + 5.0j, -1.0 + 3.0j], [4.0 - 1.0j, 0.5 + 2.0j]]),
+            Separate("x", "out0"),
+        ],
+    ),
+    Case(
+        name="ops.complex-conjugate-view-reads-and-writes-conjugated",
+        rules=["memory.layout.conj-neg"],
+        setup=lambda: {"x": _Z.clone()},
+        args=["x"],
+        program=_conjugate_view,
+        # y = x.conj() reads x conjugated; y.imag is x's imaginary parts negated; writing 1 + 1j
+        # into y[0, 0] stores 1 - 1j in x
+        expect=[
+            Values("x", [[1.0 - 1.0j, -0.5 + 1.0j], [2.0 - 1.0j, 0.25 + 0.5j]]),
+            Values("out0", [[1.0 + 1.0j, -0.5 - 1.0j], [2.0 + 1.0j, 0.25 - 0.5j]]),
+            Values("out1", [[1.0, -1.0], [1.0, -0.5]]),
+            Shares("x", "out0"),
+            Shares("x", "out1"),
+        ],
+    ),
     Case(
         name="ops.bfloat16-sum-accumulates-in-float32",
         rules=["ops.opmath"],
