@@ -119,6 +119,9 @@ class Make:
             values = torch.where(values.abs() < 0.5, 1.0, values)
         if dtype == torch.bool:
             base = values > 0
+        elif dtype.is_complex:
+            imag = 3 * torch.randn(base_sizes, generator=self.generator, dtype=torch.float64)
+            base = torch.complex(values, imag).to(dtype)
         elif dtype.is_floating_point:
             base = values.to(dtype)
         else:
@@ -1299,6 +1302,73 @@ def test_aten_valued_op_gradients_match_eager(op, dtype, runner):
     for one in samples(Make(dtype)):
         expected = _gradients(lambda fn, *args: fn(*args), op, one)
         actual = _gradients(runner, op, one)
+        torch.testing.assert_close(
+            actual, expected, msg=lambda m: f"{qualified_name(op)}{one}: {m}"
+        )
+
+
+# ---------------------------------------------------------------- complex operands
+
+COMPLEX = (torch.complex64, torch.complex128)
+#: Table ops that eager computes on complex tensors: their values come from ATen's kernels
+#: (`r[ops.complex.aten-values]`), their gradients conjugate (`r[ops.complex.conjugate-grad]`).
+COMPLEX_OPS = (
+    aten.add.Tensor,
+    aten.sub.Tensor,
+    aten.mul.Tensor,
+    aten.div.Tensor,
+    aten.mm.default,
+    aten.bmm.default,
+    aten.addmm.default,
+    aten.exp.default,
+    aten.log.default,
+    aten.sin.default,
+    aten.cos.default,
+    aten.tanh.default,
+    aten.sqrt.default,
+    aten.reciprocal.default,
+    aten.neg.default,
+    aten.abs.default,
+    aten.sum.default,
+    aten.view.default,
+    aten.t.default,
+    aten.clone.default,
+)
+COMPLEX_CASES = [(op, dtype) for op in COMPLEX_OPS for dtype in COMPLEX]
+COMPLEX_IDS = [f"{qualified_name(op)}-{_dtype_name(dtype)}" for op, dtype in COMPLEX_CASES]
+
+
+@pytest.mark.parametrize(("op", "dtype"), COMPLEX_CASES, ids=COMPLEX_IDS)
+def test_op_on_complex_matches_eager(op, dtype):
+    """Every sample of the op, on complex tensors, leaves what eager PyTorch leaves."""
+    spec = SAMPLES[op]
+    check_samples(op, list(spec.samples(Make(dtype))), spec)
+
+
+def _complex_gradients(call, op, one: Sample):
+    """The gradients of sum(|output|) over the complex arguments."""
+    args = list(twin(one.args))
+    for k, value in enumerate(args):
+        if isinstance(value, torch.Tensor) and value.is_complex():
+            args[k] = value.detach().clone().requires_grad_()
+    outputs = call(lambda *a: _call(op, one, a), *args)
+    leaves = [t for t in _tensors(args) if t.requires_grad]
+    loss = sum(o.abs().sum() for o in _tensors(outputs) if o.requires_grad)
+    return torch.autograd.grad(loss, leaves, allow_unused=True)
+
+
+@pytest.mark.parametrize(
+    "runner", [_reference_compiled, _reference_eager], ids=["compiled", "eager"]
+)
+@pytest.mark.parametrize(("op", "dtype"), COMPLEX_CASES, ids=COMPLEX_IDS)
+def test_op_on_complex_gradients_match_eager(op, dtype, runner):
+    """r[ops.complex.conjugate-grad]: gradients of complex arguments are eager's, conjugates
+    included."""
+    for one in SAMPLES[op].samples(Make(dtype)):
+        if not any(isinstance(t, torch.Tensor) and t.numel() for t in _tensors(one.args)):
+            continue
+        expected = _complex_gradients(lambda fn, *args: fn(*args), op, one)
+        actual = _complex_gradients(runner, op, one)
         torch.testing.assert_close(
             actual, expected, msg=lambda m: f"{qualified_name(op)}{one}: {m}"
         )
