@@ -179,6 +179,7 @@ class EagerDerivative:
         return f"EagerDerivative({self.overload})"
 
     def __call__(self, grad, out, *args, needed=None):
+        args = pytree.tree_map_only(torch.Tensor, _resolved, list(args))
         spec, leaves = signature(args)
         tensors = [leaf for leaf in pytree.tree_leaves(list(args)) if _is_tensor(leaf)]
         slots = [leaf for leaf in leaves if isinstance(leaf, Slot)]
@@ -189,6 +190,7 @@ class EagerDerivative:
             for wanted, slot in zip(needed, slots, strict=True)
         )
         grads = grad if isinstance(out, (tuple, list)) else (grad,)
+        grads = tuple(None if g is None else _resolved(g) for g in grads)
         layouts = tuple(None if g is None else Layout.of(g) for g in grads)
         backward = _backward(self.overload, spec, leaves, layouts, needed)
         results = _replay(backward, [g for g in grads if g is not None], out, tensors)
@@ -196,6 +198,12 @@ class EagerDerivative:
         for k, result in zip(backward.gives, results, strict=True):
             per_leaf[k] = result
         return _per_argument(args, per_leaf)
+
+
+def _resolved(t: torch.Tensor) -> torch.Tensor:
+    """r[memory.layout.conj-neg]: `t` without a lazy conjugate or negation: eager's formulas
+    resolve them where they need to, and are traced on tensors without them."""
+    return t.resolve_conj().resolve_neg()
 
 
 def _is_tensor(leaf) -> bool:

@@ -240,8 +240,11 @@ def _viewed_as(base: torch.Tensor, layout) -> torch.Tensor:
     """A view of `base`'s storage laid out as `layout`, for autograd a view of `base`: through
     `view_as_real` or `view_as_complex` where the dtypes differ (`r[functionalize.complex-views]`),
     then conjugated or negated as the layout says (`r[memory.layout.conj-neg]`)."""
+    # the stored values, through views that undo base's own bits (each is its own inverse)
+    base = base.conj() if base.is_conj() else base
+    base = base._neg_view() if base.is_neg() else base
     if base.dtype != layout.dtype and base.is_complex():
-        base = torch.view_as_real(base.resolve_conj().resolve_neg())
+        base = torch.view_as_real(base)
     elif base.dtype != layout.dtype:
         pairs = base.untyped_storage().nbytes() // layout.itemsize
         base = torch.view_as_complex(base.as_strided((pairs, 2), (2, 1), 0))

@@ -426,6 +426,21 @@ def test_bool_arithmetic_stays_with_torch():
     assert aten.add.Tensor in [node.target for node in module.graph.nodes], module.code
 
 
+def test_complex_arithmetic_stays_with_torch():
+    """Triton has no complex type: a complex chain runs as torch ops, and the real chain after
+    `abs` of it fuses on its own (`r[ops.complex.aten-values]` holds on the fast backend because
+    its complex ops are eager's)."""
+    x = torch.tensor([1.0 + 2.0j, -0.5 + 1.0j, 3.0 - 1.0j])
+
+    def fn(x):
+        return ((x * 2 + 1).exp().abs() * 2 + 1).sin()
+
+    module = assert_like_eager(fn, x, ulps=4, expected_kernels=1)
+    (kernel,) = kernels(module)
+    assert aten.exp.default in [node.target for node in module.graph.nodes], module.code
+    assert "exp" not in kernel.name, module.code
+
+
 def test_an_output_eager_lays_out_otherwise_stays_with_torch():
     x = sample((7, 5), torch.bfloat16).t()  # eager's sum of x and w is laid out like x
     assert_like_eager(
