@@ -15,9 +15,6 @@ BROKEN = {
     # hfft's eager derivative writes a slice of a zeros tensor in place (copy_), which the
     # traced formula loses: in-place ops in derivative formulas are another issue's item.
     "hfft": "in-place op in eager's derivative formula",
-    # a conjugate view's gradient reaches view_as_real's traced backward with eager's lazy
-    # conjugate bit, which the trace was not recorded with.
-    "write_imag": "conjugate gradient into a traced view_as_real backward",
 }
 
 
