@@ -267,6 +267,7 @@ def _laid_out_like(t: torch.Tensor, layout) -> bool:
         and tuple(t.shape) == layout.sizes
         and t.stride() == layout.strides
         and t.storage_offset() == layout.offset
+        and (t.is_conj(), t.is_neg()) == (layout.conj, layout.neg)
     )
 
 
