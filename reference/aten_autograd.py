@@ -26,13 +26,13 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from attrs import frozen
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import _disable_current_modes
 
-from aotspec.errors import InternalError
+from aotspec.errors import InternalError, UnsupportedError
 
-from .optable import ATEN_VALUED, OP_TABLE, call_with
+from .optable import ATEN_VALUED, OP_TABLE, call_with, qualified_name
 from .rules import Slot, example, key_of
 from .storage import Layout, Tensor, carries_gradients
 
@@ -149,7 +149,17 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
 
     examples = [example(g) for g in grads if g is not None] + [example(s.layout) for s in slots]
     with _disable_current_modes():
-        module = make_fx(joint, tracing_mode="fake")(*examples)
+        try:
+            module = make_fx(joint, tracing_mode="fake")(*examples)
+        except DataDependentOutputException as error:
+            # r[ops.aten-derivatives.value-checks]
+            raise UnsupportedError(
+                f"eager's derivative of {qualified_name(overload)} decides on tensor values "
+                f"({error.func}), which tracing it on tensors without values cannot",
+                rule="ops.aten-derivatives.value-checks",
+                fix="take the gradient of this op outside the compiled function, or detach its "
+                "inputs",
+            ) from error
     graph = module.graph
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
     forward = next((node for node in graph.nodes if node.target is overload), None)

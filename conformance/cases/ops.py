@@ -239,6 +239,14 @@ def _signal_world():
 _SPECTRUM = _eager(_complex_spectrum, _signal_world(), ["x"])
 
 
+def _svd_magnitudes(a):
+    u, s, vh = torch.linalg.svd(a)
+    return u.abs(), s, vh.abs()
+
+
+_EAGER_CHECKS_VALUES = "eager runs svd's check on the values (the loss here passes it)"
+
+
 def _write_through_real_views(x):
     torch.view_as_real(x).mul_(2)
     x.imag.add_(1)
@@ -292,6 +300,16 @@ CASES = [
         program=lambda x: x + x,
         expect=[Raises(UnsupportedError, rule="memory.layout.complex32", match="complex32")],
         skip={"torch-eager": "eager PyTorch adds complex32 tensors"},
+    ),
+    Case(
+        name="ops.complex-svd-derivative-that-checks-values-is-refused",
+        rules=["ops.aten-derivatives.value-checks"],
+        setup=lambda: {"a": _Z.clone().requires_grad_()},
+        args=["a"],
+        program=_svd_magnitudes,
+        backward=True,
+        expect=[Raises(UnsupportedError, rule="ops.aten-derivatives.value-checks", match="svd")],
+        skip={"torch-eager": _EAGER_CHECKS_VALUES},
     ),
     Case(
         name="ops.complex-views-of-an-input-alias-it-in-the-other-dtype",
