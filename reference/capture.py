@@ -279,6 +279,19 @@ def refuse_layout(what: str, problem: str) -> None:
     )
 
 
+def refuse_lazy_bits(i: int, t: torch.Tensor) -> None:
+    """r[memory.layout.conj-neg.inputs]: an argument read through eager's lazy conjugate or
+    negation."""
+    if t.is_conj() or t.is_neg():
+        bit = "conjugate" if t.is_conj() else "negative"
+        raise UnsupportedError(
+            f"flat input {i} has eager's lazy {bit} bit (a conj() or .imag view of a conjugate)",
+            rule="memory.layout.conj-neg.inputs",
+            fix="pass x.resolve_conj().resolve_neg() (a copy), or take the conjugate inside the "
+            "compiled function",
+        )
+
+
 def _record_detach_(t: torch.Tensor) -> None:
     """r[capture.detach-in-place]: a node `aten.detach_.default(t)` at the end of the graph so
     far (a tensor the trace does not follow, a constant, has nothing to record)."""
@@ -386,6 +399,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
     for i, t in enumerate(tensors):
         if t.layout != torch.strided:
             refuse_layout(f"flat input {i}", f"has layout {t.layout}")
+        refuse_lazy_bits(i, t)
     returned = _Returned()
     grad_modes = GradModes()
     regions = CheckpointRegions()

@@ -40,6 +40,7 @@ from .capture import (
     checkpoint_region,
     grad_enabled,
     refuse_layout,
+    refuse_lazy_bits,
 )
 from .collectives import is_impure
 from .custom_functions import CustomFunction, custom_function_call
@@ -106,6 +107,7 @@ def input_facts(tensors: list[torch.Tensor]) -> tuple[tuple, ...]:
     for i, t in enumerate(tensors):
         if t.layout != torch.strided:
             refuse_layout(f"flat input {i}", f"has layout {t.layout}")  # before its storage
+        refuse_lazy_bits(i, t)
         storage = t.untyped_storage()
         facts.append(
             (

@@ -312,6 +312,15 @@ CASES = [
         skip={"torch-eager": _EAGER_CHECKS_VALUES},
     ),
     Case(
+        name="ops.complex-argument-with-a-lazy-conjugate-is-refused",
+        rules=["memory.layout.conj-neg.inputs"],
+        setup=lambda: {"z": _Z.clone().conj()},
+        args=["z"],
+        program=lambda z: z * 2,
+        expect=[Raises(UnsupportedError, rule="memory.layout.conj-neg.inputs", match="input 0")],
+        skip={"torch-eager": "eager reads the conjugate"},
+    ),
+    Case(
         name="ops.complex-views-of-an-input-alias-it-in-the-other-dtype",
         rules=["memory.layout.complex", "ops.aten-views"],
         setup=lambda: {"x": _Z.clone()},
