@@ -241,7 +241,8 @@ class Tensor:
         if layout.numel == 0:
             return np.empty(layout.sizes, dtype=dtype)
         # Strided through raw items of the item's size, then read as the dtype: numpy's
-        # as_strided cannot name some ml_dtypes types (float8_e5m2) in its array interface.
+        # as_strided cannot name some ml_dtypes types (float8_e5m2) in its array interface, and
+        # numpy has no 16-byte unsigned integer to carry a complex128.
         carrier = np.dtype(f"V{dtype.itemsize}")
         flat = self.storage.buffer[: layout.extent_elements() * dtype.itemsize].view(carrier)
         return np.lib.stride_tricks.as_strided(
