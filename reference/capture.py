@@ -214,7 +214,7 @@ class _WatchGradMode(TorchFunctionMode):
             raise
         if func in (torch._C.TensorBase.detach_, aten.detach_.default):
             _record_detach_(args[0])
-        if func in _METADATA_OPS and args[0].requires_grad:
+        if func in METADATA_OPS and args[0].requires_grad:
             self.relaid.add(args[0].untyped_storage()._cdata)
         return result
 
@@ -255,7 +255,7 @@ class _WatchGradMode(TorchFunctionMode):
 
 
 #: The in-place metadata ops as the function calls them (`swapdims_` and `swapaxes_` included).
-_METADATA_OPS = frozenset(
+METADATA_OPS = frozenset(
     getattr(torch._C.TensorBase, name)
     for name in ("t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_")
 ) | {torch._C.TensorBase.as_strided_}

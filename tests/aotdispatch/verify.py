@@ -79,12 +79,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: _fused_moving_avg_obs_fq_helper resizes its state (ops.aten-mutations)",
     ("test_input_mutation_resize_", "dynamo"):
         "unsupported: _fused_moving_avg_obs_fq_helper resizes its state (ops.aten-mutations)",
-    ("test_input_mutation_aliases_bases_out_of_order", "reference"):
-        "unsupported: unsqueeze_ of an argument taken as a view of its base "
-        "(autograd.input-writes.synthetic-base)",
-    ("test_input_mutation_aliases_bases_out_of_order", "fast"):
-        "unsupported: unsqueeze_ of an argument taken as a view of its base "
-        "(autograd.input-writes.synthetic-base)",
 }
 # fmt: on
 
