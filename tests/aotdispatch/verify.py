@@ -67,8 +67,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: a sparse CSR tensor made inside (memory.layout.strided-only)",
     ("test_sparse_csr_creation_requires_grad_errors", "fast"):
         "unsupported: a sparse CSR tensor made inside (memory.layout.strided-only)",
-    ("test_layer_norm", "reference"):
-        "not bitwise: the reference computes layer_norm itself, within 3.6e-7 of eager's kernel",
 
     # test_aotdispatch_mutations.py
     ("test_set__and_data_mutation_good", "dynamo"):
