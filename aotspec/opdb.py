@@ -176,7 +176,7 @@ def _copies(tensors: list[torch.Tensor], perturb: bool = False) -> list[torch.Te
         generator = torch.Generator().manual_seed(1)
         with torch.no_grad():
             for t in copies:
-                if t.is_floating_point() and t.numel():
+                if t.layout == torch.strided and t.is_floating_point() and t.numel():
                     noise = torch.randn(t.shape, generator=generator, dtype=torch.float32)
                     t.add_(noise.to(t.dtype), alpha=0.5)
     return [c.requires_grad_(t.requires_grad) for c, t in zip(copies, tensors, strict=True)]
@@ -356,8 +356,8 @@ def check_op(
                     break
     except OpTimeout as error:
         status, reason = "crash", f"timeout: {error}"
-    except Exception as error:  # the harness's own steps (making samples) failed
-        status, reason = "crash", f"making samples: {_short(error)}"
+    except Exception as error:  # outside the calls: making samples, copying or comparing them
+        status, reason = "crash", f"around the calls: {_short(error)}"
     finally:
         if backend != "reference" and backend != "fast":
             torch._dynamo.reset()
