@@ -350,7 +350,7 @@ def check_op(
     try:
         with time_limit(timeout):
             for sample in samples(op, dtype, count):
-                status, reason = _check_sample(op, sample, compile_fn)
+                status, reason = check_sample(op, sample, compile_fn)
                 done += 1
                 if status != "pass":
                     break
@@ -367,7 +367,8 @@ def check_op(
     )
 
 
-def _check_sample(op, sample, compile_fn) -> tuple[str, str]:
+def check_sample(op, sample, compile_fn: Callable[[Callable], Callable]) -> tuple[str, str]:
+    """(status, reason) of one sample: the program compiled by `compile_fn`, called twice."""
     program, tensors = _program(op, sample)
     compiled = compile_fn(program)
     for call, perturb in (("first call", False), ("second call", True)):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from aotspec import opdb
+from aotspec import UnsupportedError, opdb
 
 HERE = Path(__file__).parent
 REFUSALS = opdb.read_expectations(HERE / "op_database_refusals.txt")
@@ -96,3 +96,96 @@ def test_known_wrong_lines_say_what_and_which_issue():
         for listed in KNOWN_WRONG
         if listed.status not in ("wrong", "crash") or "issue" not in listed.detail
     ]
+
+
+# ---------------------------------------------------------------- the harness judges
+
+
+def _mul_sample():
+    op = OPS["mul"]
+    return op, opdb.samples(op, "float32", 1)[0]
+
+
+def _check_with(wrap) -> tuple[str, str]:
+    """The status of `mul`'s first sample under a compiler that wraps the program by `wrap`."""
+    op, sample = _mul_sample()
+    return opdb.check_sample(op, sample, wrap)
+
+
+def test_harness_passes_eager_itself():
+    assert ("pass", "") == _check_with(lambda fn: fn)
+
+
+def test_harness_sees_wrong_values_requires_grad_writes_and_a_second_call():
+    def off_by_a_little(fn):
+        return lambda *tensors: fn(*tensors) + 1e-3
+
+    def without_history(fn):
+        return lambda *tensors: fn(*tensors).detach()
+
+    def writing_into_its_input(fn):
+        def call(*tensors):
+            out = fn(*tensors)
+            tensors[0].data.add_(1)  # unseen by autograd's version check
+            return out
+
+        return call
+
+    def remembering_its_first_call(fn):
+        first = []
+
+        def call(*tensors):
+            if not first:
+                first.append(fn(*tensors).detach())
+            out = fn(*tensors)
+            return out - out.detach() + first[0]  # the first call's values, the gradient's own
+
+        return call
+
+    found = {
+        name: _check_with(wrap)
+        for name, wrap in [
+            ("values", off_by_a_little),
+            ("requires_grad", without_history),
+            ("input after the call", writing_into_its_input),
+            ("second call", remembering_its_first_call),
+        ]
+    }
+    statuses = {name: status for name, (status, _) in found.items()}
+    assert {name: "wrong" for name in found} == statuses
+    assert [] == [name for name, (_, reason) in found.items() if name not in reason]
+
+
+def test_harness_tells_refusals_from_crashes():
+    def refusing(fn):
+        def call(*tensors):
+            raise UnsupportedError("a refusal", rule="ops.table", fix="none")
+
+        return call
+
+    def crashing(fn):
+        def call(*tensors):
+            raise ValueError("a bug")
+
+        return call
+
+    assert ("refused", "ops.table: a refusal") == _check_with(refusing)
+    assert ("crash", "first call: ValueError(a bug)") == _check_with(crashing)
+
+
+def test_judge_checks_the_lists_both_ways(tmp_path):
+    listed = tmp_path / "listed.txt"
+    listed.write_text("mul * refused ops.table the op is not in the table\n")
+    expectations = opdb.read_expectations(listed)
+
+    def result(op, status, reason=""):
+        return opdb.OpResult(op, "fast", "float32", status, reason, 1, 0.0, True)
+
+    assert opdb.judge(result("mul", "refused", "ops.table: x"), expectations) is None
+    assert "update the list" in opdb.judge(result("mul", "pass"), expectations)
+    assert "listed as refused by ops.table" in opdb.judge(
+        result("mul", "refused", "memory.layout: x"), expectations
+    )
+    assert "not listed" in opdb.judge(result("add", "refused", "ops.table: x"), expectations)
+    assert "not listed" in opdb.judge(result("add", "wrong", "values differ"), expectations)
+    assert opdb.judge(result("add", "pass"), expectations) is None
