@@ -166,17 +166,14 @@ def _copies(tensors: list[torch.Tensor], perturb: bool = False) -> list[torch.Te
     """Fresh tensors like `tensors`: the same layouts and storage sharing, leaves requiring grad
     where the originals do; floating values moved by a fixed random amount when `perturb`."""
     # deepcopy keeps layouts and which tensors share a storage; a sparse tensor has no storage
-    strided = [t.layout == torch.strided for t in tensors]
-    copies = copy.deepcopy([t.detach() for t, s in zip(tensors, strided, strict=True) if s])
-    copies.reverse()
-    copies = [
-        copies.pop() if s else t.detach().clone() for t, s in zip(tensors, strided, strict=True)
-    ]
+    deep = iter(copy.deepcopy([t.detach() for t in tensors if t.layout == torch.strided]))
+    copies = [next(deep) if t.layout == torch.strided else t.detach().clone() for t in tensors]
     if perturb:
         generator = torch.Generator().manual_seed(1)
         with torch.no_grad():
             for t in copies:
-                if t.layout == torch.strided and t.is_floating_point() and t.numel():
+                # an expanded tensor (a stride of 0) cannot be written in place
+                if t.layout == torch.strided and t.is_floating_point() and 0 not in t.stride():
                     noise = torch.randn(t.shape, generator=generator, dtype=torch.float32)
                     t.add_(noise.to(t.dtype), alpha=0.5)
     return [c.requires_grad_(t.requires_grad) for c, t in zip(copies, tensors, strict=True)]
