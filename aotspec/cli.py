@@ -242,7 +242,7 @@ def _opdb(options) -> int:
         results = opdb.run(
             ops, backends, options.dtype, options.samples, options.timeout, progress
         )
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=160)  # CI logs: wide enough
     for table in opdb.tables(results, backends):
         console.print(table)
     if options.json:
