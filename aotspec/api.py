@@ -194,7 +194,8 @@ class CompiledFunction:
         bases = compiled.bases  # r[autograd.input-writes.synthetic-base]
         if bases.groups:
             stolen = frozenset(bases.program_index(i) for i in stolen)
-            outputs = self._runtime.run(self, compiled, bases.inputs(tensors), stolen)
+            inputs = bases.inputs(tensors)
+            outputs = self._runtime.run(self, compiled, inputs, stolen, callers=tensors)
             outputs = bases.with_caller_objects(outputs, tensors)
         else:
             outputs = self._runtime.run(self, compiled, tensors, stolen)
@@ -244,8 +245,10 @@ class _ReferenceRuntime:
         return plan
 
     @staticmethod
-    def run(compiled_function: CompiledFunction, plan: Plan, tensors: list, stolen) -> list:
-        run = run_compiled(plan, tensors, stolen=stolen)
+    def run(
+        compiled_function: CompiledFunction, plan: Plan, tensors: list, stolen, callers=()
+    ) -> list:
+        run = run_compiled(plan, tensors, stolen=stolen, callers=callers)
         outputs, run.outputs = run.outputs, []  # the caller's alone, as eager's outputs are
         #: The latest call's run (its ledgers: memory facts of the reference backend).
         compiled_function.last_run = run
@@ -261,8 +264,10 @@ class _FastRuntime:
         return FastPlan.of(plan)
 
     @staticmethod
-    def run(compiled_function: CompiledFunction, fast: FastPlan, tensors: list, stolen) -> list:
-        return run_fast(fast, tensors, stolen)
+    def run(
+        compiled_function: CompiledFunction, fast: FastPlan, tensors: list, stolen, callers=()
+    ) -> list:
+        return run_fast(fast, tensors, stolen, callers)
 
 
 _RUNTIMES = {"reference": _ReferenceRuntime, "fast": _FastRuntime}

@@ -82,7 +82,10 @@ class _FastGraphs:
         return self.fast.backward(arguments)
 
 
-def run_fast(fast: FastPlan, tensors: list, stolen: frozenset[int] = frozenset()) -> list:
+def run_fast(
+    fast: FastPlan, tensors: list, stolen: frozenset[int] = frozenset(), callers: list = ()
+) -> list:
     """Run `fast` on the caller's `tensors` (the runtime's own list; stolen entries are dropped
-    from it, so the graph's list holds their last references); returns the outputs."""
-    return run_plan(fast.plan, _FastGraphs(fast), tensors, stolen)
+    from it, so the graph's list holds their last references); returns the outputs. With
+    synthetic bases, `callers` are the caller's flat tensors (`run_plan`)."""
+    return run_plan(fast.plan, _FastGraphs(fast), tensors, stolen, callers)

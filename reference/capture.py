@@ -214,7 +214,7 @@ class _WatchGradMode(TorchFunctionMode):
             raise
         if func in (torch._C.TensorBase.detach_, aten.detach_.default):
             _record_detach_(args[0])
-        if func in _METADATA_OPS and args[0].requires_grad:
+        if func in METADATA_OPS and args[0].requires_grad:
             self.relaid.add(args[0].untyped_storage()._cdata)
         return result
 
@@ -255,7 +255,7 @@ class _WatchGradMode(TorchFunctionMode):
 
 
 #: The in-place metadata ops as the function calls them (`swapdims_` and `swapaxes_` included).
-_METADATA_OPS = frozenset(
+METADATA_OPS = frozenset(
     getattr(torch._C.TensorBase, name)
     for name in ("t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_")
 ) | {torch._C.TensorBase.as_strided_}
@@ -389,6 +389,21 @@ def _is_tensor(leaf) -> bool:
     return isinstance(leaf, torch.Tensor)
 
 
+def _refuse_returned_numbers(out: list) -> None:
+    """r[capture.data-dependent.returned]: a returned number read from tensor values is a symbol
+    of the trace, not a constant the compiled program could return."""
+    numbers = [
+        leaf for leaf in out if isinstance(leaf, torch.SymInt | torch.SymFloat | torch.SymBool)
+    ]
+    if numbers:
+        raise UnsupportedError(
+            f"the function returns a number read from tensor values ({numbers[0]} at capture, "
+            "from .item(), .tolist() or arithmetic on them)",
+            rule="capture.data-dependent.returned",
+            fix="return the tensor and call .item() on it after the compiled call",
+        )
+
+
 def capture(fn: Callable, args, kwargs=None) -> Program:
     """Trace `fn(*args, **kwargs)` to an aten graph without touching the caller's tensors."""
     kwargs = {} if kwargs is None else kwargs
@@ -422,6 +437,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         outputs = [leaf for leaf in out if _is_tensor(leaf)]
         histories_after = [_history(t) for t in [*outputs, *flat_tensors]]
         _refuse_custom_functions(histories_after, histories_before, interception.handled)
+        _refuse_returned_numbers(out)
         returned.spec = out_spec
         returned.leaves = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in out)
         set_inputs, set_outputs = _set_to_require_grad(requires_grad_calls, flat_tensors, outputs)

@@ -39,12 +39,17 @@ class CompiledRun:
 
 
 def run_compiled(
-    plan: Plan, tensors: list, *, stolen: frozenset[int] = frozenset(), boxed: bool = True
+    plan: Plan,
+    tensors: list,
+    *,
+    stolen: frozenset[int] = frozenset(),
+    boxed: bool = True,
+    callers: list = (),
 ) -> CompiledRun:
     """Run `plan` on the caller's `tensors` (the runtime's own list; stolen entries are
     dropped)."""
     graphs = _ReferenceGraphs(plan, stolen, boxed, CompiledRun([]))
-    graphs.run.outputs = run_plan(plan, graphs, tensors, stolen)
+    graphs.run.outputs = run_plan(plan, graphs, tensors, stolen, callers)
     return graphs.run
 
 

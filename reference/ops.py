@@ -1080,9 +1080,9 @@ def var_mean_backward(grads, outs, x, dims, correction, keepdim):
 
 # ---------------------------------------------------------------- normalizations
 # First-class entries, not decompositions, so that autograd saves what eager saves
-# (`r[hooks.eager.saved-set]`): softmax and log_softmax their result, layer_norm its input, weight,
-# bias and per-row statistics, not the intermediates of a decomposition. Their backward ops are
-# entries too, so each backward is one node, as in eager.
+# (`r[hooks.eager.saved-set]`): softmax and log_softmax their result, not the intermediates of a
+# decomposition. Their backward ops are entries too, so each backward is one node, as in eager.
+# layer_norm is ATen-valued (`r[ops.aten-values]`): its values are the CPU kernel's, bit for bit.
 
 
 def _refuse_half_to_float(op: str, half_to_float: bool) -> None:
@@ -1169,71 +1169,6 @@ def log_softmax_backward_data_backward(grad, out, grad_output, output, dim, inpu
     grad_output_grad = grad - (grad * probabilities).sum(dim, keepdim=True)
     output_grad = -grad_output.sum(dim, keepdim=True) * probabilities * grad
     return _grad_like(grad_output_grad, grad_output), _grad_like(output_grad, output), None, None
-
-
-def _normalized_dims(x, normalized_shape) -> list[int]:
-    return list(range(x.ndim - len(normalized_shape), x.ndim))
-
-
-@compute(aten.native_layer_norm.default)
-def native_layer_norm(x, normalized_shape, weight, bias, eps):
-    # (out, mean, rstd); mean and rstd keep the normalized dims as size 1, as PyTorch's do.
-    axes = tuple(_normalized_dims(x, normalized_shape))
-    count = _count(x, axes)
-    mean = np.sum(x, axis=axes, keepdims=True) / count
-    deviations = x - mean
-    rstd = 1 / np.sqrt(np.sum(deviations * deviations, axis=axes, keepdims=True) / count + eps)
-    out = deviations * rstd
-    if weight is not None:
-        out = out * weight
-    if bias is not None:
-        out = out + bias
-    return out, mean, rstd
-
-
-@derivative(aten.native_layer_norm.default)
-def layer_norm_backward(grads, outs, x, normalized_shape, weight, bias, eps):
-    # derivatives.yaml: native_layer_norm_backward(grad, input, normalized_shape, result1, result2,
-    # weight, bias, grad_input_mask). Only the output has a gradient: mean and rstd are not
-    # differentiable outputs. The mask asks for a gradient of each tensor argument there is.
-    grad = grads[0]
-    if grad is None:
-        return None, None, None, None, None
-    _, mean, rstd = outs
-    mask = [True, weight is not None, bias is not None]
-    x_grad, weight_grad, bias_grad = aten.native_layer_norm_backward(
-        grad, x, normalized_shape, mean, rstd, weight, bias, mask
-    )
-    return x_grad, None, weight_grad, bias_grad, None
-
-
-@compute(aten.native_layer_norm_backward.default)
-def native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
-    # (x_grad, weight_grad, bias_grad), None where output_mask says so; as FunctionsManual.cpp and
-    # torch/_decomp compute them. The bias's values are not read, as in PyTorch.
-    inner = tuple(_normalized_dims(x, normalized_shape))
-    outer = tuple(range(x.ndim - len(normalized_shape)))
-    count = _count(x, inner)
-    normalized = (x - mean) * rstd
-    grad_normalized = grad if weight is None else grad * weight
-    centred = grad_normalized * count - np.sum(grad_normalized, axis=inner, keepdims=True)
-    along = normalized * np.sum(grad_normalized * normalized, axis=inner, keepdims=True)
-    x_grad = (rstd / count) * (centred - along)
-    weight_grad = np.sum(grad * normalized, axis=outer)
-    bias_grad = np.sum(grad, axis=outer)
-    grads = (x_grad, weight_grad, bias_grad)
-    return tuple(g if wanted else None for g, wanted in zip(grads, output_mask, strict=True))
-
-
-@derivative(aten.native_layer_norm_backward.default)
-def native_layer_norm_double_backward(grads, outs, *args):
-    # derivatives.yaml: layer_norm_double_backward, a formula the table does not have.
-    raise UnsupportedError(
-        "op aten.native_layer_norm_backward.default has no derivative rule (double backward "
-        "through layer_norm)",
-        rule="autograd.derivative-rules",
-        fix="differentiate layer_norm's backward outside the compiled function",
-    )
 
 
 # ---------------------------------------------------------------- creation

@@ -57,9 +57,12 @@ class Graphs(Protocol):
         one torch gradient per input in `plan.grad_inputs`."""
 
 
-def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) -> list:
+def run_plan(
+    plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int], callers: list = ()
+) -> list:
     """Run `plan` on the caller's `tensors` (the runtime's own list: stolen entries are dropped
-    from it); returns the flat outputs."""
+    from it); returns the flat outputs. With synthetic bases, `tensors` are the program's inputs
+    (the bases in place of their views) and `callers` the caller's flat tensors."""
     program = plan.functional
     for i in program.captured.requires_grad_inputs:
         tensors[i].requires_grad_()  # r[autograd.requires-grad-inside]: as the program does
@@ -88,6 +91,8 @@ def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) 
         with torch.enable_grad():
             flats = list(_Forward.apply(call, *inputs))
     apply_epilogue(program, tensors, caller_storages, flats)
+    # r[autograd.input-writes.synthetic-base.metadata]: before the versions are noted
+    plan.bases.relayout_callers(callers)
     if call is not None:
         call.saved_inputs.after_call()
     outputs = build_outputs(program, tensors, caller_storages, flats)

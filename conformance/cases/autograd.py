@@ -2012,14 +2012,24 @@ CASES += [
         skip=COMPILED_ONLY,
     ),
     Case(
-        name="autograd.metadata-op-on-an-argument-taken-as-a-view-of-its-base-raises",
-        rules=["autograd.input-writes.synthetic-base", "boundary.failed-call"],
+        name="autograd.metadata-op-on-an-argument-taken-as-a-view-of-its-base",
+        rules=["autograd.input-writes.synthetic-base.metadata"],
         setup=_rows_of_a_non_leaf,
         args=["a", "b"],
         program=_double_row_unsqueeze_other,
-        # eager: b becomes shape (1, 2) with UnsqueezeBackward; out0 = [[2, 4]] + [[3, 4]]
-        expect=[Raises(UnsupportedError, rule="autograd.input-writes.synthetic-base")],
-        skip=COMPILED_ONLY,
+        backward=True,
+        # eager: a = 2 * [1, 2] is written into x's row 0; b becomes shape (1, 2), strides
+        # (2, 1), offset 2, with UnsqueezeBackward; out0 = [[2, 4]] + [[3, 4]] = [[5, 8]];
+        # d sum(out0) / d p = 2 on row 0, 1 on row 1
+        expect=[
+            Values("out0", [[5.0, 8.0]]),
+            Values("b", [[3.0, 4.0]]),
+            Layout("b", shape=(1, 2), strides=(2, 1), offset=2),
+            RequiresGrad("b"),
+            Values("x", [[2.0, 4.0], [3.0, 4.0]]),
+            Values("p.grad", [[2.0, 2.0], [1.0, 1.0]]),
+        ],
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
     ),
 ]
 

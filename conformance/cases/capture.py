@@ -578,6 +578,24 @@ CASES.append(
 )
 
 
+def _returns_the_sum_as_a_number(x):
+    return x.sum().item()
+
+
+CASES.append(
+    Case(
+        name="capture.returned-item-raises",
+        rules=["capture.data-dependent.returned", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, -3.0])},
+        args=["x"],
+        program=_returns_the_sum_as_a_number,
+        # eager returns the float -2.0
+        expect=[Raises(UnsupportedError, rule="capture.data-dependent.returned")],
+        skip={"torch-eager": "eager returns the number"},
+    )
+)
+
+
 def _branch_on_the_sum(x):
     if x.sum() > 0:
         return x * 2
