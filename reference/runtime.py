@@ -31,7 +31,7 @@ from attrs import define, field
 
 from aotspec.errors import SECOND_BACKWARD, SpecViolation, UnsupportedError
 
-from .boundary import autocast_off
+from .boundary import autocast_off, grad_on_recording_nothing
 from .epilogue import apply_backward_writes, apply_epilogue, build_outputs
 from .plan import Plan
 from .storage import Layout
@@ -141,7 +141,8 @@ class _Forward(torch.autograd.Function):
         # the backward runs; its version is noted now.
         saved_inputs = {k: arguments[i] for k, i in plan.saved_inputs.items()}
         call.saved_inputs = SavedInputs.at_call(plan, saved_inputs)
-        with autocast_off():  # r[capture.autocast]
+        # the kernels run as eager's run where autograd records; r[capture.autocast]
+        with grad_on_recording_nothing(), autocast_off():  # r[ops.aten-values.grad-mode]
             results = call.graphs.forward(arguments)  # clears `arguments`
         n_outputs = len(results) - plan.num_saved
         flats, saved = results[:n_outputs], results[n_outputs:]
