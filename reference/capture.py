@@ -212,6 +212,12 @@ class _WatchGradMode(TorchFunctionMode):
         except (RuntimeError, ValueError) as error:
             self._refuse_stale_view(args, kwargs, error)
             raise
+        if _has_value_dependent_sizes(result):
+            # r[capture.data-dependent]: refused here, at the user's line, before the value
+            # reaches code that needs its sizes, or its values, as numbers: a packed sequence's
+            # batch sizes, float32 to PyTorch's fake kernel, make nn.LSTM's torch.zeros raise a
+            # TypeError
+            raise DynamicOutputShapeException(func)
         if func in (torch._C.TensorBase.detach_, aten.detach_.default):
             _record_detach_(args[0])
         if func in _METADATA_OPS and args[0].requires_grad:
@@ -494,6 +500,12 @@ _DATA_DEPENDENT = (
     DataDependentOutputException,
     DynamicOutputShapeException,
 )
+
+
+def _has_value_dependent_sizes(value) -> bool:
+    """Whether a tensor of `value` has sizes that tracing left as symbols, with no value."""
+    tensors = [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+    return any(not all(isinstance(n, int) for n in t.shape) for t in tensors)
 
 
 def _refuse_value_dependent_shapes(graph: torch.fx.Graph) -> None:

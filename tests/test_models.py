@@ -198,3 +198,21 @@ def test_lstm_trains_as_eager(configuration, runner):
         return loss.detach(), {name: p.grad for name, p in module.named_parameters()}
 
     torch.testing.assert_close(step(runner), step("eager"))
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_an_lstm_on_a_packed_sequence_is_refused_at_the_users_line(backend):
+    """r[capture.data-dependent]: packing by lengths gives data whose sizes are the lengths'
+    values; refused where the user packs, not with the TypeError nn.LSTM's torch.zeros would
+    raise on the batch sizes."""
+    lstm = nn.LSTM(4, 5)
+
+    def step(x, lengths):
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths)
+        _, (h, _) = lstm(packed)
+        return h.sum()
+
+    with pytest.raises(aotspec.UnsupportedError) as raised:
+        aotspec.compile(step, backend=backend)(torch.randn(3, 2, 4), torch.tensor([3, 2]))
+    assert "capture.data-dependent" == raised.value.rule
+    assert "packed = nn.utils.rnn.pack_padded_sequence(x, lengths)" in str(raised.value)

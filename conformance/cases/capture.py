@@ -596,3 +596,24 @@ CASES.append(
         skip={"torch-eager": "eager runs Python that branches on values"},
     )
 )
+
+
+def _zeros_sized_by_a_packed_sequence(x, lengths):
+    x.add_(1)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths)
+    return torch.zeros(1, packed.batch_sizes[0], 3)  # as nn.LSTM starts from a packed sequence
+
+
+CASES.append(
+    Case(
+        name="capture.packed-sequence-raises",
+        rules=["capture.data-dependent", "boundary.failed-call"],
+        setup=lambda: {"x": torch.ones(3, 2, 4), "lengths": torch.tensor([3, 2])},
+        args=["x", "lengths"],
+        # eager: the packed data holds 5 steps, the batch sizes are [2, 2, 1]: zeros of sizes
+        # (1, 2, 3)
+        program=_zeros_sized_by_a_packed_sequence,
+        expect=[Raises(UnsupportedError, rule="capture.data-dependent")],
+        skip={"torch-eager": "eager packs the sequence by the lengths' values"},
+    )
+)
