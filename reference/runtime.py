@@ -73,19 +73,20 @@ def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) 
             flats = graphs.forward(arguments)
     else:
         inputs = detached_where_needed(plan, tensors)
-        # r[boxed.steal.freed-at-last-use]: a stolen input that needs no gradient reaches the
-        # forward through `call`, not through apply's arguments (which live until apply
-        # returns), so the boxed forward's list holds its last reference and frees it at its
-        # last use.
-        handed_over = {i: inputs[i] for i in stolen if not inputs[i].requires_grad}
-        for i in handed_over:
-            inputs[i] = tensors[i] = None
+        # r[boxed.steal.freed-at-last-use]: a stolen input reaches the forward through `call`,
+        # not through apply's arguments (which live until apply returns), so the boxed
+        # forward's list holds its last reference and frees it at its last use; one that
+        # requires grad is passed to apply as a stand-in of one element that carries its
+        # history.
+        handed_over = {i: inputs[i] for i in stolen}
         # r[autograd.custom-function.backward-writes]: the caller's tensors the backward writes
         targets = {write.input_index: tensors[write.input_index] for write in plan.backward_writes}
         call = _Call(plan, graphs, handed_over, targets)
         # r[autograd.grad-mode-inside]: the node records what the program's ops under
         # torch.enable_grad() computed, even when the call is made under torch.no_grad()
         with torch.enable_grad():
+            for i in handed_over:
+                inputs[i] = tensors[i] = _stand_in(inputs[i])
             flats = list(_Forward.apply(call, *inputs))
     apply_epilogue(program, tensors, caller_storages, flats)
     if call is not None:
@@ -128,6 +129,25 @@ class _Call:
         saved, saved_inputs = self.saved, self.saved_inputs
         self.saved = self.saved_inputs = None
         return saved, saved_inputs
+
+
+def _stand_in(stolen: torch.Tensor) -> torch.Tensor | None:
+    """What apply gets in a stolen tensor's place (`_StandIn`); None when it needs no gradient."""
+    return _StandIn.apply(stolen) if stolen.requires_grad else None
+
+
+class _StandIn(torch.autograd.Function):
+    """r[boxed.steal.freed-at-last-use]: a stolen tensor's place among apply's arguments: one
+    element expanded to its sizes, whose history is the tensor's, so that its gradient reaches
+    the tensor's history without apply holding the tensor itself."""
+
+    @staticmethod
+    def forward(ctx, t):
+        return t.new_empty(()).expand(t.shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
 
 
 class _Forward(torch.autograd.Function):
