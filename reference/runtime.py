@@ -53,8 +53,8 @@ class Graphs(Protocol):
     ) -> list:
         """The backward graph on the saved values and then the tangents; `saved_inputs` are
         the caller's tensors of the saved values that are inputs, by saved index; `retain`:
-        the autograd node still holds the saved values (`r[autograd.retain-graph]`). Returns
-        one torch gradient per input in `plan.grad_inputs`."""
+        the autograd node still holds the saved values (`r[autograd.retain-graph]`). Clears
+        both. Returns one torch gradient per input in `plan.grad_inputs`."""
 
 
 def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) -> list:
@@ -196,15 +196,17 @@ class _Forward(torch.autograd.Function):
         retain = torch._C._autograd._get_current_graph_task_keep_graph()
         saved, saved_inputs = call.take_saved(retain)
         saved_inputs.check()
+        saved_input_tensors = dict(saved_inputs.tensors)  # a retained node keeps its own
         arguments = saved + tangents_as_traced(plan, grads, ctx.tangent_shapes)
         # r[autograd.saved-freed-in-backward]: unless the graph is retained, the list is the only
         # holder of the saved values, and the backward graph clears it, so each dies at its last
-        # use.
-        del saved
+        # use (r[boxed.steal.freed-at-last-use]: a stolen saved input too).
+        del saved, saved_inputs
         create_graph = torch.is_grad_enabled()
         # r[autograd.double-backward]: no partial history is recorded; r[capture.autocast]
         with torch.no_grad(), autocast_off():
-            results = call.graphs.backward(arguments, saved_inputs.tensors, retain)  # clears it
+            # clears both
+            results = call.graphs.backward(arguments, saved_input_tensors, retain)
         input_grads: list = [None] * len(plan.functional.inputs)
         reached = [grads[k] is not None for k in plan.differentiable_outputs]
         written = results[len(plan.grad_inputs) :]
