@@ -78,7 +78,9 @@ class _FastGraphs:
     def backward(
         self, arguments: list, saved_inputs: dict[int, torch.Tensor], retain: bool
     ) -> list:
-        # A saved input is the caller's tensor object itself, already in `arguments`.
+        # A saved input is the caller's tensor object itself, already in `arguments`, which
+        # then holds it alone (a stolen one dies at its last use)
+        saved_inputs.clear()
         return self.fast.backward(arguments)
 
 

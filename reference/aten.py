@@ -105,7 +105,21 @@ def run_aten(overload: torch._ops.OpOverload, meta, *bound, call: Callable = cal
             copies[id(s)] = new_torch_storage(s)
         return tensor_on(copies[id(s)], value.layout)
 
-    return _fresh(call(overload, pytree.tree_map(to_torch, list(bound))), meta)
+    result = call(overload, pytree.tree_map(to_torch, list(bound)))
+    if overload in WORKSPACES:  # r[ops.aten-values.workspace]
+        meta = _with_kernel_sizes(meta, result, WORKSPACES[overload])
+    return _fresh(result, meta)
+
+
+#: Outputs whose sizes only the kernel knows (the meta kernel gives an empty one), by op: opaque
+#: scratch bytes that only the op's backward reads.
+WORKSPACES = {aten.mkldnn_rnn_layer.default: 3}
+
+
+def _with_kernel_sizes(meta: tuple, result: tuple, k: int) -> tuple:
+    """`meta` with output `k` laid out as the kernel gave it, or undefined as it gave it."""
+    kernel = result[k]
+    return (*meta[:k], None if kernel is None else kernel.to("meta"), *meta[k + 1 :])
 
 
 def _fresh(result, meta):

@@ -16,18 +16,26 @@ differentiable outputs, `grads` maps a value (node) to the gradient accumulated 
 from __future__ import annotations
 
 from operator import getitem
+from typing import NoReturn
 
 import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
 import torch.utils._pytree as pytree
 from attrs import define, field, frozen
-from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
 
 from aotspec.errors import InternalError, UnsupportedError
 
 from .aten_autograd import output_gradients
-from .capture import CheckpointRegions, checkpoint_region, grad_enabled
+from .capture import (
+    VALUE_DEPENDENT,
+    CheckpointRegions,
+    checkpoint_region,
+    grad_enabled,
+    has_value_dependent_sizes,
+    source_line,
+)
 from .collectives import communicates
 from .custom_functions import custom_function_call
 from .functionalize import (
@@ -498,7 +506,15 @@ def _backward_pass(
             )
             if isinstance(value, torch.Tensor)
         )
-        arg_grads_of = call_rule(rule, grad, env[node], bound_values, needed)
+        recorded = get_proxy_mode().tracer.graph.nodes
+        before = len(recorded)
+        try:
+            arg_grads_of = call_rule(rule, grad, env[node], bound_values, needed)
+        except VALUE_DEPENDENT as error:
+            _refuse_value_dependent_gradient(node, f"({type(error).__name__})")
+        for op in list(recorded)[before:]:
+            if has_value_dependent_sizes(op.meta.get("val")):
+                _refuse_value_dependent_gradient(node, f"by {op.target}")
         for arg_nodes, arg_grads in zip(bound_nodes, arg_grads_of, strict=True):
             for arg_node, arg_grad in _pairs(arg_nodes, arg_grads):
                 if (
@@ -508,6 +524,20 @@ def _backward_pass(
                 ):
                     _accumulate(grads, arg_node, arg_grad)
     return grads
+
+
+def _refuse_value_dependent_gradient(node: torch.fx.Node, how: str) -> NoReturn:
+    """r[capture.data-dependent]: `node`'s derivative rule computes a value whose sizes depend
+    on tensor values (`index_put`'s gradient for its values reads the gradient at a boolean
+    mask's positions: as many as the mask holds), `how` says how."""
+    raise UnsupportedError(
+        f"the gradient of {qualified_name(node.target)} ({source_line(node)}) computes a value "
+        f"whose sizes depend on tensor values, {how}",
+        rule="capture.data-dependent",
+        fix="pass the argument whose gradient needs it detached, or computed under "
+        "torch.no_grad(), if it needs no gradient; or compute this op outside the compiled "
+        "function",
+    ) from None
 
 
 def _custom_function_vjp(

@@ -36,7 +36,10 @@ from torch._subclasses.fake_tensor import (
     FakeTensor,
 )
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
-from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+from torch.fx.experimental.symbolic_shapes import (
+    GuardOnDataDependentSymNode,
+    PendingUnbackedSymbolNotFound,
+)
 from torch.overrides import TorchFunctionMode
 
 import aotspec.errors
@@ -211,7 +214,17 @@ class _WatchGradMode(TorchFunctionMode):
             result = func(*args, **kwargs)
         except (RuntimeError, ValueError) as error:
             self._refuse_stale_view(args, kwargs, error)
+            if _UNALLOCATED in str(error):
+                # r[capture.data-dependent]: a kernel read a traced tensor's values (in C++:
+                # tensor_split by a tensor of indices), which exist only when the call runs
+                raise DataDependentOutputException(func) from error
             raise
+        if has_value_dependent_sizes(result):
+            # r[capture.data-dependent]: refused here, at the user's line, before the value
+            # reaches code that needs its sizes, or its values, as numbers: a packed sequence's
+            # batch sizes, float32 to PyTorch's fake kernel, make nn.LSTM's torch.zeros raise a
+            # TypeError
+            raise DynamicOutputShapeException(func)
         if func in (torch._C.TensorBase.detach_, aten.detach_.default):
             _record_detach_(args[0])
         if func in METADATA_OPS and args[0].requires_grad:
@@ -252,6 +265,10 @@ class _WatchGradMode(TorchFunctionMode):
                 fix="take the view again after the in-place op, or use a view op (x.t()) "
                 "instead of the in-place one",
             ) from None
+
+
+#: What PyTorch raises when C++ code reads the values of a traced tensor, which has none.
+_UNALLOCATED = "its data is not allocated yet"
 
 
 #: The in-place metadata ops as the function calls them (`swapdims_` and `swapaxes_` included).
@@ -353,7 +370,7 @@ class Program:
         n_in = sum(node.op == "placeholder" for node in graph.nodes)
         n_out = len(next(iter(reversed(graph.nodes))).args[0])
         entries = {
-            node: lookup(node.target, where=_source_line(node))
+            node: lookup(node.target, where=source_line(node))
             for node in graph.nodes
             if node.op == "call_function" and node.target is not getitem
         }
@@ -512,7 +529,7 @@ def _refuse_random_ops_in_regions(graph: torch.fx.Graph) -> None:
         if checkpoint_region(node) is not None and torch.Tag.nondeterministic_seeded in tags:
             raise UnsupportedError(
                 f"random op {node.target} inside a checkpointed region "
-                f"({_source_line(node)})",
+                f"({source_line(node)})",
                 rule="checkpoint.random",
                 fix="draw the random values outside the checkpointed function and pass them in",
             )
@@ -525,6 +542,16 @@ _DATA_DEPENDENT = (
     DynamicOutputShapeException,
 )
 
+#: What tracing raises for a value of sizes that depend on tensor values, when a symbol for them
+#: cannot be made or kept.
+VALUE_DEPENDENT = (*_DATA_DEPENDENT, PendingUnbackedSymbolNotFound)
+
+
+def has_value_dependent_sizes(value) -> bool:
+    """Whether a tensor of `value` has sizes that tracing left as symbols, with no value."""
+    tensors = [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+    return any(not all(isinstance(n, int) for n in t.shape) for t in tensors)
+
 
 def _refuse_value_dependent_shapes(graph: torch.fx.Graph) -> None:
     """r[capture.data-dependent]: no value's shape depends on tensor values (`nonzero`, masked
@@ -533,7 +560,7 @@ def _refuse_value_dependent_shapes(graph: torch.fx.Graph) -> None:
         value = node.meta.get("val")
         if isinstance(value, torch.Tensor) and not all(isinstance(n, int) for n in value.shape):
             raise UnsupportedError(
-                f"the shape of {node.name} depends on tensor values ({_source_line(node)})",
+                f"the shape of {node.name} depends on tensor values ({source_line(node)})",
                 rule="capture.data-dependent",
                 fix="compute on tensors only (masks with torch.where rather than selections), "
                 "or take the selection outside the compiled function and pass its result in",
@@ -567,7 +594,7 @@ def _entries(graph: torch.fx.Graph) -> dict[torch.fx.Node, OpEntry]:
     for node in graph.nodes:
         if node.op != "call_function" or node.target in (getitem, custom_function_call):
             continue
-        where = _source_line(node)
+        where = source_line(node)
         try:
             entries[node] = lookup(node.target, where=where)
             check_collective(node, where)  # r[collectives.group], r[collectives.wait]
@@ -775,7 +802,7 @@ _FRAME = re.compile(
 )
 
 
-def _source_line(node: torch.fx.Node) -> str:
+def source_line(node: torch.fx.Node) -> str:
     """`called from file.py:12 in f: y = x.cumsum(0)`, or the node's name if no trace was kept."""
     frames = list(_FRAME.finditer(node.stack_trace or ""))
     if not frames:

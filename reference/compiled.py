@@ -93,6 +93,7 @@ class _ReferenceGraphs:
             # the caller holds a saved input, unless it was stolen: then the backward (or the
             # retained node) holds it
             held[k] = retain or plan.saved_inputs[k] not in self.stolen
+        saved_inputs.clear()
         for j in range(n_saved, len(arguments)):
             arguments[j] = boundary.import_tensor(arguments[j])  # the tangents
         self.run.saved_storages = frozenset(cell.storage.id for cell in arguments[:n_saved])

@@ -29,7 +29,7 @@ from attrs import define, field
 from aotspec.errors import InternalError, UnsupportedError
 
 from .aten_autograd import output_gradients
-from .boundary import Boundary, bytes_of
+from .boundary import Boundary, bytes_of, grad_on_recording_nothing
 from .capture import grad_enabled
 from .interpreter import call_op
 from .ledger import Ledger
@@ -238,7 +238,8 @@ class Tape:
                 self._bump(bound[0].storage)
             return result
         inputs = self._input_vars(bound)
-        result = call_op(node, entry, env, ledger)
+        with grad_on_recording_nothing():  # r[ops.aten-values.grad-mode]: where eager records
+            result = call_op(node, entry, env, ledger)
         if entry.kind is OpKind.VIEW:
             self._note_views(result)
         else:

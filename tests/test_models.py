@@ -3,10 +3,10 @@
 Each model is built with seeded weights, and one step (forward, loss, backward) runs four ways
 besides eager: `aotspec.compile` of the step with the module's parameters and buffers lifted to
 inputs (as AOTAutograd's `aot_module` does), and `torch.compile(model, backend="aotspec")`
-(Dynamo, with `allow_rnn` so that it captures the GRU), each on the reference and on the fast
-backend. The loss, every parameter's gradient and every buffer afterwards (batch norm's running
-statistics) must be eager's. Dropout draws from the default generator, seeded the same before
-each step (`r[ops.random]`).
+(Dynamo, with `allow_rnn` so that it captures the GRU and the LSTM), each on the reference and
+on the fast backend. The loss, every parameter's gradient and every buffer afterwards (batch
+norm's running statistics) must be eager's. Dropout draws from the default generator, seeded the
+same before each step (`r[ops.random]`).
 
 The models use ATen-valued ops throughout (`specs/ops.md`): convolution, batch norm in training
 mode, max pooling, embedding, scaled dot product attention, nll_loss, gelu, and the backward ops
@@ -156,3 +156,63 @@ def test_a_linear_weight_gradient_has_the_weights_layout(backend):
     (grad,) = torch.autograd.grad(out.sin().sum(), w)
     assert expected.stride() == grad.stride() == w.stride()
     torch.testing.assert_close(grad, expected)
+
+
+#: nn.LSTM's configurations: its keyword arguments beyond the sizes.
+LSTM_CONFIGURATIONS = {
+    "plain": {},
+    "batch-first": {"batch_first": True},
+    "bidirectional": {"bidirectional": True},
+    "two-layers": {"num_layers": 2},
+    "two-layers-bidirectional-batch-first": {
+        "num_layers": 2,
+        "bidirectional": True,
+        "batch_first": True,
+    },
+}
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("configuration", list(LSTM_CONFIGURATIONS))
+def test_lstm_trains_as_eager(configuration, runner):
+    """r[ops.aten-values.grad-mode], r[ops.aten-values.workspace]: on CPU each layer and
+    direction is one mkldnn_rnn_layer, whose backward reads the workspace its forward returns
+    with grad mode on; the loss (of the outputs and the final state) and every gradient are
+    eager's."""
+
+    def step(runner: str):
+        torch.manual_seed(0)
+        module = nn.LSTM(4, 6, **LSTM_CONFIGURATIONS[configuration])
+        x = torch.randn(3, 5, 4)
+        call = module
+        if runner.startswith("dynamo-"):
+            torch._dynamo.reset()
+            options = {"backend": runner.removeprefix("dynamo-")}
+            call = torch.compile(module, backend="aotspec", options=options)
+        elif runner != "eager":
+            call = _lifted(module, runner)
+        with torch._dynamo.config.patch(allow_rnn=True):
+            out, (h, c) = call(x)
+        loss = out.sin().sum() + h.sum() + c.cos().sum()
+        loss.backward()
+        return loss.detach(), {name: p.grad for name, p in module.named_parameters()}
+
+    torch.testing.assert_close(step(runner), step("eager"))
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_an_lstm_on_a_packed_sequence_is_refused_at_the_users_line(backend):
+    """r[capture.data-dependent]: packing by lengths gives data whose sizes are the lengths'
+    values; refused where the user packs, not with the TypeError nn.LSTM's torch.zeros would
+    raise on the batch sizes."""
+    lstm = nn.LSTM(4, 5)
+
+    def step(x, lengths):
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths)
+        _, (h, _) = lstm(packed)
+        return h.sum()
+
+    with pytest.raises(aotspec.UnsupportedError) as raised:
+        aotspec.compile(step, backend=backend)(torch.randn(3, 2, 4), torch.tensor([3, 2]))
+    assert "capture.data-dependent" == raised.value.rule
+    assert "packed = nn.utils.rnn.pack_padded_sequence(x, lengths)" in str(raised.value)

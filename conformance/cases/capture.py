@@ -614,3 +614,69 @@ CASES.append(
         skip={"torch-eager": "eager runs Python that branches on values"},
     )
 )
+
+
+def _zeros_sized_by_a_packed_sequence(x, lengths):
+    x.add_(1)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths)
+    return torch.zeros(1, packed.batch_sizes[0], 3)  # as nn.LSTM starts from a packed sequence
+
+
+CASES.append(
+    Case(
+        name="capture.packed-sequence-raises",
+        rules=["capture.data-dependent", "boundary.failed-call"],
+        setup=lambda: {"x": torch.ones(3, 2, 4), "lengths": torch.tensor([3, 2])},
+        args=["x", "lengths"],
+        # eager: the packed data holds 5 steps, the batch sizes are [2, 2, 1]: zeros of sizes
+        # (1, 2, 3)
+        program=_zeros_sized_by_a_packed_sequence,
+        expect=[Raises(UnsupportedError, rule="capture.data-dependent")],
+        skip={"torch-eager": "eager packs the sequence by the lengths' values"},
+    )
+)
+
+
+def _split_by_a_tensor(x, indices):
+    x.add_(1)
+    return torch.tensor_split(x, indices)
+
+
+CASES.append(
+    Case(
+        name="capture.tensor-split-by-a-tensor-raises",
+        rules=["capture.data-dependent", "boundary.failed-call"],
+        setup=lambda: {"x": torch.arange(6.0), "indices": torch.tensor([1, 4])},
+        args=["x", "indices"],
+        # eager: pieces of 1, 3 and 2 elements, by the indices' values
+        program=_split_by_a_tensor,
+        expect=[Raises(UnsupportedError, rule="capture.data-dependent")],
+        skip={"torch-eager": "eager splits by the indices' values"},
+    )
+)
+
+
+def _put_at_a_mask(x, mask, value):
+    return torch.index_put(x, (mask,), value).sin()
+
+
+CASES.append(
+    Case(
+        name="capture.gradient-at-a-mask-raises",
+        rules=["capture.data-dependent", "boundary.failed-call"],
+        setup=lambda: {
+            "x": torch.ones(4, requires_grad=True),
+            "mask": torch.tensor([True, False, True, False]),
+            "value": torch.tensor(3.0, requires_grad=True),
+        },
+        args=["x", "mask", "value"],
+        # eager: value's gradient sums the output's gradient at the mask's two positions
+        program=_put_at_a_mask,
+        expect=[Raises(UnsupportedError, rule="capture.data-dependent", match="index_put")],
+        skip={
+            "torch-eager": "eager reads the gradient at the mask's positions",
+            "reference-eager": "the eager interpreter differentiates when the backward runs, "
+            "where tracing the rule fails on the mask (not yet refused by name)",
+        },
+    )
+)

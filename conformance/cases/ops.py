@@ -257,6 +257,34 @@ def _conjugate_view(x):
     y = x.conj()
     y[0, 0] = 1.0 + 1.0j
     return y, y.imag
+def _lstm(x, h, c, w_ih, w_hh, b_ih, b_hh):
+    """One LSTM layer (`nn.LSTM`'s op): on CPU its kernel is mkldnn_rnn_layer, whose backward
+    reads the workspace its forward returns with grad mode on."""
+    out, _, _ = torch.lstm(x, (h, c), (w_ih, w_hh, b_ih, b_hh), True, 1, 0.0, True, False, False)
+    return out
+
+
+_LSTM_NAMES = ["x", "h", "c", "w_ih", "w_hh", "b_ih", "b_hh"]
+
+
+def _lstm_world():
+    generator = torch.Generator().manual_seed(0)
+    sizes = [(3, 2, 4), (1, 2, 5), (1, 2, 5), (20, 4), (20, 5), (20,), (20,)]
+    world = {
+        name: torch.randn(size, generator=generator)
+        for name, size in zip(_LSTM_NAMES, sizes, strict=True)
+    }
+    for name in _LSTM_NAMES[3:]:
+        world[name].requires_grad_()
+    return world
+
+
+def _lstm_with_grad(*tensors):
+    with torch.enable_grad():
+        return _lstm(*tensors)
+
+
+_LSTM = _eager(_lstm, _lstm_world(), _LSTM_NAMES)
 
 
 CASES = [
@@ -545,6 +573,18 @@ CASES = [
         # convolution saves its input (x * 2) and its weight: both go through the lossy hooks,
         # as in eager, so both gradients are eager's rounded ones.
         expect=[Values(name, _CONV[name]) for name in ["out0", "x.grad", "w.grad"]],
+    ),
+    Case(
+        name="ops.aten-lstm-workspace-reaches-the-backward",
+        rules=["ops.aten-values.grad-mode", "ops.aten-values.workspace", "ops.aten-derivatives"],
+        setup=_lstm_world,
+        args=_LSTM_NAMES,
+        # called under torch.no_grad(): the forward's kernel runs with grad mode on all the same
+        program=_lstm_with_grad,
+        grad_enabled=False,
+        backward=True,
+        expect=[Values(name, _LSTM[name]) for name in ["out0", *_LSTM_NAMES[3:]]]
+        + [Values(f"{name}.grad", _LSTM[f"{name}.grad"]) for name in _LSTM_NAMES[3:]],
     ),
     Case(
         name="ops.random-draws-from-the-callers-generator-in-order",
