@@ -1,0 +1,48 @@
+"""What differs between the torch releases aotspec supports, in one place.
+
+aotspec runs on every torch release of `SUPPORTED_TORCH` (and the Triton each one brings). Code
+elsewhere never compares version numbers: where releases differ (an internal module's path, an
+op's schema, what Dynamo or fake tensors do, the functional collectives), it asks this module,
+and this module detects the difference by feature wherever a feature can be probed, by release
+only where nothing else tells.
+
+Each difference is one small named function or constant with a docstring saying which releases
+do what, and one test in `tests/test_versions.py` that fails if the detection is wrong on the
+torch the tests run on. A feature aotspec cannot support on some release raises a named
+`UnsupportedError` there, never a wrong result.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+#: The torch releases aotspec supports, as pyproject.toml's dependency says: 2.11 up to 2.15.
+SUPPORTED_TORCH = ">=2.11,<2.16"
+_OLDEST = (2, 11)
+_FIRST_UNSUPPORTED = (2, 16)
+
+
+def torch_release(version: str | None = None) -> tuple[int, int]:
+    """(major, minor) of a torch version string (`"2.13.0+cpu"`, `"2.16.0.dev20260101"`);
+    torch's own by default."""
+    text = str(torch.__version__ if version is None else version)
+    found = re.match(r"(\d+)\.(\d+)", text)
+    if found is None:
+        raise ImportError(f"aotspec cannot read the torch version {text!r}")
+    return int(found[1]), int(found[2])
+
+
+def check_torch(version: str | None = None) -> None:
+    """Raise ImportError, naming the supported range, for a torch release outside it.
+
+    A pre-release of the first unsupported release (2.16.0a0, a nightly) is outside too: what
+    differs there is not known yet."""
+    release = torch_release(version)
+    if not _OLDEST <= release < _FIRST_UNSUPPORTED:
+        found = torch.__version__ if version is None else version
+        raise ImportError(
+            f"aotspec supports torch {SUPPORTED_TORCH} (2.11 to 2.15), and this is torch "
+            f"{found}: install a supported release (`pip install 'torch{SUPPORTED_TORCH}'`)"
+        )
