@@ -46,3 +46,18 @@ def check_torch(version: str | None = None) -> None:
             f"aotspec supports torch {SUPPORTED_TORCH} (2.11 to 2.15), and this is torch "
             f"{found}: install a supported release (`pip install 'torch{SUPPORTED_TORCH}'`)"
         )
+
+
+# ---------------------------------------------------------------- Python releases
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """`error.add_note(note)`, on Python 3.10 too.
+
+    Python 3.11 added `BaseException.add_note`, which appends to `error.__notes__` and prints
+    the notes under the traceback. On 3.10 the note goes into the same `__notes__` list, which
+    pytest and aotspec's differential tests print, though 3.10's own traceback does not."""
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:
+        error.__notes__ = [*getattr(error, "__notes__", ()), note]

@@ -31,3 +31,10 @@ def test_a_release_outside_the_range_is_refused_naming_the_range(version):
 def test_this_torch_is_supported():
     """The torch the tests run on is in the range, so `import aotspec` passed its check."""
     versions.check_torch(torch.__version__)
+
+
+def test_add_note_appends_to_the_notes_python_prints():
+    error = ValueError("wrong")
+    versions.add_note(error, "first")
+    versions.add_note(error, "second")
+    assert ["first", "second"] == error.__notes__
