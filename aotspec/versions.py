@@ -14,9 +14,13 @@ torch the tests run on. A feature aotspec cannot support on some release raises 
 
 from __future__ import annotations
 
+import contextlib
 import re
+import traceback
+from collections.abc import Callable, Iterator
 
 import torch
+import torch.fx.proxy
 
 #: The torch releases aotspec supports, as pyproject.toml's dependency says: 2.11 up to 2.15.
 SUPPORTED_TORCH = ">=2.11,<2.16"
@@ -46,6 +50,44 @@ def check_torch(version: str | None = None) -> None:
             f"aotspec supports torch {SUPPORTED_TORCH} (2.11 to 2.15), and this is torch "
             f"{found}: install a supported release (`pip install 'torch{SUPPORTED_TORCH}'`)"
         )
+
+
+# ---------------------------------------------------------------- tracing
+
+
+@contextlib.contextmanager
+def stack_traces_of(fn: Callable) -> Iterator[None]:
+    """Inside, `make_fx(..., record_stack_traces=True)` keeps the frames of `fn` in each node's
+    stack trace (`node.meta["stack_trace"]`, where `aotspec explain` finds the user's lines).
+
+    make_fx keeps only frames it knows for user code: those of a function named `forward`, and,
+    from torch 2.13, those of functions registered with
+    `torch.fx.proxy._register_stack_trace_anchor`, which is used where it exists. Before 2.13
+    (torch 2.11, 2.12) the tracer's frame filter is widened for the duration to keep `fn`'s
+    frames as well, as the registration does."""
+    register = getattr(torch.fx.proxy, "_register_stack_trace_anchor", None)
+    if register is not None:
+        register(fn)
+        yield
+        return
+    code = getattr(fn, "__code__", None)
+    tracer = torch.fx.proxy.TracerBase
+    original = tracer._filter_traceback_frames
+
+    def keeping_fn(self, summary: traceback.StackSummary) -> traceback.StackSummary:
+        kept = original(self, summary)
+        if code is None or not self._record_forward_stack_traces_only:
+            return kept
+        anchor = (code.co_filename, code.co_name)
+        return traceback.StackSummary.from_list(
+            [frame for frame in summary if frame in kept or (frame.filename, frame.name) == anchor]
+        )
+
+    tracer._filter_traceback_frames = keeping_fn
+    try:
+        yield
+    finally:
+        tracer._filter_traceback_frames = original
 
 
 # ---------------------------------------------------------------- Python releases

@@ -3,8 +3,12 @@ failing if the detection is wrong on the torch these tests run on."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
+import torch.fx.proxy
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from aotspec import versions
 
@@ -38,3 +42,34 @@ def test_add_note_appends_to_the_notes_python_prints():
     versions.add_note(error, "first")
     versions.add_note(error, "second")
     assert ["first", "second"] == error.__notes__
+
+
+def user_step(x):
+    return x.sin() * 2
+
+
+def _sin_trace(register: bool) -> str:
+    """The stack trace make_fx records for `user_step`'s sin, called from a lambda (no frame
+    named `forward`), with user_step given to `stack_traces_of` or not."""
+    traced = make_fx(lambda x: user_step(x), record_stack_traces=True)
+    with versions.stack_traces_of(user_step) if register else contextlib.nullcontext():
+        graph_module = traced(torch.ones(3))
+    nodes = graph_module.graph.find_nodes(op="call_function", target=torch.ops.aten.sin.default)
+    (node,) = nodes
+    return node.meta.get("stack_trace") or ""
+
+
+@pytest.mark.parametrize("anchors", [True, False], ids=["registered-anchor", "widened-filter"])
+def test_stack_traces_keep_the_frames_of_the_function_given(anchors, monkeypatch):
+    """torch 2.13 on registers the function as an anchor; before, the filter is widened: either
+    way the node of `x.sin()` names user_step's line. The fallback is checked on every torch,
+    with no anchor registered (torch keeps them for the process)."""
+    if not anchors:
+        monkeypatch.delattr(torch.fx.proxy, "_register_stack_trace_anchor", raising=False)
+        monkeypatch.setattr(torch.fx.proxy, "_STACK_TRACE_ANCHORS", set(), raising=False)
+        assert "user_step" not in _sin_trace(register=False)
+    elif not hasattr(torch.fx.proxy, "_register_stack_trace_anchor"):
+        pytest.skip("this torch has no stack trace anchors (before 2.13)")
+    trace = _sin_trace(register=True)
+    assert "in user_step" in trace and "x.sin() * 2" in trace
+    assert torch.fx.proxy.TracerBase._filter_traceback_frames.__name__ != "keeping_fn"
