@@ -15,6 +15,7 @@ torch the tests run on. A feature aotspec cannot support on some release raises 
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import traceback
 from collections.abc import Callable, Iterator
@@ -88,6 +89,22 @@ def stack_traces_of(fn: Callable) -> Iterator[None]:
         yield
     finally:
         tracer._filter_traceback_frames = original
+
+
+
+@functools.cache
+def traces_generators() -> bool:
+    """Does make_fx record a `torch.Generator` the traced function reads (`generator=g`) as a
+    constant of the graph?
+
+    From torch 2.13 `torch.Generator` is an opaque reference type of torch's library, which the
+    tracer keeps as a graph attribute; torch 2.11's tracer raises NotImplementedError ("argument
+    of type: <class 'torch._C.Generator'>"), so such a program is refused there
+    (`r[ops.random.generator-capture]`)."""
+    from torch._library import opaque_object
+
+    is_reference = getattr(opaque_object, "is_opaque_reference_type", None)
+    return is_reference is not None and bool(is_reference(torch.Generator))
 
 
 # ---------------------------------------------------------------- Python releases

@@ -41,7 +41,7 @@ from torch.overrides import TorchFunctionMode
 
 import aotspec.errors
 from aotspec.errors import UnsupportedError
-from aotspec.versions import stack_traces_of
+from aotspec.versions import stack_traces_of, traces_generators
 
 from . import effects, ops  # noqa: F401  (importing them fills the op table)
 from .aten import mutation_decompositions
@@ -426,6 +426,17 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
                 tracing_mode="fake",
                 record_stack_traces=True,
             )(*tensors)
+    except NotImplementedError as error:
+        if traces_generators() or "Generator" not in str(error):
+            raise
+        # r[ops.random.generator-capture]
+        raise UnsupportedError(
+            f"the function reads a torch.Generator, which torch {torch.__version__}'s tracer "
+            "cannot record in a graph",
+            rule="ops.random.generator-capture",
+            fix="draw from the default generator (seed it with torch.manual_seed) instead of "
+            "passing one, or use torch 2.13 or later",
+        ) from None
     except _DATA_DEPENDENT as error:
         # r[capture.data-dependent]
         raise UnsupportedError(

@@ -10,6 +10,7 @@ import torch
 import torch.fx.proxy
 from torch.fx.experimental.proxy_tensor import make_fx
 
+import aotspec
 from aotspec import versions
 
 
@@ -73,3 +74,31 @@ def test_stack_traces_keep_the_frames_of_the_function_given(anchors, monkeypatch
     trace = _sin_trace(register=True)
     assert "in user_step" in trace and "x.sin() * 2" in trace
     assert torch.fx.proxy.TracerBase._filter_traceback_frames.__name__ != "keeping_fn"
+
+
+def _draw(x, generator):
+    return x + torch.rand(3, generator=generator)
+
+
+def test_traces_generators_says_what_make_fx_does_with_a_generator():
+    """The probe agrees with the tracer: a generator the function closes over (as aotspec's
+    capture sees the caller's) is traced where it says so, and make_fx raises
+    NotImplementedError naming the Generator where it does not."""
+    generator = torch.Generator()
+    trace = make_fx(lambda x: _draw(x, generator), tracing_mode="fake")
+    if versions.traces_generators():
+        trace(torch.zeros(3))
+    else:
+        with pytest.raises(NotImplementedError, match="Generator"):
+            trace(torch.zeros(3))
+
+
+def test_a_generator_is_refused_by_name_where_torch_cannot_trace_it(monkeypatch):
+    """Where the tracer cannot record a generator, compiling refuses it naming the rule, and the
+    caller's tensor is untouched (`r[ops.random.generator-capture]`)."""
+    if versions.traces_generators():
+        pytest.skip("this torch's tracer records generators (2.13 on)")
+    x = torch.zeros(3)
+    with pytest.raises(aotspec.UnsupportedError, match=r"rule ops\.random\.generator-capture"):
+        aotspec.compile(_draw, backend="fast")(x, torch.Generator().manual_seed(0))
+    assert torch.equal(x, torch.zeros(3))
