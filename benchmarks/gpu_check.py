@@ -1,8 +1,9 @@
 """Everything only a GPU can show, in one command, into one JSON and one markdown table.
 
-    pip install --no-deps --no-build-isolation -e . && python benchmarks/gpu_check.py --out DIR
+    python3 -m pip install --no-deps --no-build-isolation -e .
+    python3 benchmarks/gpu_check.py --out DIR
 
-(`benchmarks/gpu_check.sh DIR` is that command.) Sections, each in a process of its own (started
+(`benchmarks/gpu_check.sh DIR` runs both.) Sections, each in a process of its own (started
 afresh on CUDA; on --cpu forked from the first, which imported torch and aotspec once) with a
 share of the time budget (`--budget-s`, 420 s by default), so that one that crashes, hangs or
 fails is recorded as such and the others still run; what a section measured before it stopped
@@ -49,11 +50,11 @@ ROOT = Path(__file__).resolve().parent.parent
 #: first; inductor's compiles, the slowest, last).
 SECTIONS = {
     "environment": 0.05,
-    "triton_tests": 0.25,
+    "triton_tests": 0.22,
     "fused_pointwise": 0.08,
     "memory": 0.15,
     "memory_viz": 0.07,
-    "conformance": 0.25,
+    "conformance": 0.22,
     "step_time": 0.30,
 }
 #: Seconds a section's process gets beyond its share to start and to write what it has.

@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:?usage: benchmarks/gpu_check.sh OUT_DIR [--budget-s SECONDS]}"
 shift
-python -m pip install -q --no-deps --no-build-isolation -e .
-PYTHONUNBUFFERED=1 python benchmarks/gpu_check.py --out "$out" "$@"
+python3 -m pip install -q --no-deps --no-build-isolation -e .
+PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --out "$out" "$@"
