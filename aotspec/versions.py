@@ -107,6 +107,31 @@ def traces_generators() -> bool:
     return is_reference is not None and bool(is_reference(torch.Generator))
 
 
+
+# ---------------------------------------------------------------- Triton releases
+
+
+@functools.cache
+def interpreter_fma_rounds_once() -> bool:
+    """Does Triton's interpreter (TRITON_INTERPRET=1) round `tl.fma(x, y, z)` once, as the GPU
+    does? Triton 3.9 (torch 2.13's) does; Triton 3.6 (torch 2.11's) and 3.7 multiply and add in
+    float32, rounding twice, so a fused `x + alpha * y` may be one unit in the last place away
+    from eager's there. Only kernels run on CPU by the interpreter, in tests, see it.
+
+    Probed on the interpreter's own fma: (1 + 2**-12)**2 - (1 + 2**-11) is 2**-24, once rounded;
+    the float32 product alone rounds its 2**-24 away."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+
+    def handle(value: float) -> TensorHandle:
+        return TensorHandle(np.array([value], np.float32), tl.float32)
+
+    builder = InterpreterBuilder.__new__(InterpreterBuilder)  # create_fma reads no state
+    fused = builder.create_fma(handle(1 + 2**-12), handle(1 + 2**-12), handle(-(1 + 2**-11)))
+    return bool(fused.data[0] == np.float32(2**-24))
+
+
 # ---------------------------------------------------------------- Python releases
 
 

@@ -35,6 +35,7 @@ import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import aotspec
+from aotspec import versions
 from aotspec.fast import fusion, triton_kernels
 from aotspec.fast.fusion import FusedKernel, fuse_pointwise, triton_requested
 
@@ -235,6 +236,8 @@ FLOATS = [torch.float32, torch.bfloat16, torch.float16]
 #: CPU kernels do; for float16 and bfloat16 eager's scalar loop over the last elements of a tensor
 #: rounds twice, in float32, which may leave those elements one unit in the last place away.
 ALPHA_ROUNDED_TWICE_IN_EAGERS_TAIL = {"sub-alpha"}
+#: The ops of WITH_SCALARS a kernel computes with `tl.fma`.
+ALPHA_FUSED = {"sub-alpha"}
 INT_CAPABLE = {
     "abs",
     "neg",
@@ -317,7 +320,10 @@ def test_binary_op(name, dtype):
 def test_op_with_scalars(name, dtype):
     x = with_specials(sample((5, 7), dtype))
     ulps = 1 if name in ALPHA_ROUNDED_TWICE_IN_EAGERS_TAIL and dtype != torch.float32 else 0
-    assert_like_eager(_then_clone(WITH_SCALARS[name]), x, exact=True, ulps=ulps)
+    # Before Triton 3.9 the interpreter's fma rounds twice: near a cancellation that is many
+    # units in the last place, within assert_close's tolerances (the GPU's fma rounds once).
+    exact = ON_GPU or versions.interpreter_fma_rounds_once() or name not in ALPHA_FUSED
+    assert_like_eager(_then_clone(WITH_SCALARS[name]), x, exact=exact, ulps=ulps)
 
 
 # ---------------------------------------------------------------- chains

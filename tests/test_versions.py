@@ -12,6 +12,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 import aotspec
 from aotspec import versions
+from aotspec.fast import triton_kernels
+from aotspec.fast.fusion import fuse_pointwise
 
 
 @pytest.mark.parametrize(
@@ -102,3 +104,22 @@ def test_a_generator_is_refused_by_name_where_torch_cannot_trace_it(monkeypatch)
     with pytest.raises(aotspec.UnsupportedError, match=r"rule ops\.random\.generator-capture"):
         aotspec.compile(_draw, backend="fast")(x, torch.Generator().manual_seed(0))
     assert torch.equal(x, torch.zeros(3))
+
+
+def test_interpreter_fma_probe_agrees_with_a_kernel_run_by_the_interpreter(monkeypatch):
+    """The probe says what a real `tl.fma` kernel gives under TRITON_INTERPRET=1: eager's
+    once-rounded `x + alpha * y` exactly, or one unit in the last place away where it rounds
+    twice."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    x = torch.full((4,), -(1 + 2**-11))
+    y = torch.full((4,), 1 + 2**-12)
+    expected = torch.add(x, y, alpha=1 + 2**-12)  # eager: one rounding, 2**-24
+    assert torch.equal(expected, torch.full((4,), 2.0**-24))
+    def chain(x, y):  # two ops: one op alone is no kernel
+        return torch.add(x, y, alpha=1 + 2**-12).relu()
+
+    fused = fuse_pointwise(make_fx(chain)(x, y), use_triton=True)
+    launched = sum(triton_kernels.LAUNCHES.values())
+    got = fused(x, y)
+    assert sum(triton_kernels.LAUNCHES.values()) == launched + 1
+    assert torch.equal(got, expected) == versions.interpreter_fma_rounds_once()
