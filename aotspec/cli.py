@@ -67,7 +67,12 @@ def _conformance(options) -> int:
         return 2
     with Progress(len(cases) * len(backends)) as progress:
         results = run_cases(
-            cases, backends, jobs=options.jobs, timeout=options.timeout, on_result=progress
+            cases,
+            backends,
+            jobs=options.jobs,
+            timeout=options.timeout,
+            on_result=progress,
+            device=options.device,
         )
     results = apply_xfail(results, known)
     print(rule_table(results, backends))
@@ -352,6 +357,12 @@ def _conformance_parser(commands) -> None:
         "--xfail",
         metavar="FILE",
         help="known failures, one `CASE` or `BACKEND CASE` a line: they do not fail the run",
+    )
+    conformance.add_argument(
+        "--device",
+        default="cpu",
+        help="where the cases' tensors live: cpu (default) or cuda (the default device of each "
+        "case's setup, call and backward)",
     )
     conformance.add_argument("--json", metavar="FILE", help="write every result as JSON")
     conformance.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")

@@ -3,6 +3,11 @@
 `run_case` runs one case in this process. `run_cases` runs many, each in a worker process of
 `aotspec.workers` when `jobs` > 0, so that a backend's segfault, abort or hang becomes that
 case's `crash` result, with its signal, and the run goes on.
+
+`device` (default "cpu"): where a case's tensors live. On another device ("cuda") the case's
+setup, call and backward run with it as torch's default device (`torch.set_default_device`),
+so the tensors a case makes land there, and autocast is that device's; values are compared on
+the CPU. Cases of several ranks run on gloo's CPU tensors and are skipped on another device.
 """
 
 from __future__ import annotations
@@ -41,25 +46,46 @@ class CaseResult:
     seconds: float = 0.0
 
 
-def run_case(case: Case, backend: str | Backend) -> CaseResult:
+#: Why a case of several ranks is skipped on a device other than the CPU.
+RANKS_ON_CPU = "a case of several ranks runs on a gloo group, on CPU tensors only"
+
+
+def run_case(case: Case, backend: str | Backend, device: str = "cpu") -> CaseResult:
     """`case` on `backend`: here, or on every rank of a group spawned for it."""
     if isinstance(backend, str):
         backend = resolve(backend)
     if case.ranks > 1:
+        if torch.device(device).type != "cpu":
+            return CaseResult(case, backend.name, "skip", (RANKS_ON_CPU,))
         return run_in_group([case], [backend.name])[0]
-    return run_here(case, backend)
+    return run_here(case, backend, device)
 
 
-def run_here(case: Case, backend: str | Backend) -> CaseResult:
+def run_here(case: Case, backend: str | Backend, device: str = "cpu") -> CaseResult:
     """`case` on `backend`, in this process (one rank of a group, for a case of `ranks` > 1)."""
     if isinstance(backend, str):
         backend = resolve(backend)
     start = time.monotonic()
-    result = _run(case, backend)
+    with _on_device(device):
+        result = _run(case, backend, torch.device(device).type)
     return evolve(result, seconds=time.monotonic() - start)
 
 
-def _run(case: Case, backend: Backend) -> CaseResult:
+@contextlib.contextmanager
+def _on_device(device: str):
+    """Factories make tensors on `device` inside (nothing changes for the CPU)."""
+    if torch.device(device).type == "cpu":
+        yield
+        return
+    before = torch.get_default_device()
+    torch.set_default_device(device)
+    try:
+        yield
+    finally:
+        torch.set_default_device(before)
+
+
+def _run(case: Case, backend: Backend, device_type: str = "cpu") -> CaseResult:
     run = backend.run
     reason = backend.skip_reason(case)
     if reason is not None:
@@ -72,7 +98,7 @@ def _run(case: Case, backend: Backend) -> CaseResult:
         warnings.simplefilter("always")
         try:
             autocast = case.autocast
-            autocasting = torch.autocast("cpu", dtype=autocast, enabled=autocast is not None)
+            autocasting = torch.autocast(device_type, dtype=autocast, enabled=autocast is not None)
             with torch.set_grad_enabled(case.grad_enabled), autocasting, _default_dtype(case):
                 outputs, ledger = run(case, [world[name] for name in case.args])
         except Exception as raised:  # noqa: BLE001  (the expectations judge every error)
@@ -157,9 +183,11 @@ def _backpropagate(world: dict, retain_graph: tuple[bool, ...]) -> None:
 CASES_BY_NAME = {case.name: case for case in ALL_CASES}
 
 
-def run_named(case_name: str, backend_name: str) -> tuple[str, tuple[str, ...], float]:
+def run_named(
+    case_name: str, backend_name: str, device: str = "cpu"
+) -> tuple[str, tuple[str, ...], float]:
     """A worker's task: the case named `case_name` on `backend_name`, as picklable data."""
-    result = run_case(CASES_BY_NAME[case_name], _backend(backend_name))
+    result = run_case(CASES_BY_NAME[case_name], _backend(backend_name), device)
     return result.status, result.messages, result.seconds
 
 
@@ -180,34 +208,43 @@ def run_cases(
     jobs: int = 0,
     timeout: float = 300.0,
     on_result: Callable[[CaseResult], None] | None = None,
+    device: str = "cpu",
 ) -> list[CaseResult]:
     """Every case on every backend, in the order given. `jobs` = 0: in this process; else in
     that many reusable worker processes, a crash or a run past `timeout` seconds being the
-    case's `crash` result. `on_result` sees each result as it comes."""
+    case's `crash` result. `on_result` sees each result as it comes. `device`: where the
+    cases' tensors live (see the module's docstring)."""
     results = {}
-    for result in _results(cases, backends, jobs, timeout):
+    for result in _results(cases, backends, jobs, timeout, device):
         results[result.case.name, result.backend] = result
         if on_result is not None:
             on_result(result)
     return [results[case.name, backend] for case in cases for backend in backends]
 
 
-def _results(cases, backends, jobs: int, timeout: float) -> Iterator[CaseResult]:
+def _results(cases, backends, jobs: int, timeout: float, device: str) -> Iterator[CaseResult]:
     # Cases of several ranks run together, in one group spawned from here: a worker, being a
     # daemon process, may not start processes.
-    yield from run_in_group([case for case in cases if case.ranks > 1], backends)
+    grouped = [case for case in cases if case.ranks > 1]
+    if torch.device(device).type == "cpu":
+        yield from run_in_group(grouped, backends)
+    else:
+        for case in grouped:
+            yield from (CaseResult(case, b, "skip", (RANKS_ON_CPU,)) for b in backends)
     cases = [case for case in cases if case.ranks == 1]
     if jobs == 0:
         for case in cases:
             for backend in backends:
-                yield run_case(case, _backend(backend))
+                yield run_case(case, _backend(backend), device)
         return
     from aotspec.workers import Crashed, Done, Pool, Task
 
     # Refuse a bad backend name here, before any worker starts.
     for backend in backends:
         _backend(backend)
-    tasks = [Task(run_named, (case.name, backend)) for case in cases for backend in backends]
+    tasks = [
+        Task(run_named, (case.name, backend, device)) for case in cases for backend in backends
+    ]
     with Pool(jobs, timeout) as pool:
         for task, outcome in pool.map(tasks):
             case, backend = CASES_BY_NAME[task.args[0]], task.args[1]

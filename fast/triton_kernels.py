@@ -52,9 +52,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import triton
 from attrs import frozen
-from triton import knobs
 
 from aotspec.reference.optable import bind
 
@@ -500,11 +498,16 @@ def to_bfloat16(x):
 
 def interpreting() -> bool:
     """Is TRITON_INTERPRET=1 set: do kernels run in Triton's numpy interpreter (on CPU tensors)?"""
+    # Imported here, as in `launch`: importing aotspec loads no Triton until a kernel may run.
+    from triton import knobs
+
     return knobs.runtime.interpret
 
 
 def launch(program: Program, tensors) -> list[torch.Tensor]:
     """Run `program`'s kernel on `tensors` (all on one device); returns its outputs."""
+    import triton
+
     layouts = tuple(InputLayout.of(t, program.shape) for t in tensors)
     kernel = _compiled(program, layouts, interpreting())
     device = tensors[0].device

@@ -44,6 +44,7 @@ from torch.overrides import TorchFunctionMode
 
 import aotspec.errors
 from aotspec.errors import UnsupportedError
+from aotspec.versions import stack_traces_of, traces_generators
 
 from . import effects, ops  # noqa: F401  (importing them fills the op table)
 from .aten import mutation_decompositions
@@ -462,15 +463,27 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         requires_grad_outputs.update(set_outputs)
         return outputs
 
-    # make_fx keeps stack traces only for frames of registered functions: register the user's.
-    torch.fx.proxy._register_stack_trace_anchor(fn)
     try:
-        graph_module = make_fx(
-            flat_fn,
-            decomposition_table=_decompositions(),  # r[capture.aten-graph]
-            tracing_mode="fake",  # r[capture.no-side-effects]: the caller's tensors are not run on
-            record_stack_traces=True,
-        )(*tensors)
+        # make_fx keeps stack traces only for frames it knows are user code: tell it `fn`'s.
+        with stack_traces_of(fn):
+            graph_module = make_fx(
+                flat_fn,
+                decomposition_table=_decompositions(),  # r[capture.aten-graph]
+                # r[capture.no-side-effects]: the caller's tensors are not run on
+                tracing_mode="fake",
+                record_stack_traces=True,
+            )(*tensors)
+    except NotImplementedError as error:
+        if traces_generators() or "Generator" not in str(error):
+            raise
+        # r[ops.random.generator-capture]
+        raise UnsupportedError(
+            f"the function reads a torch.Generator, which torch {torch.__version__}'s tracer "
+            "cannot record in a graph",
+            rule="ops.random.generator-capture",
+            fix="draw from the default generator (seed it with torch.manual_seed) instead of "
+            "passing one, or use torch 2.13 or later",
+        ) from None
     except _DATA_DEPENDENT as error:
         # r[capture.data-dependent]
         raise UnsupportedError(

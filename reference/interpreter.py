@@ -22,6 +22,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from aotspec.errors import InternalError
+from aotspec.versions import add_note
 
 from .aten import run_aten
 from .boundary import storage_from_torch
@@ -127,7 +128,7 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
         if entry.kind is OpKind.OPAQUE:
             return entry.rule(ledger, node.target, *bound)
     except (InternalError, RuntimeError, IndexError, ValueError) as error:
-        error.add_note(f"while executing {node.format_node()}")
+        add_note(error, f"while executing {node.format_node()}")
         raise
     raise InternalError(f"op table entry of unknown kind: {entry}")
 

@@ -8,6 +8,8 @@ a dependency), except those under `if TYPE_CHECKING:`, which never run.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -164,3 +166,13 @@ def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
                 seen.add(used)
                 stack.append(used)
     return seen
+
+
+def test_importing_aotspec_loads_no_triton():
+    """Triton is torch's dependency, loaded only where a kernel may be built (`fast/` imports it
+    inside `launch` and `interpreting`): importing aotspec and its fast backend loads none."""
+    program = (
+        "import sys, aotspec, aotspec.fast.runtime, aotspec.reference.storage\n"
+        "assert 'triton' not in sys.modules, sorted(m for m in sys.modules if 'triton' in m)\n"
+    )
+    subprocess.run([sys.executable, "-c", program], check=True, timeout=120)

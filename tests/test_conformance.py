@@ -7,7 +7,7 @@ import pytest
 from aotspec.cli import main
 from aotspec.conformance.backends import BACKENDS
 from aotspec.conformance.cases import ALL_CASES
-from aotspec.conformance.runner import run_case, run_in_group
+from aotspec.conformance.runner import RANKS_ON_CPU, run_case, run_cases, run_in_group
 
 ALL_BACKENDS = list(BACKENDS)
 EAGER_BACKENDS = ["reference-eager", "torch-eager"]
@@ -56,3 +56,14 @@ def test_a_failing_expectation_fails_the_case():
     wrong = attrs.evolve(case, expect=[Values("x_alias", [[9.0, 9.0], [9.0, 9.0]])])
     for backend in EAGER_BACKENDS:
         assert run_case(wrong, backend).status == "fail"
+
+
+def test_cases_of_several_ranks_are_skipped_on_another_device():
+    """`--device cuda`: gloo's groups hold CPU tensors, so a case of several ranks is skipped
+    there with the reason, by run_case and run_cases alike, before anything touches the device
+    (this runs without a GPU)."""
+    spread = next(case for case in ALL_CASES if case.ranks > 1)
+    alone = run_case(spread, "fast", device="cuda")
+    (listed,) = run_cases([spread], ["fast"], device="cuda")
+    for result in (alone, listed):
+        assert ("skip", (RANKS_ON_CPU,)) == (result.status, result.messages)

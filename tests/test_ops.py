@@ -39,6 +39,7 @@ from aotspec.reference.aten import mutation_decompositions
 from aotspec.reference.collectives import COLLECTIVES, WAIT
 from aotspec.reference.ops import IN_PLACE_VARIANTS
 from aotspec.reference.optable import OP_TABLE, OpKind, lookup, qualified_name
+from aotspec.versions import add_note
 
 aten = torch.ops.aten
 
@@ -1011,7 +1012,7 @@ def _run_all(op, samples: list[Sample], inputs: list):
             try:
                 run(partial(_call, op, one), twin(one.args))
             except Exception as error:
-                error.add_note(f"sample: {qualified_name(op)}{one}")
+                add_note(error, f"sample: {qualified_name(op)}{one}")
                 raise
         raise
 

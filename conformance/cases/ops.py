@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from aotspec.errors import UnsupportedError
+from aotspec.versions import traces_generators
 
 from ..case import (
     COMPILED_ONLY,
@@ -179,6 +180,22 @@ def _eager_transposed_draw():
 
 
 _TRANSPOSED_DRAW = _eager_transposed_draw()
+
+
+def _where_generators_trace(expect: list) -> list:
+    """`expect` where torch's tracer records a generator; else compiling refuses the program
+    (`r[ops.random.generator-capture]`)."""
+    if traces_generators():
+        return expect
+    return [Raises(UnsupportedError, rule="ops.random.generator-capture", match="Generator")]
+
+
+#: Eager draws on every torch: only a compiled program is refused where generators do not trace.
+_GENERATOR_SKIP = (
+    {}
+    if traces_generators()
+    else {"torch-eager": "eager draws from any generator; only capture depends on the torch"}
+)
 
 
 def _dropout_after_an_unused_draw(x):
@@ -588,20 +605,26 @@ CASES = [
     ),
     Case(
         name="ops.random-draws-from-the-callers-generator-in-order",
-        rules=["ops.random", "ops.aten-mutations"],
+        rules=["ops.random", "ops.aten-mutations", "ops.random.generator-capture"],
         setup=_draw_world,
         args=["x", "generator"],
         program=_draws,
-        expect=[Values("out0", _DRAWS[0]), Values("out1", _DRAWS[1]), Values("x", _DRAWS[2])],
+        expect=_where_generators_trace(
+            [Values("out0", _DRAWS[0]), Values("out1", _DRAWS[1]), Values("x", _DRAWS[2])]
+        ),
+        skip=_GENERATOR_SKIP,
     ),
     Case(
         name="ops.random-bernoulli-fills-a-transposed-tensor-as-eager",
-        rules=["ops.random"],
+        rules=["ops.random", "ops.random.generator-capture"],
         setup=_transposed_draw_world,
         args=["x", "generator"],
         program=_bernoulli_into,
         # eager draws in the order of x's memory: column by column of x
-        expect=[Values("x", _TRANSPOSED_DRAW), Layout("x", shape=(6, 4), strides=(1, 6))],
+        expect=_where_generators_trace(
+            [Values("x", _TRANSPOSED_DRAW), Layout("x", shape=(6, 4), strides=(1, 6))]
+        ),
+        skip=_GENERATOR_SKIP,
     ),
     Case(
         name="ops.random-dropout-draws-as-eager-after-an-unused-draw",
