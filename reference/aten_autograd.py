@@ -27,6 +27,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from attrs import frozen
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.func import functionalize
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import _disable_current_modes
 
@@ -149,7 +150,11 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
 
     examples = [example(g) for g in grads if g is not None] + [example(s.layout) for s in slots]
     with _disable_current_modes():
-        module = make_fx(joint, tracing_mode="fake")(*examples)
+        traced = make_fx(joint, tracing_mode="fake")(*examples)
+        # r[ops.aten-derivatives.writes]: a formula's in-place writes into its own
+        # intermediates (as_strided_copy's copy_ into a view of new_zeros, svd's fill_ of a
+        # diagonal) become the out-of-place ops that compute the same values
+        module = make_fx(functionalize(traced, remove="mutations"), tracing_mode="fake")(*examples)
     graph = module.graph
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
     forward = next((node for node in graph.nodes if node.target is overload), None)

@@ -377,6 +377,7 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
             *tensors, *tangent_examples
         )
     regions.marks.annotate(joint_module.graph)
+    _check_no_writes(joint_module.graph)
     joint_module.graph.eliminate_dead_code()  # rules may compute gradients nobody needs
     split = partition(joint_module, n_inputs, joint_found.final_contents)
     n_grads = len(joint_found.grad_inputs)
@@ -396,6 +397,19 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
             for _, _, received in joint_found.writes
         ),
     )
+
+
+def _check_no_writes(joint: torch.fx.Graph) -> None:
+    """The joint graph writes nothing (`r[autograd.joint]`): the partition keeps what the
+    gradients are computed from, so a write into a rule's intermediate would be lost."""
+    for node in joint.nodes:
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+            # r[autograd.joint]
+            raise InternalError(
+                f"the joint graph writes in place ({node.name}: {qualified_name(target)}); a "
+                "derivative rule must compute its gradient out of place"
+            )
 
 
 def _run(

@@ -199,6 +199,38 @@ def _eager_dropout():
 _DROPOUT = _eager_dropout()
 
 
+def _every_other_weighted(x):
+    return torch.as_strided_copy(x, (2,), (2,), 1) * torch.tensor([1.0, 2.0])
+
+
+def _svd_rebuilt(b):
+    u, s, vh = torch.linalg.svd(b, full_matrices=False)
+    return u @ torch.diag(s) @ vh
+
+
+def _svd_world():
+    return {"b": torch.tensor([[2.0, 1.0], [0.5, -1.0], [1.0, 3.0]], requires_grad=True)}
+
+
+_SVD = _eager(_svd_rebuilt, _svd_world(), ["b"])
+
+
+def _qr_rebuilt(a):
+    q, r = torch.linalg.qr(a)
+    return (q * torch.arange(1.0, 4.0)) @ r
+
+
+def _qr_world():
+    return {
+        "a": torch.tensor(
+            [[2.0, 1.0, 0.0], [1.0, 3.0, 1.0], [0.0, 1.0, 4.0], [1.0, 0.0, 1.0]]
+        ).requires_grad_()
+    }
+
+
+_QR = _eager(_qr_rebuilt, _qr_world(), ["a"])
+
+
 CASES = [
     Case(
         name="ops.bfloat16-sum-accumulates-in-float32",
@@ -406,5 +438,36 @@ CASES = [
         program=_dropout_after_an_unused_draw,
         backward=True,
         expect=[Values("out0", _DROPOUT["out0"]), Values("x.grad", _DROPOUT["x.grad"])],
+    ),
+    Case(
+        name="ops.aten-derivative-writing-into-a-view-of-its-zeros",
+        rules=["ops.aten-derivatives.writes"],
+        setup=lambda: {"x": torch.arange(4.0).requires_grad_()},
+        args=["x"],
+        program=_every_other_weighted,
+        backward=True,
+        # out = [x[1] * 1, x[3] * 2]: eager's formula copies [1, 2] into elements 1 and 3 of zeros
+        expect=[Values("out0", [1.0, 6.0]), Values("x.grad", [0.0, 1.0, 0.0, 2.0])],
+    ),
+    Case(
+        name="ops.aten-derivative-filling-a-diagonal",
+        rules=["ops.aten-derivatives.writes"],
+        setup=_svd_world,
+        args=["b"],
+        program=_svd_rebuilt,
+        backward=True,
+        # U diag(S) Vh is b again, so the gradient of its sum is ones (eager's, rounded);
+        # svd's formula fills the diagonal of its 1 / (s_j^2 - s_i^2) denominators with 1
+        expect=[Values("out0", _SVD["out0"]), Values("b.grad", _SVD["b.grad"])],
+    ),
+    Case(
+        name="ops.aten-derivative-halving-a-diagonal",
+        rules=["ops.aten-derivatives.writes"],
+        setup=_qr_world,
+        args=["a"],
+        program=_qr_rebuilt,
+        backward=True,
+        # linalg_qr's formula halves the diagonal of a symmetric matrix with mul_
+        expect=[Values("out0", _QR["out0"]), Values("a.grad", _QR["a.grad"])],
     ),
 ]
