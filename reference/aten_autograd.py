@@ -185,7 +185,8 @@ class EagerDerivative:
 
     def __call__(self, grad, out, *args, needed=None):
         spec, leaves = signature(args)
-        tensors = [leaf for leaf in pytree.tree_leaves(list(args)) if _is_tensor(leaf)]
+        written = _as_written(self.overload, args, out)
+        tensors = [leaf for leaf in pytree.tree_leaves(written) if _is_tensor(leaf)]
         slots = [leaf for leaf in leaves if isinstance(leaf, Slot)]
         if needed is None:
             needed = tuple(True for _ in slots)
@@ -201,6 +202,30 @@ class EagerDerivative:
         for k, result in zip(backward.gives, results, strict=True):
             per_leaf[k] = result
         return _per_argument(args, per_leaf)
+
+
+@functools.cache
+def _new_values(overload) -> tuple[tuple[int, int], ...]:
+    """(argument position, output position) of each argument whose new value a functional
+    variant `foo_functional` returns, as the output named after it (`noise` and `noise_out`)."""
+    if not overload._schema.name.endswith("_functional"):
+        return ()
+    names = [argument.name for argument in overload._schema.arguments]
+    return tuple(
+        (names.index(r.name.removesuffix("_out")), k)
+        for k, r in enumerate(overload._schema.returns)
+        if r.name.endswith("_out") and r.name.removesuffix("_out") in names
+    )
+
+
+def _as_written(overload, args, out) -> list:
+    """r[ops.aten-mutations.state]: the arguments a `foo_functional` op's formula reads, with the
+    new value of each argument `foo` writes in its place: eager's `foo` writes its state (the
+    noise of rrelu_with_noise) before its backward reads it."""
+    args = list(args)
+    for position, k in _new_values(overload):
+        args[position] = out[k]
+    return args
 
 
 def _is_tensor(leaf) -> bool:

@@ -199,6 +199,31 @@ def _eager_dropout():
 _DROPOUT = _eager_dropout()
 
 
+def _rrelu(x):
+    return F.rrelu(x, 0.0, 1.0, training=True)
+
+
+def _rrelu_world():
+    torch.manual_seed(5)  # the caller seeds the default generator before the call
+    return {"x": torch.tensor([-1.0, 2.0, -3.0, 4.0, -0.5, 0.25]).requires_grad_()}
+
+
+def _eager_rrelu():
+    with torch.random.fork_rng():
+        return _eager(_rrelu, _rrelu_world(), ["x"])
+
+
+_RRELU = _eager_rrelu()
+
+
+def _batch_norm_with_update(x, weight, bias, running_mean, running_var):
+    aten = torch.ops.aten
+    return aten._batch_norm_with_update(x, weight, bias, running_mean, running_var, 0.25, 1e-5)[0]
+
+
+_BATCH_NORM_WITH_UPDATE = _eager(_batch_norm_with_update, _batch_norm_world(), _BATCH_NORM_NAMES)
+
+
 def _every_other_weighted(x):
     return torch.as_strided_copy(x, (2,), (2,), 1) * torch.tensor([1.0, 2.0])
 
@@ -438,6 +463,28 @@ CASES = [
         program=_dropout_after_an_unused_draw,
         backward=True,
         expect=[Values("out0", _DROPOUT["out0"]), Values("x.grad", _DROPOUT["x.grad"])],
+    ),
+    Case(
+        name="ops.aten-rrelu-backward-reads-the-noise-it-drew",
+        rules=["ops.aten-mutations.state", "ops.random"],
+        setup=_rrelu_world,
+        args=["x"],
+        program=_rrelu,
+        backward=True,
+        # the gradient is the noise: the drawn slope where x < 0, 1 where x >= 0
+        expect=[Values("out0", _RRELU["out0"]), Values("x.grad", _RRELU["x.grad"])],
+    ),
+    Case(
+        name="ops.aten-batch-norm-with-update-backward-reads-the-updated-statistics",
+        rules=["ops.aten-mutations.state", "ops.aten-mutations"],
+        setup=_batch_norm_world,
+        args=_BATCH_NORM_NAMES,
+        program=_batch_norm_with_update,
+        backward=True,
+        expect=[
+            Values(name, _BATCH_NORM_WITH_UPDATE[name])
+            for name in ["out0", "running_mean", "running_var", "x.grad", "weight.grad"]
+        ],
     ),
     Case(
         name="ops.aten-derivative-writing-into-a-view-of-its-zeros",
