@@ -224,6 +224,15 @@ def _batch_norm_with_update(x, weight, bias, running_mean, running_var):
 _BATCH_NORM_WITH_UPDATE = _eager(_batch_norm_with_update, _batch_norm_world(), _BATCH_NORM_NAMES)
 
 
+def _batch_norm_in_eval(x, weight, bias, running_mean, running_var):
+    aten = torch.ops.aten
+    args = (x, weight, bias, running_mean, running_var)
+    return aten._native_batch_norm_legit(*args, False, 0.25, 1e-5)[0]
+
+
+_BATCH_NORM_IN_EVAL = _eager(_batch_norm_in_eval, _batch_norm_world(), _BATCH_NORM_NAMES)
+
+
 def _every_other_weighted(x):
     return torch.as_strided_copy(x, (2,), (2,), 1) * torch.tensor([1.0, 2.0])
 
@@ -483,6 +492,19 @@ CASES = [
         backward=True,
         expect=[
             Values(name, _BATCH_NORM_WITH_UPDATE[name])
+            for name in ["out0", "running_mean", "running_var", "x.grad", "weight.grad"]
+        ],
+    ),
+    Case(
+        name="ops.aten-batch-norm-in-eval-writes-nothing",
+        rules=["ops.aten-mutations.batch-norm", "autograd.saved-inputs.version"],
+        setup=_batch_norm_world,
+        args=_BATCH_NORM_NAMES,
+        program=_batch_norm_in_eval,
+        backward=True,
+        # the running statistics stay zeros and ones, and the backward reads them
+        expect=[
+            Values(name, _BATCH_NORM_IN_EVAL[name])
             for name in ["out0", "running_mean", "running_var", "x.grad", "weight.grad"]
         ],
     ),
