@@ -33,7 +33,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from aotspec.errors import InternalError
 
-from .optable import ATEN_VALUED, OP_TABLE, call_with
+from .optable import ATEN_VALUED, call_with
 from .rules import Slot, example, key_of
 from .storage import Layout, Tensor
 
@@ -84,14 +84,11 @@ def differentiable_outputs(
 
 
 def output_gradients(overload, bound, needed: tuple[bool, ...]) -> tuple[bool, ...] | None:
-    """For an ATen-valued op whose `needed` tensor leaves need a gradient, which output leaves
-    eager autograd gives one; None for the table's ops (and custom ops), whose floating-point
+    """For an aten op whose `needed` tensor leaves need a gradient, which output leaves eager
+    autograd gives one (`r[autograd.requires-grad.op-outputs]`: the table's ops too, so
+    native_layer_norm's mean and rstd get none); None for custom ops, whose floating-point
     outputs all carry one."""
-    if not (
-        isinstance(overload, torch._ops.OpOverload)
-        and overload.namespace == "aten"
-        and overload not in OP_TABLE
-    ):
+    if not (isinstance(overload, torch._ops.OpOverload) and overload.namespace == "aten"):
         return None
     if not any(needed):
         return ()

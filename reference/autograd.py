@@ -261,8 +261,8 @@ def _of_custom_function(node: torch.fx.Node) -> bool:
 
 
 def _may_carry_gradient(node: torch.fx.Node, flows: set) -> bool:
-    """Whether eager autograd gives (this output of) an ATen-valued op a gradient
-    (`r[ops.aten-derivatives]`); the table's ops leave it to the output's dtype."""
+    """Whether eager autograd gives (this output of) an aten op a gradient
+    (`r[autograd.requires-grad.op-outputs]`); custom ops leave it to the output's dtype."""
     source, index = node.args if node.target is getitem else (node, None)
     if source.op != "call_function":
         return True
@@ -270,6 +270,7 @@ def _may_carry_gradient(node: torch.fx.Node, flows: set) -> bool:
     leaves = [leaf for leaf in pytree.tree_leaves(bound) if isinstance(leaf, torch.fx.Node)]
     needed = tuple(leaf in flows for leaf in leaves)
     values = pytree.tree_map_only(torch.fx.Node, lambda leaf: leaf.meta["val"], bound)
+    # r[autograd.requires-grad.op-outputs]
     carried = output_gradients(source.target, values, needed)
     if carried is None:
         return True
