@@ -19,6 +19,7 @@ keyed constant otherwise (`rules.py`); `needed[k]` says whether tensor leaf k wa
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from operator import getitem
 
@@ -72,7 +73,7 @@ def differentiable_outputs(
     """Per output leaf of the op, whether eager autograd gives it a gradient when the `needed`
     floating-point tensor leaves require grad."""
     slots = [leaf for leaf in leaves if isinstance(leaf, Slot)]
-    with _disable_current_modes(), FakeTensorMode(), torch.enable_grad():
+    with _disable_current_modes(), FakeTensorMode(), torch.enable_grad(), _hooks_silenced():
         tensors = [
             example(slot.layout).detach().requires_grad_(wanted and _differentiable_dtype(slot))
             for slot, wanted in zip(slots, needed, strict=True)
@@ -81,6 +82,21 @@ def differentiable_outputs(
     return tuple(
         isinstance(leaf, torch.Tensor) and leaf.requires_grad for leaf in pytree.tree_leaves(out)
     )
+
+
+@contextlib.contextmanager
+def _hooks_silenced():
+    """The caller's saved-tensor hooks see what the program saves, not what autograd saves while
+    `differentiable_outputs` asks it a question."""
+    previous = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message()
+    torch._C._autograd._saved_tensors_hooks_disable("asking eager autograd", False)
+    try:
+        yield
+    finally:
+        if previous is None:
+            torch._C._autograd._saved_tensors_hooks_enable()
+        else:
+            torch._C._autograd._saved_tensors_hooks_disable(previous, False)
 
 
 def output_gradients(overload, bound, needed: tuple[bool, ...]) -> tuple[bool, ...] | None:
