@@ -578,6 +578,26 @@ CASES.append(
 )
 
 
+def _seeded_inside(x):
+    torch.manual_seed(42)
+    return torch.rand(2) + x
+
+
+CASES.append(
+    Case(
+        name="capture.seeding-inside-raises",
+        rules=["capture.rng-state", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, -3.0])},
+        args=["x"],
+        program=_seeded_inside,
+        # eager draws [0.8823, 0.9150] from seed 42 every call; compiled, the seed would hold
+        # for the call that traced only
+        expect=[Raises(UnsupportedError, rule="capture.rng-state")],
+        skip={"torch-eager": "eager runs the seeding Python on every call"},
+    )
+)
+
+
 def _branch_on_the_sum(x):
     if x.sum() > 0:
         return x * 2
