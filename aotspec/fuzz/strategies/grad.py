@@ -40,10 +40,8 @@ counter):
   input, which eager makes a view created inside a custom Function: nothing writes that storage
   afterwards.
 
-ATen-valued ops whose eager derivatives need care: `as_strided_copy` of every other element of a
-value that fills its storage (its formula writes into a view of zeros), and `native_layer_norm`
-over the last dim, whose mean and rstd are values that never require grad (its node saves them
-and its input).
+`as_strided_copy` of every other element of a value that fills its storage: an ATen-valued op
+whose eager formula writes into a view of zeros.
 
 Edges: non-finite constants and clamp with min > max or infinite bounds; `torch.rand_like` values
 nothing reads (they die where they are made); and an argument whose graph the caller freed
@@ -457,35 +455,13 @@ def _as_strided_copyable(model: Model) -> list[str]:
 
 
 def _g_aten_formula(draw, model: Model) -> list[Instr]:
-    """An ATen-valued op whose eager derivative needs care: `as_strided_copy` of every other
-    element (its formula copies the gradient into an as_strided view of zeros:
-    r[ops.aten-derivatives.writes]), or `native_layer_norm` over the last dim, whose mean and
-    rstd never require grad (r[autograd.requires-grad.op-outputs])."""
-    copyable = _as_strided_copyable(model)
-    if copyable and draw(st.booleans()):
-        x = _recent(draw, copyable)
-        offset = draw(st.integers(0, 1))
-        count = (model.lay(x).numel - offset + 1) // 2
-        return [_compute(model, "as_strided_copy", (Var(x), (count,), (2,), offset))]
-    x = _recent(draw, [v for v in model.names if model.lay(v).sizes[-1:] > (0,)])
-    sizes = model.lay(x).sizes
-    out, mean, rstd = results = torch.ops.aten.native_layer_norm(
-        model.lay(x).meta(), sizes[-1:], None, None, 1e-5
-    )
-    names = (model.new_name(), model.new_name(), model.new_name())
-    requires_grad = _requires_grad(model, x)
-    for name, result in zip(names, results, strict=True):
-        storage = model.new_storage(
-            result.untyped_storage().nbytes(),
-            requires_grad=requires_grad and result is out,
-            positive=result is rstd,
-            # layer norm's node saves its input, mean and rstd
-            saved=requires_grad and result is not out,
-        )
-        model.bind(name, storage, Strided.of(result))
-    if requires_grad:
-        model.storage(x).saved = True
-    return [Instr("native_layer_norm", names, (Var(x), list(sizes[-1:]), None, None, 1e-5))]
+    """`as_strided_copy` of every other element of a value: an ATen-valued op whose eager
+    formula copies the gradient into an as_strided view of zeros
+    (r[ops.aten-derivatives.writes])."""
+    x = _recent(draw, _as_strided_copyable(model))
+    offset = draw(st.integers(0, 1))
+    count = (model.lay(x).numel - offset + 1) // 2
+    return [_compute(model, "as_strided_copy", (Var(x), (count,), (2,), offset))]
 
 
 def _g_dead(draw, model: Model) -> list[Instr]:
@@ -617,7 +593,7 @@ GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("no_grad_write", _g_no_grad_write, lambda m: bool(_no_grad_writable(m))),
     ("special", _g_special, lambda m: True),
     ("dead", _g_dead, lambda m: True),
-    ("aten_formula", _g_aten_formula, lambda m: any(m.lay(v).sizes[-1:] > (0,) for v in m.names)),
+    ("aten_formula", _g_aten_formula, lambda m: bool(_as_strided_copyable(m))),
     # Writes come four times: the point of the exercise, and each is blocked often (saved).
     ("write", _g_write_intermediate, _writes_intermediates),
     ("write", _g_write_intermediate, _writes_intermediates),

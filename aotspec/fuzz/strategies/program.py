@@ -230,13 +230,8 @@ OPS: dict[str, Op] = {
     **{name: _method(name) for name in ("le", "ge", "eq", "ne", "div", "to")},
     **{name: _method(name) for name in ("logical_not", "logical_and", "logical_or")},
     "minimum": _call("torch.minimum", torch.minimum),
-    # ATen-valued ops whose eager formulas write into their own intermediates (as_strided_copy's
-    # copy_ into a view of zeros) or whose outputs eager declares not differentiable (layer
-    # norm's mean and rstd): programs with backward (grad.py)
+    # an ATen-valued op whose eager formula writes into a view of zeros (grad.py)
     "as_strided_copy": _call("torch.as_strided_copy", torch.as_strided_copy),
-    "native_layer_norm": _call(
-        "torch.ops.aten.native_layer_norm", torch.ops.aten.native_layer_norm.default
-    ),
     "add_alpha": _with_alpha("add"),
     "sub_alpha": _with_alpha("sub"),
 }
