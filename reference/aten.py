@@ -261,6 +261,19 @@ def _native_batch_norm(input, weight, bias, running_mean, running_var, training,
     )
 
 
+def _native_batch_norm_legit(input, weight, bias, running_mean, running_var, *rest):
+    """r[ops.aten-mutations.batch-norm]: in eval mode the kernel leaves the running statistics
+    as they are, although its schema says it writes them: it is the op that writes nothing."""
+    training, momentum, eps = rest
+    if not training:
+        return aten._native_batch_norm_legit_no_training(
+            input, weight, bias, running_mean, running_var, momentum, eps
+        )
+    legit = aten._native_batch_norm_legit.default
+    functional = aten._native_batch_norm_legit_functional.default
+    return _write_back(legit, functional, input, weight, bias, running_mean, running_var, *rest)
+
+
 @derivative(aten._native_batch_norm_legit_functional.default)
 def batch_norm_backward(
     grads,
@@ -331,6 +344,7 @@ def mutation_decompositions() -> dict[torch._ops.OpOverload, Callable]:
     observer = aten._fused_moving_avg_obs_fq_helper.default  # resizes empty per-channel state
     table: dict[torch._ops.OpOverload, Callable] = {
         aten.native_batch_norm.default: _native_batch_norm,
+        aten._native_batch_norm_legit.default: _native_batch_norm_legit,
         aten.bernoulli_.float: _bernoulli_,
         observer: _resizes_arguments(observer),
     }

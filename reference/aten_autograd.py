@@ -19,6 +19,7 @@ keyed constant otherwise (`rules.py`); `needed[k]` says whether tensor leaf k wa
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from operator import getitem
 
@@ -27,6 +28,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from attrs import frozen
 from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
+from torch.func import functionalize
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import _disable_current_modes
 
@@ -71,7 +73,7 @@ def differentiable_outputs(
     """Per output leaf of the op, whether eager autograd gives it a gradient when the `needed`
     floating-point tensor leaves require grad."""
     slots = [leaf for leaf in leaves if isinstance(leaf, Slot)]
-    with _disable_current_modes(), FakeTensorMode(), torch.enable_grad():
+    with _disable_current_modes(), FakeTensorMode(), torch.enable_grad(), _hooks_silenced():
         tensors = [
             example(slot.layout).detach().requires_grad_(wanted and _differentiable_dtype(slot))
             for slot, wanted in zip(slots, needed, strict=True)
@@ -82,15 +84,27 @@ def differentiable_outputs(
     )
 
 
+@contextlib.contextmanager
+def _hooks_silenced():
+    """The caller's saved-tensor hooks see what the program saves, not what autograd saves while
+    `differentiable_outputs` asks it a question."""
+    previous = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message()
+    torch._C._autograd._saved_tensors_hooks_disable("asking eager autograd", False)
+    try:
+        yield
+    finally:
+        if previous is None:
+            torch._C._autograd._saved_tensors_hooks_enable()
+        else:
+            torch._C._autograd._saved_tensors_hooks_disable(previous, False)
+
+
 def output_gradients(overload, bound, needed: tuple[bool, ...]) -> tuple[bool, ...] | None:
-    """For an ATen-valued op whose `needed` tensor leaves need a gradient, which output leaves
-    eager autograd gives one; None for the table's ops (and custom ops), whose floating-point
+    """For an aten op whose `needed` tensor leaves need a gradient, which output leaves eager
+    autograd gives one (`r[autograd.requires-grad.op-outputs]`: the table's ops too, so
+    native_layer_norm's mean and rstd get none); None for custom ops, whose floating-point
     outputs all carry one."""
-    if not (
-        isinstance(overload, torch._ops.OpOverload)
-        and overload.namespace == "aten"
-        and overload not in OP_TABLE
-    ):
+    if not (isinstance(overload, torch._ops.OpOverload) and overload.namespace == "aten"):
         return None
     if not any(needed):
         return ()
@@ -150,7 +164,7 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
     examples = [example(g) for g in grads if g is not None] + [example(s.layout) for s in slots]
     with _disable_current_modes():
         try:
-            module = make_fx(joint, tracing_mode="fake")(*examples)
+            traced = make_fx(joint, tracing_mode="fake")(*examples)
         except DataDependentOutputException as error:
             # r[ops.aten-derivatives.value-checks]
             raise UnsupportedError(
@@ -160,6 +174,10 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
                 fix="take the gradient of this op outside the compiled function, or detach its "
                 "inputs",
             ) from error
+        # r[ops.aten-derivatives.writes]: a formula's in-place writes into its own
+        # intermediates (as_strided_copy's copy_ into a view of new_zeros, svd's fill_ of a
+        # diagonal) become the out-of-place ops that compute the same values
+        module = make_fx(functionalize(traced, remove="mutations"), tracing_mode="fake")(*examples)
     graph = module.graph
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
     forward = next((node for node in graph.nodes if node.target is overload), None)
@@ -191,7 +209,8 @@ class EagerDerivative:
     def __call__(self, grad, out, *args, needed=None):
         args = pytree.tree_map_only(torch.Tensor, _resolved, list(args))
         spec, leaves = signature(args)
-        tensors = [leaf for leaf in pytree.tree_leaves(list(args)) if _is_tensor(leaf)]
+        written = _as_written(self.overload, args, out)
+        tensors = [leaf for leaf in pytree.tree_leaves(written) if _is_tensor(leaf)]
         slots = [leaf for leaf in leaves if isinstance(leaf, Slot)]
         if needed is None:
             needed = tuple(True for _ in slots)
@@ -214,6 +233,28 @@ def _resolved(t: torch.Tensor) -> torch.Tensor:
     """r[memory.layout.conj-neg]: `t` without a lazy conjugate or negation: eager's formulas
     resolve them where they need to, and are traced on tensors without them."""
     return t.resolve_conj().resolve_neg()
+@functools.cache
+def _new_values(overload) -> tuple[tuple[int, int], ...]:
+    """(argument position, output position) of each argument whose new value a functional
+    variant `foo_functional` returns, as the output named after it (`noise` and `noise_out`)."""
+    if not overload._schema.name.endswith("_functional"):
+        return ()
+    names = [argument.name for argument in overload._schema.arguments]
+    return tuple(
+        (names.index(r.name.removesuffix("_out")), k)
+        for k, r in enumerate(overload._schema.returns)
+        if r.name.endswith("_out") and r.name.removesuffix("_out") in names
+    )
+
+
+def _as_written(overload, args, out) -> list:
+    """r[ops.aten-mutations.state]: the arguments a `foo_functional` op's formula reads, with the
+    new value of each argument `foo` writes in its place: eager's `foo` writes its state (the
+    noise of rrelu_with_noise) before its backward reads it."""
+    args = list(args)
+    for position, k in _new_values(overload):
+        args[position] = out[k]
+    return args
 
 
 def _is_tensor(leaf) -> bool:

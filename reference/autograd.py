@@ -269,8 +269,8 @@ def _of_custom_function(node: torch.fx.Node) -> bool:
 
 
 def _may_carry_gradient(node: torch.fx.Node, flows: set) -> bool:
-    """Whether eager autograd gives (this output of) an ATen-valued op a gradient
-    (`r[ops.aten-derivatives]`); the table's ops leave it to the output's dtype."""
+    """Whether eager autograd gives (this output of) an aten op a gradient
+    (`r[autograd.requires-grad.op-outputs]`); custom ops leave it to the output's dtype."""
     source, index = node.args if node.target is getitem else (node, None)
     if source.op != "call_function":
         return True
@@ -278,6 +278,7 @@ def _may_carry_gradient(node: torch.fx.Node, flows: set) -> bool:
     leaves = [leaf for leaf in pytree.tree_leaves(bound) if isinstance(leaf, torch.fx.Node)]
     needed = tuple(leaf in flows for leaf in leaves)
     values = pytree.tree_map_only(torch.fx.Node, lambda leaf: leaf.meta["val"], bound)
+    # r[autograd.requires-grad.op-outputs]
     carried = output_gradients(source.target, values, needed)
     if carried is None:
         return True
@@ -385,6 +386,7 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
             *tensors, *tangent_examples
         )
     regions.marks.annotate(joint_module.graph)
+    _check_no_writes(joint_module.graph)
     joint_module.graph.eliminate_dead_code()  # rules may compute gradients nobody needs
     split = partition(joint_module, n_inputs, joint_found.final_contents)
     n_grads = len(joint_found.grad_inputs)
@@ -404,6 +406,19 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
             for _, _, received in joint_found.writes
         ),
     )
+
+
+def _check_no_writes(joint: torch.fx.Graph) -> None:
+    """The joint graph writes nothing (`r[autograd.joint]`): the partition keeps what the
+    gradients are computed from, so a write into a rule's intermediate would be lost."""
+    for node in joint.nodes:
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+            # r[autograd.joint]
+            raise InternalError(
+                f"the joint graph writes in place ({node.name}: {qualified_name(target)}); a "
+                "derivative rule must compute its gradient out of place"
+            )
 
 
 def _run(

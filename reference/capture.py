@@ -182,6 +182,44 @@ class _RequiresGradCall:
 _BACKWARD_CALLS = (torch.Tensor.backward, torch.autograd.backward)
 
 
+class _WatchRngState(TorchFunctionMode):
+    """r[capture.rng-state]: refuses a function that sets the state of the default generator
+    or of a generator it is passed (capture draws nothing, so any change is the function's): a
+    new seed is noticed at the function's next torch call, any other change when capture ends;
+    the state is put back first."""
+
+    def __init__(self, generators: list[torch.Generator]):
+        super().__init__()
+        self.generators = generators
+        self.seeds = [g.initial_seed() for g in generators]
+        self.states = [g.get_state() for g in generators]
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        # the seed, an int: reading the state would run ops, traced on fakes
+        if [g.initial_seed() for g in self.generators] != self.seeds:
+            self.refuse()
+        return func(*args, **(kwargs or {}))
+
+    def check(self) -> None:
+        """After tracing: any change of a generator's state."""
+        states = [g.get_state() for g in self.generators]
+        if any(not torch.equal(a, b) for a, b in zip(states, self.states, strict=True)):
+            self.refuse()
+
+    def refuse(self):
+        for g, state in zip(self.generators, self.states, strict=True):
+            g.set_state(state)
+        raise UnsupportedError(
+            "the function sets a random number generator's state (torch.manual_seed, "
+            "torch.set_rng_state, Generator.manual_seed or set_state): a compiled program draws "
+            "from the generator as the caller leaves it at each call, so a seed set while "
+            "tracing would hold for the first call only",
+            rule="capture.rng-state",
+            fix="seed the generator before calling the compiled function, or pass it a "
+            "torch.Generator seeded outside",
+        )
+
+
 class _WatchGradMode(TorchFunctionMode):
     """Notes the user function's grad-mode changes (`torch.no_grad()`, `set_grad_enabled`), and
     the `requires_grad_()` calls that change a tensor's flag (`r[autograd.requires-grad-inside]`);
@@ -440,6 +478,8 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
     requires_grad_inputs: set[int] = set()
     requires_grad_outputs: set[int] = set()
     watch = _WatchGradMode(grad_modes, requires_grad_calls)
+    generators = [leaf for leaf in leaves if isinstance(leaf, torch.Generator)]
+    rng = _WatchRngState([torch.default_generator, *generators])
     interception = Interception(grad_modes, watch.pausing)
     # r[collectives.derivatives]: the collectives' library autograd is the table's to replace
     interception.passes_through = lambda cls: cls.__name__ in _table_ops_with_library_autograd()
@@ -449,7 +489,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         rebuilt = [next(it) if leaf is TENSOR else leaf for leaf in in_leaves]
         call_args, call_kwargs = pytree.tree_unflatten(rebuilt, in_spec)
         histories_before = [_history(t) for t in flat_tensors]
-        with watch, intercepting_apply(interception), _checkpoint_regions_noted(regions):
+        with rng, watch, intercepting_apply(interception), _checkpoint_regions_noted(regions):
             result = fn(*call_args, **call_kwargs)
         out, out_spec = pytree.tree_flatten(result)
         outputs = [leaf for leaf in out if _is_tensor(leaf)]
@@ -505,6 +545,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
             fix="pass the tensor as an argument, or hold it in a closure variable, a global or "
             "a module attribute",
         ) from None
+    rng.check()  # a state set after the function's last torch call
     grad_modes.annotate(graph_module.graph)
     regions.annotate(graph_module.graph)
     _refuse_random_ops_in_regions(graph_module.graph)

@@ -659,7 +659,29 @@ _CUSTOM_FUNCTIONS_COMPILED_ONLY = {
 }
 
 
+def _layer_norm_with_statistics(x):
+    return torch.ops.aten.native_layer_norm(x, [4], None, None, 1e-5)
+
+
 CASES = [
+    Case(
+        name="autograd.layer-norm-statistics-do-not-require-grad",
+        rules=["autograd.requires-grad.op-outputs", "autograd.requires-grad"],
+        setup=lambda: _leaves(x=_X),
+        args=["x"],
+        program=_layer_norm_with_statistics,
+        backward=True,
+        # derivatives.yaml: native_layer_norm's output_differentiability is [True, False, False];
+        # the mean and rstd add nothing to the backpropagated sum, so x.grad is the output's:
+        # the gradient of a sum of a normalized row is 0
+        expect=[
+            RequiresGrad("out0"),
+            RequiresGrad("out1", False),
+            RequiresGrad("out2", False),
+            History("out1", None),
+            Values("x.grad", torch.zeros(5, 4)),
+        ],
+    ),
     Case(
         name="autograd.grad-of-a-product",
         rules=["autograd.joint", "autograd.derivative-rules", "autograd.requires-grad"],

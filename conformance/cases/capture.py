@@ -580,6 +580,9 @@ CASES.append(
 
 def _returns_the_sum_as_a_number(x):
     return x.sum().item()
+def _seeded_inside(x):
+    torch.manual_seed(42)
+    return torch.rand(2) + x
 
 
 CASES.append(
@@ -592,6 +595,15 @@ CASES.append(
         # eager returns the float -2.0
         expect=[Raises(UnsupportedError, rule="capture.data-dependent.returned")],
         skip={"torch-eager": "eager returns the number"},
+        name="capture.seeding-inside-raises",
+        rules=["capture.rng-state", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, -3.0])},
+        args=["x"],
+        program=_seeded_inside,
+        # eager draws [0.8823, 0.9150] from seed 42 every call; compiled, the seed would hold
+        # for the call that traced only
+        expect=[Raises(UnsupportedError, rule="capture.rng-state")],
+        skip={"torch-eager": "eager runs the seeding Python on every call"},
     )
 )
 

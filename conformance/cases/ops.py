@@ -302,6 +302,70 @@ def _lstm_with_grad(*tensors):
 
 
 _LSTM = _eager(_lstm, _lstm_world(), _LSTM_NAMES)
+def _rrelu(x):
+    return F.rrelu(x, 0.0, 1.0, training=True)
+
+
+def _rrelu_world():
+    torch.manual_seed(5)  # the caller seeds the default generator before the call
+    return {"x": torch.tensor([-1.0, 2.0, -3.0, 4.0, -0.5, 0.25]).requires_grad_()}
+
+
+def _eager_rrelu():
+    with torch.random.fork_rng():
+        return _eager(_rrelu, _rrelu_world(), ["x"])
+
+
+_RRELU = _eager_rrelu()
+
+
+def _batch_norm_with_update(x, weight, bias, running_mean, running_var):
+    aten = torch.ops.aten
+    return aten._batch_norm_with_update(x, weight, bias, running_mean, running_var, 0.25, 1e-5)[0]
+
+
+_BATCH_NORM_WITH_UPDATE = _eager(_batch_norm_with_update, _batch_norm_world(), _BATCH_NORM_NAMES)
+
+
+def _batch_norm_in_eval(x, weight, bias, running_mean, running_var):
+    aten = torch.ops.aten
+    args = (x, weight, bias, running_mean, running_var)
+    return aten._native_batch_norm_legit(*args, False, 0.25, 1e-5)[0]
+
+
+_BATCH_NORM_IN_EVAL = _eager(_batch_norm_in_eval, _batch_norm_world(), _BATCH_NORM_NAMES)
+
+
+def _every_other_weighted(x):
+    return torch.as_strided_copy(x, (2,), (2,), 1) * torch.tensor([1.0, 2.0])
+
+
+def _svd_rebuilt(b):
+    u, s, vh = torch.linalg.svd(b, full_matrices=False)
+    return u @ torch.diag(s) @ vh
+
+
+def _svd_world():
+    return {"b": torch.tensor([[2.0, 1.0], [0.5, -1.0], [1.0, 3.0]], requires_grad=True)}
+
+
+_SVD = _eager(_svd_rebuilt, _svd_world(), ["b"])
+
+
+def _qr_rebuilt(a):
+    q, r = torch.linalg.qr(a)
+    return (q * torch.arange(1.0, 4.0)) @ r
+
+
+def _qr_world():
+    return {
+        "a": torch.tensor(
+            [[2.0, 1.0, 0.0], [1.0, 3.0, 1.0], [0.0, 1.0, 4.0], [1.0, 0.0, 1.0]]
+        ).requires_grad_()
+    }
+
+
+_QR = _eager(_qr_rebuilt, _qr_world(), ["a"])
 
 
 CASES = [
@@ -634,5 +698,71 @@ CASES = [
         program=_dropout_after_an_unused_draw,
         backward=True,
         expect=[Values("out0", _DROPOUT["out0"]), Values("x.grad", _DROPOUT["x.grad"])],
+    ),
+    Case(
+        name="ops.aten-rrelu-backward-reads-the-noise-it-drew",
+        rules=["ops.aten-mutations.state", "ops.random"],
+        setup=_rrelu_world,
+        args=["x"],
+        program=_rrelu,
+        backward=True,
+        # the gradient is the noise: the drawn slope where x < 0, 1 where x >= 0
+        expect=[Values("out0", _RRELU["out0"]), Values("x.grad", _RRELU["x.grad"])],
+    ),
+    Case(
+        name="ops.aten-batch-norm-with-update-backward-reads-the-updated-statistics",
+        rules=["ops.aten-mutations.state", "ops.aten-mutations"],
+        setup=_batch_norm_world,
+        args=_BATCH_NORM_NAMES,
+        program=_batch_norm_with_update,
+        backward=True,
+        expect=[
+            Values(name, _BATCH_NORM_WITH_UPDATE[name])
+            for name in ["out0", "running_mean", "running_var", "x.grad", "weight.grad"]
+        ],
+    ),
+    Case(
+        name="ops.aten-batch-norm-in-eval-writes-nothing",
+        rules=["ops.aten-mutations.batch-norm", "autograd.saved-inputs.version"],
+        setup=_batch_norm_world,
+        args=_BATCH_NORM_NAMES,
+        program=_batch_norm_in_eval,
+        backward=True,
+        # the running statistics stay zeros and ones, and the backward reads them
+        expect=[
+            Values(name, _BATCH_NORM_IN_EVAL[name])
+            for name in ["out0", "running_mean", "running_var", "x.grad", "weight.grad"]
+        ],
+    ),
+    Case(
+        name="ops.aten-derivative-writing-into-a-view-of-its-zeros",
+        rules=["ops.aten-derivatives.writes"],
+        setup=lambda: {"x": torch.arange(4.0).requires_grad_()},
+        args=["x"],
+        program=_every_other_weighted,
+        backward=True,
+        # out = [x[1] * 1, x[3] * 2]: eager's formula copies [1, 2] into elements 1 and 3 of zeros
+        expect=[Values("out0", [1.0, 6.0]), Values("x.grad", [0.0, 1.0, 0.0, 2.0])],
+    ),
+    Case(
+        name="ops.aten-derivative-filling-a-diagonal",
+        rules=["ops.aten-derivatives.writes"],
+        setup=_svd_world,
+        args=["b"],
+        program=_svd_rebuilt,
+        backward=True,
+        # U diag(S) Vh is b again, so the gradient of its sum is ones (eager's, rounded);
+        # svd's formula fills the diagonal of its 1 / (s_j^2 - s_i^2) denominators with 1
+        expect=[Values("out0", _SVD["out0"]), Values("b.grad", _SVD["b.grad"])],
+    ),
+    Case(
+        name="ops.aten-derivative-halving-a-diagonal",
+        rules=["ops.aten-derivatives.writes"],
+        setup=_qr_world,
+        args=["a"],
+        program=_qr_rebuilt,
+        backward=True,
+        # linalg_qr's formula halves the diagonal of a symmetric matrix with mul_
+        expect=[Values("out0", _QR["out0"]), Values("a.grad", _QR["a.grad"])],
     ),
 ]

@@ -40,6 +40,9 @@ counter):
   input, which eager makes a view created inside a custom Function: nothing writes that storage
   afterwards.
 
+`as_strided_copy` of every other element of a value that fills its storage: an ATen-valued op
+whose eager formula writes into a view of zeros.
+
 Edges: non-finite constants and clamp with min > max or infinite bounds; `torch.rand_like` values
 nothing reads (they die where they are made); and an argument whose graph the caller freed
 (setups.py), read only through detach() as the program's first step, so it gets no gradient.
@@ -439,6 +442,28 @@ def _g_special(draw, model: Model) -> list[Instr]:
     return [_compute(model, op, (Var(x), other))]
 
 
+def _as_strided_copyable(model: Model) -> list[str]:
+    """Values laid out contiguously from the start of a storage of their own size: as_strided
+    addresses the storage, so every other element of such a value is in bounds."""
+    return [
+        v
+        for v in model.names
+        if model.lay(v) == Strided.contiguous(model.lay(v).sizes)
+        and 2 <= model.lay(v).numel
+        and model.storage(v).full == model.lay(v).extent_bytes
+    ]
+
+
+def _g_aten_formula(draw, model: Model) -> list[Instr]:
+    """`as_strided_copy` of every other element of a value: an ATen-valued op whose eager
+    formula copies the gradient into an as_strided view of zeros
+    (r[ops.aten-derivatives.writes])."""
+    x = _recent(draw, _as_strided_copyable(model))
+    offset = draw(st.integers(0, 1))
+    count = (model.lay(x).numel - offset + 1) // 2
+    return [_compute(model, "as_strided_copy", (Var(x), (count,), (2,), offset))]
+
+
 def _g_dead(draw, model: Model) -> list[Instr]:
     """`torch.rand_like(x)`, which nothing reads: a value that dies where it is made."""
     x = _recent(draw, list(model.names))
@@ -568,6 +593,7 @@ GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("no_grad_write", _g_no_grad_write, lambda m: bool(_no_grad_writable(m))),
     ("special", _g_special, lambda m: True),
     ("dead", _g_dead, lambda m: True),
+    ("aten_formula", _g_aten_formula, lambda m: bool(_as_strided_copyable(m))),
     # Writes come four times: the point of the exercise, and each is blocked often (saved).
     ("write", _g_write_intermediate, _writes_intermediates),
     ("write", _g_write_intermediate, _writes_intermediates),

@@ -230,6 +230,8 @@ OPS: dict[str, Op] = {
     **{name: _method(name) for name in ("le", "ge", "eq", "ne", "div", "to")},
     **{name: _method(name) for name in ("logical_not", "logical_and", "logical_or")},
     "minimum": _call("torch.minimum", torch.minimum),
+    # an ATen-valued op whose eager formula writes into a view of zeros (grad.py)
+    "as_strided_copy": _call("torch.as_strided_copy", torch.as_strided_copy),
     "add_alpha": _with_alpha("add"),
     "sub_alpha": _with_alpha("sub"),
 }
