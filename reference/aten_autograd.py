@@ -34,7 +34,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from aotspec.errors import InternalError, UnsupportedError
 
-from .optable import ATEN_VALUED, OP_TABLE, call_with, qualified_name
+from .optable import ATEN_VALUED, call_with, qualified_name
 from .rules import Slot, example, key_of
 from .storage import Layout, Tensor, carries_gradients
 

@@ -580,6 +580,8 @@ CASES.append(
 
 def _returns_the_sum_as_a_number(x):
     return x.sum().item()
+
+
 def _seeded_inside(x):
     torch.manual_seed(42)
     return torch.rand(2) + x
@@ -595,6 +597,12 @@ CASES.append(
         # eager returns the float -2.0
         expect=[Raises(UnsupportedError, rule="capture.data-dependent.returned")],
         skip={"torch-eager": "eager returns the number"},
+    )
+)
+
+
+CASES.append(
+    Case(
         name="capture.seeding-inside-raises",
         rules=["capture.rng-state", "boundary.failed-call"],
         setup=lambda: {"x": torch.tensor([1.0, -3.0])},
