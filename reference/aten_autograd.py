@@ -30,9 +30,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import _disable_current_modes
 
-from aotspec.errors import InternalError
+from aotspec.errors import InternalError, UnsupportedError
 
-from .optable import ATEN_VALUED, OP_TABLE, call_with
+from .optable import ATEN_VALUED, OP_TABLE, call_with, qualified_name
 from .rules import Slot, example, key_of
 from .storage import Layout, Tensor
 
@@ -149,7 +149,7 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
 
     examples = [example(g) for g in grads if g is not None] + [example(s.layout) for s in slots]
     with _disable_current_modes():
-        module = make_fx(joint, tracing_mode="fake")(*examples)
+        module = _functional(overload, make_fx(joint, tracing_mode="fake")(*examples), examples)
     graph = module.graph
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
     forward = next((node for node in graph.nodes if node.target is overload), None)
@@ -162,6 +162,38 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
         tuple(placeholders[n_grads:]),
         tuple(gives),
     )
+
+
+def _writes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    return [
+        node
+        for node in graph.nodes
+        if isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
+    ]
+
+
+def _functional(overload, module: torch.fx.GraphModule, examples) -> torch.fx.GraphModule:
+    """r[ops.aten-derivatives.functional]: eager's formula as a functional graph. A formula may
+    write tensors it made itself (the norm's backward zeroes its quotient where the norm is 0 with
+    `masked_fill_`); PyTorch's functionalization, traced again, replaces each such write by the
+    functional op (`masked_fill`). A write into what the formula was given (a gradient, an
+    argument, an output) would outlive it: functionalization leaves it as a `copy_` into the
+    placeholder, and it is refused."""
+    if not _writes(module.graph):
+        return module
+    module = make_fx(torch.func.functionalize(module, remove="mutations"), tracing_mode="fake")(
+        *examples
+    )
+    left = _writes(module.graph)
+    if left:
+        raise UnsupportedError(
+            f"eager's derivative formula of {qualified_name(overload)} writes a tensor it was "
+            f"given ({left[0].target}), which its backward graph cannot hold",
+            rule="ops.aten-derivatives.functional",
+            fix="compute this op outside the compiled function, or give it a derivative with a "
+            "torch.autograd.Function whose backward writes nothing it is given",
+        )
+    return module
 
 
 class EagerDerivative:

@@ -51,6 +51,7 @@ from .custom_functions import (
     custom_function_call,
     intercepting_apply,
 )
+from .graph import source_line
 from .optable import DERIVATIVES, OpEntry, lookup
 
 aten = torch.ops.aten
@@ -340,7 +341,7 @@ class Program:
         n_in = sum(node.op == "placeholder" for node in graph.nodes)
         n_out = len(next(iter(reversed(graph.nodes))).args[0])
         entries = {
-            node: lookup(node.target, where=_source_line(node))
+            node: lookup(node.target, where=source_line(node))
             for node in graph.nodes
             if node.op == "call_function" and node.target is not getitem
         }
@@ -482,7 +483,7 @@ def _refuse_random_ops_in_regions(graph: torch.fx.Graph) -> None:
         if checkpoint_region(node) is not None and torch.Tag.nondeterministic_seeded in tags:
             raise UnsupportedError(
                 f"random op {node.target} inside a checkpointed region "
-                f"({_source_line(node)})",
+                f"({source_line(node)})",
                 rule="checkpoint.random",
                 fix="draw the random values outside the checkpointed function and pass them in",
             )
@@ -503,7 +504,7 @@ def _refuse_value_dependent_shapes(graph: torch.fx.Graph) -> None:
         value = node.meta.get("val")
         if isinstance(value, torch.Tensor) and not all(isinstance(n, int) for n in value.shape):
             raise UnsupportedError(
-                f"the shape of {node.name} depends on tensor values ({_source_line(node)})",
+                f"the shape of {node.name} depends on tensor values ({source_line(node)})",
                 rule="capture.data-dependent",
                 fix="compute on tensors only (masks with torch.where rather than selections), "
                 "or take the selection outside the compiled function and pass its result in",
@@ -537,7 +538,7 @@ def _entries(graph: torch.fx.Graph) -> dict[torch.fx.Node, OpEntry]:
     for node in graph.nodes:
         if node.op != "call_function" or node.target in (getitem, custom_function_call):
             continue
-        where = _source_line(node)
+        where = source_line(node)
         try:
             entries[node] = lookup(node.target, where=where)
             check_collective(node, where)  # r[collectives.group], r[collectives.wait]
@@ -738,19 +739,3 @@ def _computed_from(node: torch.fx.Node) -> set[torch.fx.Node]:
                 found.add(user)
                 stack.append(user)
     return found
-
-
-_FRAME = re.compile(
-    r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>.*)'
-)
-
-
-def _source_line(node: torch.fx.Node) -> str:
-    """`called from file.py:12 in f: y = x.cumsum(0)`, or the node's name if no trace was kept."""
-    frames = list(_FRAME.finditer(node.stack_trace or ""))
-    if not frames:
-        return f"graph node {node.name}"
-    frame = frames[-1]
-    return (
-        f"called from {frame['file']}:{frame['line']} in {frame['func']}: {frame['code'].strip()}"
-    )

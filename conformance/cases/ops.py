@@ -129,6 +129,21 @@ def _conv(x, w):
     return F.conv1d(x * 2, w, padding=1)
 
 
+def _norms(x, y):
+    return torch.linalg.vector_norm(x, dim=1) + F.cosine_similarity(x, y) + x.std(dim=1)
+
+
+def _norms_world():
+    # x's first row is zero: the norm's backward zeroes its quotient 0 / 0 there (masked_fill_)
+    return {
+        "x": torch.cat([torch.zeros(1, 3), _M[1:] - 5.5]).requires_grad_(),
+        "y": _M.flip(0).clone().requires_grad_(),
+    }
+
+
+_NORMS = _eager(_norms, _norms_world(), ["x", "y"])
+
+
 def _pack_bf16(x):
     return x.to(torch.bfloat16)
 
@@ -380,6 +395,21 @@ CASES = [
         # convolution saves its input (x * 2) and its weight: both go through the lossy hooks,
         # as in eager, so both gradients are eager's rounded ones.
         expect=[Values(name, _CONV[name]) for name in ["out0", "x.grad", "w.grad"]],
+    ),
+    Case(
+        name="ops.aten-norm-gradients-write-nothing",
+        rules=[
+            "ops.aten-derivatives.functional",
+            "ops.aten-mutations.original-self",
+            "ops.aten-derivatives",
+        ],
+        setup=_norms_world,
+        args=["x", "y"],
+        program=_norms,
+        backward=True,
+        # eager's formulas write masked_fill_ into quotients they made; the values are eager's,
+        # a zero gradient for the zero row's norm included
+        expect=[Values(name, _NORMS[name]) for name in ["out0", "x.grad", "y.grad"]],
     ),
     Case(
         name="ops.random-draws-from-the-callers-generator-in-order",

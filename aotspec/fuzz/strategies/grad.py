@@ -33,6 +33,8 @@ counter):
   tensor that requires grad, no other tensor of its view family is used (tracing could not
   regenerate their histories: r[capture.metadata-views]);
 - log and fractional or negative powers read only values known to be positive;
+- norms over one dim (`vector_norm`, `std` of two values or more, `F.normalize`): their
+  backward formulas write into tensors they made (r[ops.aten-derivatives.functional]);
 - custom autograd.Functions (functions.py beside this module) wrap a product, a scaling, exp
   or tanh with a hand-written backward (saving inputs, the result, a constant on ctx; one writes
   the gradient it receives in place, so a product with a scalar is the one reader of its
@@ -86,9 +88,10 @@ POSITIVE_SCALARS = {2.0, 0.5, 3.0}
 #: grad.
 SAVES_INPUTS = {"mul", "maximum", "abs", "log", "pow", "mm", "matmul", "amax", "mul_", "clamp"}
 SAVES_INPUTS |= {"enable_grad_mul", "nested_grad_mul", "fn_product", "fn_tanh"}
+SAVES_INPUTS |= {"vector_norm", "std", "normalize"}
 #: Products under torch.enable_grad(): recorded whatever the caller's grad mode.
 GRAD_MODE_PRODUCTS = ["enable_grad_mul", "nested_grad_mul"]
-SAVES_RESULT = {"relu", "sigmoid", "tanh", "exp", "amax", "fn_exp"}
+SAVES_RESULT = {"relu", "sigmoid", "tanh", "exp", "amax", "fn_exp", "vector_norm", "std"}
 
 
 def _requires_grad(model: Model, v: str) -> bool:
@@ -391,6 +394,23 @@ def _g_reduce(draw, model: Model) -> list[Instr]:
     return [_compute(model, op, (Var(x), dims, draw(st.booleans())))]
 
 
+def _g_norm(draw, model: Model) -> list[Instr]:
+    """A vector norm, std or F.normalize over one dim: ATen-valued ops whose backward formulas
+    write into tensors they made (`masked_fill_` where a norm is 0), which the backward graph
+    holds as functional ops (r[ops.aten-derivatives.functional])."""
+    x = _recent(draw, [v for v in model.names if model.lay(v).sizes])
+    sizes = model.lay(x).sizes
+    d = draw(st.integers(0, len(sizes) - 1))
+    ops = ["vector_norm", "normalize"] + ["std"] * (sizes[d] > 1)  # std of one value: nan
+    op = draw(st.sampled_from(ops))
+    if op == "vector_norm":
+        ord = draw(st.sampled_from([2.0, 1.0, 3.0]))
+        return [_compute(model, op, (Var(x), ord, (d,), draw(st.booleans())))]
+    if op == "std":
+        return [_compute(model, op, (Var(x), d))]
+    return [_compute(model, op, (Var(x), 2.0, d))]
+
+
 def _g_cat(draw, model: Model) -> list[Instr]:
     x = _recent(draw, [v for v in model.names if model.lay(v).sizes])
     sizes = model.lay(x).sizes
@@ -560,6 +580,7 @@ GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("matmul", _g_matmul, lambda m: any(len(m.lay(v).sizes) == 2 for v in m.names)),
     ("reduce", _g_reduce, lambda m: True),
     ("cat", _g_cat, lambda m: any(m.lay(v).sizes for v in m.names)),
+    ("norm", _g_norm, lambda m: any(m.lay(v).sizes for v in m.names)),
     ("where", _g_where, lambda m: True),
     ("no_grad", _g_no_grad, lambda m: True),
     ("grad_mode", _g_grad_mode, lambda m: True),

@@ -218,6 +218,10 @@ OPS: dict[str, Op] = {
         "torch.no_grad()(torch.Tensor.copy_)", torch.no_grad()(torch.Tensor.copy_)
     ),
     "where": _call("torch.where", torch.where),
+    # norms, whose backward formulas write into tensors they made (grad.py's `_g_norm`)
+    "vector_norm": _call("torch.linalg.vector_norm", torch.linalg.vector_norm),
+    "std": _method("std"),
+    "normalize": _call("torch.nn.functional.normalize", torch.nn.functional.normalize),
     # torch.cat([xs...], dim), with the dim first among the arguments
     "cat": Op(lambda dim, *xs: torch.cat(xs, dim), _render_cat),
     # custom autograd.Functions with their own backward (r[capture.custom-function])
