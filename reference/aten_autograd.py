@@ -32,6 +32,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from aotspec.errors import InternalError, UnsupportedError
 
+from .graph import placeholders
 from .optable import ATEN_VALUED, OP_TABLE, call_with, qualified_name
 from .rules import Slot, example, key_of
 from .storage import Layout, Tensor
@@ -178,13 +179,28 @@ def _functional(overload, module: torch.fx.GraphModule, examples) -> torch.fx.Gr
     `masked_fill_`); PyTorch's functionalization, traced again, replaces each such write by the
     functional op (`masked_fill`). A write into what the formula was given (a gradient, an
     argument, an output) would outlive it: functionalization leaves it as a `copy_` into the
-    placeholder, and it is refused."""
-    if not _writes(module.graph):
+    placeholder, and it is refused.
+
+    Functionalization would also decompose the op itself (`binary_cross_entropy_with_logits`),
+    so it runs on the formula alone, with the op's outputs as placeholders; the op's node goes
+    back in front of it."""
+    graph = module.graph
+    if not _writes(graph):
         return module
-    module = make_fx(torch.func.functionalize(module, remove="mutations"), tracing_mode="fake")(
-        *examples
+    forward = next(node for node in graph.nodes if node.target is overload)
+    outputs = _outputs_read(forward)
+    formula = torch.fx.Graph()
+    env = {node: formula.placeholder(node.name) for node in placeholders(graph)}
+    env.update({node: formula.placeholder(f"{node.name}_value") for node in outputs})
+    for node in graph.nodes:
+        if node not in env and node is not forward:
+            env[node] = formula.node_copy(node, env.__getitem__)
+    functionalize = torch.func.functionalize(
+        torch.fx.GraphModule(module, formula), remove="mutations"
     )
-    left = _writes(module.graph)
+    values = [example(Layout.of(node.meta["val"])) for node in outputs]
+    functional = make_fx(functionalize, tracing_mode="fake")(*examples, *values)
+    left = _writes(functional.graph)
     if left:
         raise UnsupportedError(
             f"eager's derivative formula of {qualified_name(overload)} writes a tensor it was "
@@ -193,7 +209,36 @@ def _functional(overload, module: torch.fx.GraphModule, examples) -> torch.fx.Gr
             fix="compute this op outside the compiled function, or give it a derivative with a "
             "torch.autograd.Function whose backward writes nothing it is given",
         )
-    return module
+    return _after_forward(module, forward, outputs, functional)
+
+
+def _outputs_read(forward: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes holding the op's outputs: its own node, or its getitems."""
+    if not isinstance(forward.meta["val"], (tuple, list)):
+        return [forward]
+    return [user for user in forward.users if user.target is getitem]
+
+
+def _after_forward(module, forward, outputs, functional) -> torch.fx.GraphModule:
+    """The op's node, with what it reads, then the `functional` formula on its outputs."""
+    graph = torch.fx.Graph()
+    originals = placeholders(module.graph)
+    env = {node: graph.placeholder(node.name) for node in originals}
+    kept = {forward, *outputs}
+    pending = [forward]
+    while pending:  # what the op reads: its arguments' placeholders, detached
+        node = pending.pop()
+        kept.update(node.all_input_nodes)
+        pending.extend(node.all_input_nodes)
+    for node in module.graph.nodes:
+        if node in kept and node not in env:
+            env[node] = graph.node_copy(node, env.__getitem__)
+    given = placeholders(functional.graph)
+    env_formula = dict(zip(given, [env[node] for node in originals + outputs], strict=True))
+    for node in functional.graph.nodes:
+        if node not in env_formula:
+            env_formula[node] = graph.node_copy(node, env_formula.__getitem__)
+    return torch.fx.GraphModule(functional, graph)
 
 
 class EagerDerivative:
