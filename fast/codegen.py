@@ -29,10 +29,27 @@ from attrs import frozen
 from aotspec.errors import InternalError
 from aotspec.reference.collectives import COLLECTIVES, on_group
 from aotspec.reference.lifetimes import last_uses
+from aotspec.reference.optable import OpKind, lookup
+
+
+def meta_strided(value: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
+    """r[ops.fresh-output.meta-layout]: `value` with the meta kernel's strides: a view of it
+    where only dims of one element differ (the same elements in the same places), else a copy."""
+    if all(a == b or n == 1 for a, b, n in zip(value.stride(), strides, value.shape, strict=True)):
+        return value.as_strided(value.shape, strides)
+    copy = torch.empty_strided(value.shape, strides, dtype=value.dtype, device=value.device)
+    return copy.copy_(value)
+
 
 #: Names the generated code reads; graph values never shadow them (see `_check_names`). Each
 #: function gets its own `aten`, holding the ops it calls.
-_BUILTIN_NAMES = {"torch": torch, "aten": None, "inf": math.inf, "nan": math.nan}
+_BUILTIN_NAMES = {
+    "torch": torch,
+    "aten": None,
+    "inf": math.inf,
+    "nan": math.nan,
+    "meta_strided": meta_strided,
+}
 
 
 @frozen
@@ -69,6 +86,10 @@ def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> Gener
             lines.append(f"    {node.name} = {constant}")
         elif node.op == "call_function":
             lines.append(f"    {node.name} = {_call(node, names)}")
+            strides = _meta_strides(node)
+            if strides is not None:  # r[ops.fresh-output.meta-layout]
+                lines.append(f"    if {node.name}.stride() != {strides}:")
+                lines.append(f"        {node.name} = meta_strided({node.name}, {strides})")
         elif node.op == "output":
             results = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
             lines.append(f"    return {_render(list(results), names)}")
@@ -82,6 +103,20 @@ def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> Gener
     namespace = dict(names)
     exec(compile(code, f"<aotspec.fast {name}>", "exec"), namespace)  # noqa: S102 (our own source)
     return GeneratedCode(graph, code, namespace[name])
+
+
+def _meta_strides(node: torch.fx.Node) -> tuple[int, ...] | None:
+    """The strides the meta kernel gave a fresh output of two dims or more, which the torch
+    kernel may not give (`mse_loss_backward` of a transposed input); None for other values."""
+    value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor) or value.dim() < 2:
+        return None
+    source = node.args[0] if node.target is operator.getitem else node
+    if not isinstance(source.target, torch._ops.OpOverload):
+        return None  # a fused kernel's output: laid out as the group says
+    if lookup(source.target, where=source.name).kind not in (OpKind.COMPUTE, OpKind.ATEN):
+        return None
+    return tuple(value.stride())
 
 
 def _call(node: torch.fx.Node, names: dict) -> str:

@@ -132,6 +132,7 @@ def _fresh(result, meta):
         )
     # The kernel's dtype: under autocast, batch norm's saved statistics stay float32 where its
     # meta kernel says bfloat16.
+    # r[ops.fresh-output.meta-layout]: the meta kernel's strides, whatever the kernel's were
     layout = Layout(result.dtype, meta.shape, meta.stride(), meta.storage_offset())
     s = Storage.zeros(layout.extent_bytes())
     st = new_torch_storage(s)

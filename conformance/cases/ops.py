@@ -144,6 +144,25 @@ def _norms_world():
 _NORMS = _eager(_norms, _norms_world(), ["x", "y"])
 
 
+def _transposed_losses(x, w, target):
+    # as nn.MultiheadAttention(batch_first=True) returns: a matmul's rows, viewed and transposed
+    h = (x @ w).view(3, 2, 4).transpose(0, 1)
+    return F.mse_loss(h, target) + F.smooth_l1_loss(h, target) + F.huber_loss(h, target, delta=0.5)
+
+
+def _transposed_losses_world():
+    return {
+        "x": torch.linspace(-2.0, 2.0, 30).view(6, 5).requires_grad_(),
+        "w": torch.linspace(1.0, -1.0, 20).view(5, 4).requires_grad_(),
+        "target": torch.linspace(-0.5, 0.5, 24).view(2, 3, 4),
+    }
+
+
+_TRANSPOSED_LOSSES = _eager(
+    _transposed_losses, _transposed_losses_world(), ["x", "w", "target"]
+)
+
+
 def _pack_bf16(x):
     return x.to(torch.bfloat16)
 
@@ -410,6 +429,17 @@ CASES = [
         # eager's formulas write masked_fill_ into quotients they made; the values are eager's,
         # a zero gradient for the zero row's norm included
         expect=[Values(name, _NORMS[name]) for name in ["out0", "x.grad", "y.grad"]],
+    ),
+    Case(
+        name="ops.aten-loss-backward-of-a-transposed-view-keeps-the-meta-layout",
+        rules=["ops.fresh-output.meta-layout", "ops.aten-derivatives"],
+        setup=_transposed_losses_world,
+        args=["x", "w", "target"],
+        program=_transposed_losses,
+        backward=True,
+        # the losses' backward kernels return contiguous gradients where their meta kernels keep
+        # h's transposed order; the backward then views the gradient back as the matmul's rows
+        expect=[Values(name, _TRANSPOSED_LOSSES[name]) for name in ["out0", "x.grad", "w.grad"]],
     ),
     Case(
         name="ops.random-draws-from-the-callers-generator-in-order",
