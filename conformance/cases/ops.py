@@ -18,6 +18,7 @@ from ..case import (
     Raises,
     Separate,
     Shares,
+    StorageBytes,
     Values,
     eager_only,
 )
@@ -147,7 +148,13 @@ _NORMS = _eager(_norms, _norms_world(), ["x", "y"])
 def _transposed_losses(x, w, target):
     # as nn.MultiheadAttention(batch_first=True) returns: a matmul's rows, viewed and transposed
     h = (x @ w).view(3, 2, 4).transpose(0, 1)
-    return F.mse_loss(h, target) + F.smooth_l1_loss(h, target) + F.huber_loss(h, target, delta=0.5)
+    losses = F.mse_loss(h, target) + F.smooth_l1_loss(h, target)
+    losses = losses + F.huber_loss(h, target, delta=0.5)
+    return losses + (F.elu(h) * target).sum() + (F.hardtanh(h) * target).sum()
+
+
+def _mean_squared(x, target):
+    return F.mse_loss(x * 2, target)
 
 
 def _transposed_losses_world():
@@ -437,9 +444,23 @@ CASES = [
         args=["x", "w", "target"],
         program=_transposed_losses,
         backward=True,
-        # the losses' backward kernels return contiguous gradients where their meta kernels keep
-        # h's transposed order; the backward then views the gradient back as the matmul's rows
+        # the losses' and activations' backward kernels return contiguous gradients where their
+        # meta kernels keep h's transposed order; the backward then views the gradient back as
+        # the matmul's rows
         expect=[Values(name, _TRANSPOSED_LOSSES[name]) for name in ["out0", "x.grad", "w.grad"]],
+    ),
+    Case(
+        name="ops.aten-loss-mean-has-a-storage-of-its-own",
+        rules=["ops.fresh-output.meta-layout"],
+        setup=lambda: {"x": _M.clone(), "target": _M.flip(0).clone()},
+        args=["x", "target"],
+        program=_mean_squared,
+        # one float32, as the meta kernel says; (2x - flip(x))^2 averaged over the 9 terms
+        expect=[
+            StorageBytes("out0", 4),
+            Values("out0", ((_M * 2 - _M.flip(0)) ** 2).mean()),
+        ],
+        skip={"torch-eager": "eager's kernel returns the mean on a storage of its 9 terms (36 B)"},
     ),
     Case(
         name="ops.random-draws-from-the-callers-generator-in-order",
