@@ -26,6 +26,7 @@ from aotspec.reference.plan import (
     SavedTensorHooks,
     bases_key,
     build_plan,
+    collecting_refusals,
     input_facts,
     lift,
 )
@@ -70,8 +71,9 @@ def compile(
 def check(fn: Callable, *args, **kwargs) -> list[UnsupportedError]:
     """What `aotspec.compile(fn)` would refuse for this call, without running it: every op of the
     program that is not supported, each an UnsupportedError naming the op, the user's source line
-    and the rule (`r[ops.unsupported-all]`); or the first pattern refused after capture. Empty
-    when the call compiles. `fn` is traced on fake tensors: the arguments are not touched. A
+    and the rule (`r[ops.unsupported-all]`), then what its backward refuses (refused ops stand
+    in without a gradient), and last the first pattern refused after capture. Empty when the
+    call compiles. `fn` is traced on fake tensors: the arguments are not touched. A
     module's parameters and buffers are inputs of the program, as Dynamo makes them."""
     if isinstance(fn, torch.nn.Module):
         module = fn
@@ -87,11 +89,17 @@ def check(fn: Callable, *args, **kwargs) -> list[UnsupportedError]:
             fn, args = lifted.wrap(fn), (list(lifted.tensors), *args)
     leaves, _ = _flatten(args, kwargs)
     tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
-    try:
-        build_plan(fn, args, kwargs, tensors, frozenset(), None)
-    except UnsupportedError as error:
-        return list(error.refusals)
-    return []
+    with collecting_refusals() as refusals:
+        try:
+            build_plan(fn, args, kwargs, tensors, frozenset(), None)
+        except UnsupportedError as error:  # a pattern refused: the compile can go no further
+            for refusal in error.refusals:
+                refusals.note(refusal)
+        except Exception:
+            if not refusals.errors:
+                raise
+            # what a refused op's stand-in led to: the refusals found are what there is to say
+    return refusals.errors
 
 
 def _parameters(fn) -> dict:

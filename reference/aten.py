@@ -68,6 +68,13 @@ def aten_entry(overload: torch._ops.OpOverload) -> OpEntry | Refusal:
     if torch.Tag.inplace_view in overload.tags:
         return Refusal("changes a tensor's sizes or strides in place", "ops.aten-mutations")
     if any(_writes(a) for a in schema.arguments):
+        functional = functional_variant(overload)
+        if functional is not None:  # capture writes it as `functional` and a copy_: not here
+            return Refusal(
+                "writes its arguments in a graph a compile pass made, which must hold no writes "
+                f"(a captured program holds {qualified_name(functional)} and a copy_ instead)",
+                "ops.aten-mutations",
+            )
         return Refusal(
             "writes its arguments and has no functional variant to be written as",
             "ops.aten-mutations",
@@ -139,6 +146,7 @@ def _fresh(result, meta):
         )
     # The kernel's dtype: under autocast, batch norm's saved statistics stay float32 where its
     # meta kernel says bfloat16.
+    # r[ops.fresh-output.meta-layout]: the meta kernel's strides, whatever the kernel's were
     layout = Layout(result.dtype, meta.shape, meta.stride(), meta.storage_offset())
     s = Storage.zeros(layout.extent_bytes())
     st = new_torch_storage(s)

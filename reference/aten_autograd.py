@@ -28,12 +28,12 @@ import torch.fx
 import torch.utils._pytree as pytree
 from attrs import frozen
 from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
-from torch.func import functionalize
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import _disable_current_modes
 
 from aotspec.errors import InternalError, UnsupportedError
 
+from .graph import placeholders
 from .optable import ATEN_VALUED, call_with, qualified_name
 from .rules import Slot, example, key_of
 from .storage import Layout, Tensor, carries_gradients
@@ -174,10 +174,7 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
                 fix="take the gradient of this op outside the compiled function, or detach its "
                 "inputs",
             ) from error
-        # r[ops.aten-derivatives.writes]: a formula's in-place writes into its own
-        # intermediates (as_strided_copy's copy_ into a view of new_zeros, svd's fill_ of a
-        # diagonal) become the out-of-place ops that compute the same values
-        module = make_fx(functionalize(traced, remove="mutations"), tracing_mode="fake")(*examples)
+        module = _functional(overload, traced, examples)
     graph = module.graph
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
     forward = next((node for node in graph.nodes if node.target is overload), None)
@@ -190,6 +187,82 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
         tuple(placeholders[n_grads:]),
         tuple(gives),
     )
+
+
+def _writes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    return [
+        node
+        for node in graph.nodes
+        if isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
+    ]
+
+
+def _functional(overload, module: torch.fx.GraphModule, examples) -> torch.fx.GraphModule:
+    """r[ops.aten-derivatives.functional]: eager's formula as a functional graph. A formula may
+    write tensors it made itself (the norm's backward zeroes its quotient where the norm is 0 with
+    `masked_fill_`); PyTorch's functionalization, traced again, replaces each such write by the
+    functional op (`masked_fill`). A write into what the formula was given (a gradient, an
+    argument, an output) would outlive it: functionalization leaves it as a `copy_` into the
+    placeholder, and it is refused.
+
+    Functionalization would also decompose the op itself (`binary_cross_entropy_with_logits`),
+    so it runs on the formula alone, with the op's outputs as placeholders; the op's node goes
+    back in front of it."""
+    graph = module.graph
+    if not _writes(graph):
+        return module
+    forward = next(node for node in graph.nodes if node.target is overload)
+    outputs = _outputs_read(forward)
+    formula = torch.fx.Graph()
+    env = {node: formula.placeholder(node.name) for node in placeholders(graph)}
+    env.update({node: formula.placeholder(f"{node.name}_value") for node in outputs})
+    for node in graph.nodes:
+        if node not in env and node is not forward:
+            env[node] = formula.node_copy(node, env.__getitem__)
+    functionalize = torch.func.functionalize(
+        torch.fx.GraphModule(module, formula), remove="mutations"
+    )
+    values = [example(Layout.of(node.meta["val"])) for node in outputs]
+    functional = make_fx(functionalize, tracing_mode="fake")(*examples, *values)
+    left = _writes(functional.graph)
+    if left:
+        raise UnsupportedError(
+            f"eager's derivative formula of {qualified_name(overload)} writes a tensor it was "
+            f"given ({left[0].target}), which its backward graph cannot hold",
+            rule="ops.aten-derivatives.functional",
+            fix="compute this op outside the compiled function, or give it a derivative with a "
+            "torch.autograd.Function whose backward writes nothing it is given",
+        )
+    return _after_forward(module, forward, outputs, functional)
+
+
+def _outputs_read(forward: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes holding the op's outputs: its own node, or its getitems."""
+    if not isinstance(forward.meta["val"], (tuple, list)):
+        return [forward]
+    return [user for user in forward.users if user.target is getitem]
+
+
+def _after_forward(module, forward, outputs, functional) -> torch.fx.GraphModule:
+    """The op's node, with what it reads, then the `functional` formula on its outputs."""
+    graph = torch.fx.Graph()
+    originals = placeholders(module.graph)
+    env = {node: graph.placeholder(node.name) for node in originals}
+    kept = {forward, *outputs}
+    pending = [forward]
+    while pending:  # what the op reads: its arguments' placeholders, detached
+        node = pending.pop()
+        kept.update(node.all_input_nodes)
+        pending.extend(node.all_input_nodes)
+    for node in module.graph.nodes:
+        if node in kept and node not in env:
+            env[node] = graph.node_copy(node, env.__getitem__)
+    given = placeholders(functional.graph)
+    env_formula = dict(zip(given, [env[node] for node in originals + outputs], strict=True))
+    for node in functional.graph.nodes:
+        if node not in env_formula:
+            env_formula[node] = graph.node_copy(node, env_formula.__getitem__)
+    return torch.fx.GraphModule(functional, graph)
 
 
 class EagerDerivative:

@@ -34,7 +34,6 @@ from .capture import (
     checkpoint_region,
     grad_enabled,
     has_value_dependent_sizes,
-    source_line,
 )
 from .collectives import communicates
 from .custom_functions import custom_function_call
@@ -48,7 +47,7 @@ from .functionalize import (
     WriteBack,
     node_of,
 )
-from .graph import GraphProgram, output_node, placeholders, traced_from
+from .graph import GraphProgram, output_node, placeholders, source_line, traced_from
 from .optable import (
     NONDIFFERENTIABLE,
     OpKind,
@@ -57,6 +56,8 @@ from .optable import (
     derivative_of,
     lookup,
     qualified_name,
+    refuse,
+    refused,
 )
 from .storage import Layout, carries_gradients
 
@@ -501,14 +502,20 @@ def _backward_pass(
             continue
         if isinstance(grad, dict):  # the gradients of a multi-output op, by output index
             grad = tuple(grad.get(i) for i in range(len(env[node])))
-        rule = derivative_of(node.target)
+        rule = None if refused(node.target) else derivative_of(node.target)
         if rule is None:
-            raise UnsupportedError(
-                f"op {qualified_name(node.target)} has no derivative rule",
-                rule="autograd.derivative-rules",
-                fix="add a @derivative rule beside the op in reference/ops.py, or compute this "
-                "part under torch.no_grad()",
-            )
+            if not refused(node.target):
+                refuse(
+                    UnsupportedError(
+                        f"op {qualified_name(node.target)} ({source_line(node)}) has no "
+                        "derivative rule",
+                        rule="autograd.derivative-rules",
+                        fix="add a @derivative rule beside the op in reference/ops.py, or compute "
+                        "this part under torch.no_grad()",
+                    ),
+                    node.target,
+                )
+            continue  # r[ops.unsupported-all]: while checking, no gradient goes through it
         args = torch.fx.node.map_arg(node.args, env.__getitem__)
         kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
         regions.enter(node)  # r[checkpoint.saved]: what the region's derivatives read

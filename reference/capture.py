@@ -55,6 +55,7 @@ from .custom_functions import (
     custom_function_call,
     intercepting_apply,
 )
+from .graph import source_line
 from .optable import DERIVATIVES, OpEntry, lookup
 
 aten = torch.ops.aten
@@ -849,19 +850,3 @@ def _computed_from(node: torch.fx.Node) -> set[torch.fx.Node]:
                 found.add(user)
                 stack.append(user)
     return found
-
-
-_FRAME = re.compile(
-    r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>.*)'
-)
-
-
-def source_line(node: torch.fx.Node) -> str:
-    """`called from file.py:12 in f: y = x.cumsum(0)`, or the node's name if no trace was kept."""
-    frames = list(_FRAME.finditer(node.stack_trace or ""))
-    if not frames:
-        return f"graph node {node.name}"
-    frame = frames[-1]
-    return (
-        f"called from {frame['file']}:{frame['line']} in {frame['func']}: {frame['code'].strip()}"
-    )

@@ -34,6 +34,7 @@ from .graph import GraphProgram, output_node, placeholders
 from .hooks import FILTERS as HOOK_FILTERS
 from .hooks import Placement, SavedTensorHooks, inline_hooks
 from .lift import lift
+from .optable import collecting_refusals
 
 __all__ = [
     "HOOK_FILTERS",
@@ -44,6 +45,7 @@ __all__ = [
     "bases_key",
     "build_plan",
     "input_facts",
+    "collecting_refusals",
     "lift",
 ]
 

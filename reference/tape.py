@@ -246,15 +246,20 @@ class Tape:
             self._note_bases(result)
         carried = output_gradients(node.target, bound, tuple(v is not None for v in inputs))
         if any(inputs) and node.target not in NONDIFFERENTIABLE and carried != ():
+            rule = derivative_of(node.target)
+            originals = self._original_self(node, rule, result, bound, inputs, carried)
             outputs = self._record(
                 node.name,
-                derivative_of(node.target),
+                rule,
                 qualified_name(node.target),
                 result,
                 bound,
                 inputs,
-                carried=carried,
+                originals,
+                carried,
             )
+            for cell in originals.values():
+                self.ledger.release(cell)  # the tape holds it now, or pack's result instead
             for cell, var in zip(cells_of(result), outputs, strict=True):
                 self._set_var(cell, var)
         return result
@@ -287,6 +292,22 @@ class Tape:
             self.ledger.release(before)  # the tape holds it now, or pack's result instead
         self._rebase(target, var)
         return result
+
+    def _original_self(self, node, rule, result, bound, inputs, carried) -> dict[int, Tensor]:
+        """r[ops.aten-mutations.original-self]: an ATen-valued in-place op runs as its functional
+        op and a copy_ of the result into its first argument; where the derivative reads that
+        argument, it reads a clone of it, as eager's in-place op keeps its original self."""
+        target = bound[0]
+        written = any(
+            user.target is aten.copy_.default and user.args == (node.args[0], node)
+            for user in node.users
+        )
+        if rule is None or not written or not isinstance(target, Tensor):
+            return {}
+        position = len(pytree.tree_leaves(result))  # leaves: the output's, then the arguments'
+        if position not in self._reads(rule, result, bound, inputs, carried):
+            return {}
+        return {position: self._clone(target)}
 
     def _relayout(self, node, entry, bound, env, ledger):
         """r[autograd.metadata]: an in-place metadata op on a tensor that needs a gradient gives it

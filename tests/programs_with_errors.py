@@ -42,3 +42,14 @@ batch_norm = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(
 
 def batch_norm_args():
     return (torch.randn(2, 3, 6, 6),)
+
+
+def refused_forward_and_backward(x, w):
+    y = torch.ops.prims.sin(x.detach())  # prims are not in the op table
+    normed = torch.nn.functional.layer_norm(x, (4,), w)
+    (w_grad,) = torch.autograd.grad(normed.sum(), w, create_graph=True)
+    return y.sum() + w_grad.sum()  # its backward differentiates layer_norm's backward
+
+
+def refused_forward_and_backward_args():
+    return torch.randn(3, 4, requires_grad=True), torch.randn(4, requires_grad=True)

@@ -5,7 +5,7 @@ Three classes of op, each swept on a float64 sample per op (`r[ops.aten-derivati
 - `FORMULA_WRITES`: ops whose formula in PyTorch's derivatives.yaml writes into tensors it made
   itself (`copy_` into a view of `new_zeros`, `fill_` or `mul_` of a diagonal, `masked_fill_`,
   `logical_or_`, `tril_`, ...): replayed as written, the writes were lost or refused
-  (`r[ops.aten-derivatives.writes]`). A test checks that each sample's traced formula writes.
+  (`r[ops.aten-derivatives.functional]`). A test checks that each sample's traced formula writes.
 - `WRITES_STATE`: ops that write state their backward reads (rrelu's noise, batch norm's running
   statistics: `r[ops.aten-mutations.state]`, `r[ops.aten-mutations.batch-norm]`).
 - `NONDIFFERENTIABLE_OUTPUTS`: ops with outputs eager gives no gradient (indices, saved

@@ -259,6 +259,18 @@ def test_check_lists_every_refused_op_with_its_line_and_rule(capsys):
     assert lines[3].endswith("[rule ops.aten-values]")
 
 
+def test_check_lists_the_backwards_refusals_too(capsys):
+    """r[ops.unsupported-all]: the check goes on past the refused forward op to the backward,
+    and lists the refusal it meets there (a derivative of layer_norm's backward)."""
+    code, out, _ = run_cli(capsys, "check", f"{BAD}:refused_forward_and_backward")
+    assert 1 == code
+    lines = out.splitlines()
+    assert lines[0].endswith("refused_forward_and_backward: 2 refused")
+    assert "prims.sin.default" in lines[1] and lines[1].endswith("[rule ops.table]")
+    assert "native_layer_norm_backward" in lines[3]
+    assert lines[3].endswith("[rule autograd.derivative-rules]")
+
+
 def test_check_takes_an_importable_module_and_a_module_object(capsys, monkeypatch):
     """`MODULE:FUNCTION` names what `import MODULE` finds from here; the function may be an
     nn.Module, whose parameters and buffers are inputs, as `aotspec.check` takes them."""

@@ -130,6 +130,49 @@ def test_fast_memory_is_at_most_eagers(name):
     assert peak <= eager_peak
 
 
+def _attention_steps(runner: str, loss_of, steps: int = 3) -> dict[str, torch.Tensor]:
+    """The weights of `nn.MultiheadAttention(batch_first=True)` after `steps` SGD steps on
+    `loss_of(output, target)`, the step run by `runner` (or eager)."""
+    torch.manual_seed(0)
+    attention = nn.MultiheadAttention(16, 4, batch_first=True)
+    x, target = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+
+    def step(x, target):
+        out, _ = attention(x, x, x)  # a transposed view of the output projection's rows
+        return loss_of(out, target)
+
+    if runner.startswith("dynamo-"):
+        torch._dynamo.reset()
+        options = {"backend": runner.removeprefix("dynamo-")}
+        call = torch.compile(step, backend="aotspec", options=options)
+    else:
+        call = step if runner == "eager" else aotspec.compile(step, backend=runner)
+    optimizer = torch.optim.SGD(attention.parameters(), lr=0.1)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        call(x, target).backward()
+        optimizer.step()
+    return {name: p.detach().clone() for name, p in attention.named_parameters()}
+
+
+def _cosine_loss(out, target):
+    similarity = F.cosine_similarity(F.normalize(out, dim=-1), target, dim=-1)
+    return (1 - similarity).mean()
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("loss_of", [F.mse_loss, F.smooth_l1_loss, _cosine_loss])
+def test_attention_trains_as_eager(loss_of, runner):
+    """r[ops.fresh-output.meta-layout]: the losses' backward kernels lay the gradient of the
+    attention's transposed output out contiguously where their meta kernels keep its order, and
+    the backward views it on; r[ops.aten-derivatives.functional]: normalize's and
+    cosine_similarity's formulas write masked_fill_ into quotients they made."""
+    expected = _attention_steps("eager", loss_of)
+    weights = _attention_steps(runner, loss_of)
+    for key, value in expected.items():
+        torch.testing.assert_close(weights[key], value, msg=lambda m, key=key: f"{key}: {m}")
+
+
 def test_the_cnn_step_updates_the_running_statistics():
     """The comparison above is not vacuous: training mode moves the running mean off zero."""
     _, _, buffers = _step("cnn", "eager")

@@ -19,6 +19,7 @@ from ..case import (
     Raises,
     Separate,
     Shares,
+    StorageBytes,
     Values,
     eager_only,
 )
@@ -128,6 +129,46 @@ _BATCH_NORM = _eager(_batch_norm, _batch_norm_world(), _BATCH_NORM_NAMES)
 
 def _conv(x, w):
     return F.conv1d(x * 2, w, padding=1)
+
+
+def _norms(x, y):
+    return torch.linalg.vector_norm(x, dim=1) + F.cosine_similarity(x, y) + x.std(dim=1)
+
+
+def _norms_world():
+    # x's first row is zero: the norm's backward zeroes its quotient 0 / 0 there (masked_fill_)
+    return {
+        "x": torch.cat([torch.zeros(1, 3), _M[1:] - 5.5]).requires_grad_(),
+        "y": _M.flip(0).clone().requires_grad_(),
+    }
+
+
+_NORMS = _eager(_norms, _norms_world(), ["x", "y"])
+
+
+def _transposed_losses(x, w, target):
+    # as nn.MultiheadAttention(batch_first=True) returns: a matmul's rows, viewed and transposed
+    h = (x @ w).view(3, 2, 4).transpose(0, 1)
+    losses = F.mse_loss(h, target) + F.smooth_l1_loss(h, target)
+    losses = losses + F.huber_loss(h, target, delta=0.5)
+    return losses + (F.elu(h) * target).sum() + (F.hardtanh(h) * target).sum()
+
+
+def _mean_squared(x, target):
+    return F.mse_loss(x * 2, target)
+
+
+def _transposed_losses_world():
+    return {
+        "x": torch.linspace(-2.0, 2.0, 30).view(6, 5).requires_grad_(),
+        "w": torch.linspace(1.0, -1.0, 20).view(5, 4).requires_grad_(),
+        "target": torch.linspace(-0.5, 0.5, 24).view(2, 3, 4),
+    }
+
+
+_TRANSPOSED_LOSSES = _eager(
+    _transposed_losses, _transposed_losses_world(), ["x", "w", "target"]
+)
 
 
 def _pack_bf16(x):
@@ -668,6 +709,46 @@ CASES = [
         + [Values(f"{name}.grad", _LSTM[f"{name}.grad"]) for name in _LSTM_NAMES[3:]],
     ),
     Case(
+        name="ops.aten-norm-gradients-write-nothing",
+        rules=[
+            "ops.aten-derivatives.functional",
+            "ops.aten-mutations.original-self",
+            "ops.aten-derivatives",
+        ],
+        setup=_norms_world,
+        args=["x", "y"],
+        program=_norms,
+        backward=True,
+        # eager's formulas write masked_fill_ into quotients they made; the values are eager's,
+        # a zero gradient for the zero row's norm included
+        expect=[Values(name, _NORMS[name]) for name in ["out0", "x.grad", "y.grad"]],
+    ),
+    Case(
+        name="ops.aten-loss-backward-of-a-transposed-view-keeps-the-meta-layout",
+        rules=["ops.fresh-output.meta-layout", "ops.aten-derivatives"],
+        setup=_transposed_losses_world,
+        args=["x", "w", "target"],
+        program=_transposed_losses,
+        backward=True,
+        # the losses' and activations' backward kernels return contiguous gradients where their
+        # meta kernels keep h's transposed order; the backward then views the gradient back as
+        # the matmul's rows
+        expect=[Values(name, _TRANSPOSED_LOSSES[name]) for name in ["out0", "x.grad", "w.grad"]],
+    ),
+    Case(
+        name="ops.aten-loss-mean-has-a-storage-of-its-own",
+        rules=["ops.fresh-output.meta-layout"],
+        setup=lambda: {"x": _M.clone(), "target": _M.flip(0).clone()},
+        args=["x", "target"],
+        program=_mean_squared,
+        # one float32, as the meta kernel says; (2x - flip(x))^2 averaged over the 9 terms
+        expect=[
+            StorageBytes("out0", 4),
+            Values("out0", ((_M * 2 - _M.flip(0)) ** 2).mean()),
+        ],
+        skip={"torch-eager": "eager's kernel returns the mean on a storage of its 9 terms (36 B)"},
+    ),
+    Case(
         name="ops.random-draws-from-the-callers-generator-in-order",
         rules=["ops.random", "ops.aten-mutations", "ops.random.generator-capture"],
         setup=_draw_world,
@@ -736,7 +817,7 @@ CASES = [
     ),
     Case(
         name="ops.aten-derivative-writing-into-a-view-of-its-zeros",
-        rules=["ops.aten-derivatives.writes"],
+        rules=["ops.aten-derivatives.functional"],
         setup=lambda: {"x": torch.arange(4.0).requires_grad_()},
         args=["x"],
         program=_every_other_weighted,
@@ -746,7 +827,7 @@ CASES = [
     ),
     Case(
         name="ops.aten-derivative-filling-a-diagonal",
-        rules=["ops.aten-derivatives.writes"],
+        rules=["ops.aten-derivatives.functional"],
         setup=_svd_world,
         args=["b"],
         program=_svd_rebuilt,
@@ -757,7 +838,7 @@ CASES = [
     ),
     Case(
         name="ops.aten-derivative-halving-a-diagonal",
-        rules=["ops.aten-derivatives.writes"],
+        rules=["ops.aten-derivatives.functional"],
         setup=_qr_world,
         args=["a"],
         program=_qr_rebuilt,

@@ -168,6 +168,17 @@ def _render_cat(dim, *xs) -> str:
     return f"torch.cat([{', '.join(map(repr, xs))}], {dim})"
 
 
+def _loss(name: str) -> Op:
+    """`F.name(x, target, reduction=reduction)`: the reduction by keyword, as the losses take
+    size_average and reduce positionally."""
+    loss = getattr(torch.nn.functional, name)
+
+    def render(x, target, reduction) -> str:
+        return f"torch.nn.functional.{name}({x!r}, {target!r}, reduction={reduction!r})"
+
+    return Op(lambda x, target, reduction: loss(x, target, reduction=reduction), render)
+
+
 def _applied(function: type[torch.autograd.Function]) -> Op:
     """`Function.apply(*args)` of a custom Function (aotspec/fuzz/strategies/functions.py)."""
     return _call(f"{function.__name__}.apply", function.apply)
@@ -218,6 +229,13 @@ OPS: dict[str, Op] = {
         "torch.no_grad()(torch.Tensor.copy_)", torch.no_grad()(torch.Tensor.copy_)
     ),
     "where": _call("torch.where", torch.where),
+    # norms, whose backward formulas write into tensors they made (grad.py's `_g_norm`)
+    "vector_norm": _call("torch.linalg.vector_norm", torch.linalg.vector_norm),
+    "std": _method("std"),
+    "normalize": _call("torch.nn.functional.normalize", torch.nn.functional.normalize),
+    # losses, whose backward kernels lay a transposed input's gradient out otherwise than their
+    # meta kernels (grad.py's `_g_loss`)
+    **{name: _loss(name) for name in ("mse_loss", "smooth_l1_loss", "huber_loss")},
     # torch.cat([xs...], dim), with the dim first among the arguments
     "cat": Op(lambda dim, *xs: torch.cat(xs, dim), _render_cat),
     # custom autograd.Functions with their own backward (r[capture.custom-function])
