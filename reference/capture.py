@@ -20,6 +20,7 @@ import math
 import os
 import re
 import traceback
+import unittest.mock
 from collections.abc import Callable
 from operator import getitem
 from typing import Any
@@ -40,6 +41,7 @@ from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 from torch.overrides import TorchFunctionMode
 
 import aotspec.errors
+from aotspec import rng_state
 from aotspec.errors import UnsupportedError
 
 from . import effects, ops  # noqa: F401  (importing them fills the op table)
@@ -431,7 +433,12 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         rebuilt = [next(it) if leaf is TENSOR else leaf for leaf in in_leaves]
         call_args, call_kwargs = pytree.tree_unflatten(rebuilt, in_spec)
         histories_before = [_history(t) for t in flat_tensors]
-        with watch, intercepting_apply(interception), _checkpoint_regions_noted(regions):
+        with (
+            watch,
+            intercepting_apply(interception),
+            _checkpoint_regions_noted(regions),
+            _rng_state_recorded(),
+        ):
             result = fn(*call_args, **call_kwargs)
         out, out_spec = pytree.tree_flatten(result)
         outputs = [leaf for leaf in out if _is_tensor(leaf)]
@@ -447,6 +454,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
 
     # make_fx keeps stack traces only for frames of registered functions: register the user's.
     torch.fx.proxy._register_stack_trace_anchor(fn)
+    generator_before = torch.default_generator.get_state()
     try:
         graph_module = make_fx(
             flat_fn,
@@ -475,6 +483,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
             fix="pass the tensor as an argument, or hold it in a closure variable, a global or "
             "a module attribute",
         ) from None
+    _refuse_other_generator_changes(generator_before)
     grad_modes.annotate(graph_module.graph)
     regions.annotate(graph_module.graph)
     _refuse_random_ops_in_regions(graph_module.graph)
@@ -503,6 +512,55 @@ def _op_of(error: AssertionError) -> str:
     """The op FakeTensorMode names in `error`: `aten.mul.Tensor`."""
     found = re.search(r"Found in (\S+?)\(", str(error))
     return f"read by {found.group(1)}" if found else "read by an op"
+
+
+@contextlib.contextmanager
+def _rng_state_recorded():
+    """r[capture.rng-state]: while the function is traced, `torch.manual_seed`, `torch.seed`,
+    `torch.get_rng_state` and `torch.set_rng_state` (and their `torch.random` names) record an op
+    that acts on the generator when the program runs, and leave the caller's generator alone.
+    They record even inside `no_dispatch()` (PyTorch's `freeze_rng_state` reads and restores the
+    state there), under the dispatch state of the trace."""
+    include = torch._C._dispatch_tls_local_include_set()
+    exclude = torch._C._dispatch_tls_local_exclude_set()
+
+    def recorded(op, *args):
+        with torch._C._ForceDispatchKeyGuard(include, exclude):
+            return op(*args)
+
+    def manual_seed(seed):
+        recorded(rng_state.manual_seed, int(seed))
+        return torch.default_generator
+
+    def seed():
+        return recorded(rng_state.seed).item()
+
+    replacements = {
+        "manual_seed": manual_seed,
+        "seed": seed,
+        "get_rng_state": lambda: recorded(rng_state.get_rng_state),
+        "set_rng_state": lambda state: recorded(rng_state.set_rng_state, state),
+    }
+    with contextlib.ExitStack() as stack:
+        for module in (torch, torch.random):
+            for name, replacement in replacements.items():
+                stack.enter_context(unittest.mock.patch.object(module, name, replacement))
+        yield
+
+
+def _refuse_other_generator_changes(before: torch.Tensor) -> None:
+    """r[capture.rng-state]: a function that changed the caller's generator while traced reached
+    it otherwise (`torch.default_generator.manual_seed`): the change is undone and refused."""
+    if torch.equal(torch.default_generator.get_state(), before):
+        return
+    torch.default_generator.set_state(before)  # r[capture.no-side-effects]
+    raise UnsupportedError(
+        "the function changes the default generator's state other than through "
+        "torch.manual_seed, torch.seed or torch.set_rng_state (torch.default_generator's own "
+        "methods), which capture does not record",
+        rule="capture.rng-state",
+        fix="seed with torch.manual_seed(...) or set the state with torch.set_rng_state(...)",
+    )
 
 
 def _refuse_random_ops_in_regions(graph: torch.fx.Graph) -> None:

@@ -614,3 +614,50 @@ CASES.append(
         skip={"torch-eager": "eager runs Python that branches on values"},
     )
 )
+
+
+def _reseeded_world():
+    torch.manual_seed(5)  # the caller's generator, somewhere along its stream
+    torch.rand(7)
+    return {"x": torch.ones(3, requires_grad=True)}
+
+
+def _reseeds(x):
+    before = torch.rand(3)  # from the caller's state
+    torch.manual_seed(42)
+    return x * before, torch.randn(3)  # the second: eager's after the reseed, at every call
+
+
+def _reads_reseeds_and_restores(x):
+    state = torch.get_rng_state()
+    torch.random.manual_seed(42)
+    seeded = torch.randn(3)
+    torch.set_rng_state(state)
+    return x * torch.rand(3), seeded  # the first: the caller's stream, as if nothing happened
+
+
+def _draw_after_the_call(world: dict) -> None:
+    world["after"] = torch.rand(4)  # what the caller draws next sees the generator's state
+
+
+def _eager_reseeding(program) -> dict:
+    with torch.random.fork_rng():
+        world = _reseeded_world()
+        outputs = program(world["x"])
+        return {"out0": outputs[0].detach(), "out1": outputs[1], "after": torch.rand(4)}
+
+
+for _program in (_reseeds, _reads_reseeds_and_restores):
+    _expected = _eager_reseeding(_program)
+    CASES.append(
+        Case(
+            name=f"capture.rng-state-{_program.__name__[1:].replace('_', '-')}-as-eager",
+            rules=["capture.rng-state", "ops.random"],
+            setup=_reseeded_world,
+            args=["x"],
+            program=_program,
+            backward=True,
+            before_backward=_draw_after_the_call,
+            expect=[Values(name, _expected[name]) for name in ["out0", "out1", "after"]],
+        )
+    )
