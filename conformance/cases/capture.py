@@ -661,3 +661,41 @@ for _program in (_reseeds, _reads_reseeds_and_restores):
             expect=[Values(name, _expected[name]) for name in ["out0", "out1", "after"]],
         )
     )
+
+
+def _thresholds_through_dynamo(x):
+    # dynamic=True: Dynamo passes the floats to its graph as 0-d tensors read with .item()
+    threshold = torch.compile(F.threshold, backend="aotspec", dynamic=True)
+    return threshold(x, 0.5, 2.0) + threshold(x * 2, 0.25, -1.0)
+
+
+def _threshold_world():
+    return {"x": torch.tensor([0.75, 0.5, 0.1, -1.0], requires_grad=True)}
+
+
+def _eager_thresholds():
+    x = _threshold_world()["x"]
+    out = F.threshold(x, 0.5, 2.0) + F.threshold(x * 2, 0.25, -1.0)
+    out.sum().backward()
+    return out.detach(), x.grad
+
+
+_THRESHOLDS, _THRESHOLDS_GRAD = _eager_thresholds()
+
+CASES.append(
+    Case(
+        name="capture.dynamo-numbers-are-the-users-values",
+        rules=["capture.dynamo-numbers"],
+        setup=_threshold_world,
+        args=["x"],
+        program=_thresholds_through_dynamo,
+        backward=True,
+        # the derivative compares x with each threshold: a symbol there raised
+        expect=[Values("out0", _THRESHOLDS), Values("x.grad", _THRESHOLDS_GRAD)],
+        skip={
+            name: "the program compiles itself with torch.compile(backend='aotspec'), which "
+            "torch-eager runs"
+            for name in ("reference", "fast", "reference-eager", "torch.compile")
+        },
+    )
+)
