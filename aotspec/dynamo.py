@@ -11,7 +11,9 @@ passes `options` (and `mode`, when one is given) through to a registered backend
 arguments (`torch._TorchCompileWrapper`); without the option, `$AOTSPEC_BACKEND` decides, else
 `"fast"`, as for `aotspec.compile`. `options` may also name `steal` and `hooks_filter`.
 
-The example inputs are not used: `aotspec.compile` specializes on the real tensors of each call.
+The example inputs are not used: `aotspec.compile` specializes on the real tensors of each call,
+and on the Python numbers Dynamo passes as 0-d tensors, which the backend hands it as numbers
+(`r[capture.dynamo-numbers]`).
 """
 
 from __future__ import annotations
