@@ -20,6 +20,7 @@ import math
 import os
 import re
 import traceback
+import unittest.mock
 from collections.abc import Callable
 from operator import getitem
 from typing import Any
@@ -43,6 +44,7 @@ from torch.fx.experimental.symbolic_shapes import (
 from torch.overrides import TorchFunctionMode
 
 import aotspec.errors
+from aotspec import rng_state
 from aotspec.errors import UnsupportedError
 from aotspec.versions import stack_traces_of, traces_generators
 
@@ -181,44 +183,6 @@ class _RequiresGradCall:
 
 #: What computes gradients (r[capture.backward-inside]).
 _BACKWARD_CALLS = (torch.Tensor.backward, torch.autograd.backward)
-
-
-class _WatchRngState(TorchFunctionMode):
-    """r[capture.rng-state]: refuses a function that sets the state of the default generator
-    or of a generator it is passed (capture draws nothing, so any change is the function's): a
-    new seed is noticed at the function's next torch call, any other change when capture ends;
-    the state is put back first."""
-
-    def __init__(self, generators: list[torch.Generator]):
-        super().__init__()
-        self.generators = generators
-        self.seeds = [g.initial_seed() for g in generators]
-        self.states = [g.get_state() for g in generators]
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        # the seed, an int: reading the state would run ops, traced on fakes
-        if [g.initial_seed() for g in self.generators] != self.seeds:
-            self.refuse()
-        return func(*args, **(kwargs or {}))
-
-    def check(self) -> None:
-        """After tracing: any change of a generator's state."""
-        states = [g.get_state() for g in self.generators]
-        if any(not torch.equal(a, b) for a, b in zip(states, self.states, strict=True)):
-            self.refuse()
-
-    def refuse(self):
-        for g, state in zip(self.generators, self.states, strict=True):
-            g.set_state(state)
-        raise UnsupportedError(
-            "the function sets a random number generator's state (torch.manual_seed, "
-            "torch.set_rng_state, Generator.manual_seed or set_state): a compiled program draws "
-            "from the generator as the caller leaves it at each call, so a seed set while "
-            "tracing would hold for the first call only",
-            rule="capture.rng-state",
-            fix="seed the generator before calling the compiled function, or pass it a "
-            "torch.Generator seeded outside",
-        )
 
 
 class _WatchGradMode(TorchFunctionMode):
@@ -479,8 +443,6 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
     requires_grad_inputs: set[int] = set()
     requires_grad_outputs: set[int] = set()
     watch = _WatchGradMode(grad_modes, requires_grad_calls)
-    generators = [leaf for leaf in leaves if isinstance(leaf, torch.Generator)]
-    rng = _WatchRngState([torch.default_generator, *generators])
     interception = Interception(grad_modes, watch.pausing)
     # r[collectives.derivatives]: the collectives' library autograd is the table's to replace
     interception.passes_through = lambda cls: cls.__name__ in _table_ops_with_library_autograd()
@@ -490,7 +452,12 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         rebuilt = [next(it) if leaf is TENSOR else leaf for leaf in in_leaves]
         call_args, call_kwargs = pytree.tree_unflatten(rebuilt, in_spec)
         histories_before = [_history(t) for t in flat_tensors]
-        with rng, watch, intercepting_apply(interception), _checkpoint_regions_noted(regions):
+        with (
+            watch,
+            intercepting_apply(interception),
+            _checkpoint_regions_noted(regions),
+            _rng_state_recorded(),
+        ):
             result = fn(*call_args, **call_kwargs)
         out, out_spec = pytree.tree_flatten(result)
         outputs = [leaf for leaf in out if _is_tensor(leaf)]
@@ -504,6 +471,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
         requires_grad_outputs.update(set_outputs)
         return outputs
 
+    generator_before = torch.default_generator.get_state()
     try:
         # make_fx keeps stack traces only for frames it knows are user code: tell it `fn`'s.
         with stack_traces_of(fn):
@@ -546,7 +514,7 @@ def capture(fn: Callable, args, kwargs=None) -> Program:
             fix="pass the tensor as an argument, or hold it in a closure variable, a global or "
             "a module attribute",
         ) from None
-    rng.check()  # a state set after the function's last torch call
+    _refuse_other_generator_changes(generator_before)
     grad_modes.annotate(graph_module.graph)
     regions.annotate(graph_module.graph)
     _refuse_random_ops_in_regions(graph_module.graph)
@@ -575,6 +543,55 @@ def _op_of(error: AssertionError) -> str:
     """The op FakeTensorMode names in `error`: `aten.mul.Tensor`."""
     found = re.search(r"Found in (\S+?)\(", str(error))
     return f"read by {found.group(1)}" if found else "read by an op"
+
+
+@contextlib.contextmanager
+def _rng_state_recorded():
+    """r[capture.rng-state]: while the function is traced, `torch.manual_seed`, `torch.seed`,
+    `torch.get_rng_state` and `torch.set_rng_state` (and their `torch.random` names) record an op
+    that acts on the generator when the program runs, and leave the caller's generator alone.
+    They record even inside `no_dispatch()` (PyTorch's `freeze_rng_state` reads and restores the
+    state there), under the dispatch state of the trace."""
+    include = torch._C._dispatch_tls_local_include_set()
+    exclude = torch._C._dispatch_tls_local_exclude_set()
+
+    def recorded(op, *args):
+        with torch._C._ForceDispatchKeyGuard(include, exclude):
+            return op(*args)
+
+    def manual_seed(seed):
+        recorded(rng_state.manual_seed, int(seed))
+        return torch.default_generator
+
+    def seed():
+        return recorded(rng_state.seed).item()
+
+    replacements = {
+        "manual_seed": manual_seed,
+        "seed": seed,
+        "get_rng_state": lambda: recorded(rng_state.get_rng_state),
+        "set_rng_state": lambda state: recorded(rng_state.set_rng_state, state),
+    }
+    with contextlib.ExitStack() as stack:
+        for module in (torch, torch.random):
+            for name, replacement in replacements.items():
+                stack.enter_context(unittest.mock.patch.object(module, name, replacement))
+        yield
+
+
+def _refuse_other_generator_changes(before: torch.Tensor) -> None:
+    """r[capture.rng-state]: a function that changed the caller's generator while traced reached
+    it otherwise (`torch.default_generator.manual_seed`): the change is undone and refused."""
+    if torch.equal(torch.default_generator.get_state(), before):
+        return
+    torch.default_generator.set_state(before)  # r[capture.no-side-effects]
+    raise UnsupportedError(
+        "the function changes the default generator's state other than through "
+        "torch.manual_seed, torch.seed or torch.set_rng_state (torch.default_generator's own "
+        "methods), which capture does not record",
+        rule="capture.rng-state",
+        fix="seed with torch.manual_seed(...) or set the state with torch.set_rng_state(...)",
+    )
 
 
 def _refuse_random_ops_in_regions(graph: torch.fx.Graph) -> None:

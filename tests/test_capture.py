@@ -136,3 +136,36 @@ def test_a_value_read_with_item_for_arithmetic_is_allowed():
     compiled = aotspec.compile(lambda x: x * x.max().item(), backend="reference")
     torch.testing.assert_close(compiled(x), x * 2)
     torch.testing.assert_close(compiled(x * 3), x * 3 * 6)
+
+
+def _seeds_nondeterministically(x):
+    return x + torch.seed() * 0, torch.rand(2)
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_torch_seed_inside_reseeds_at_each_call_with_the_number_it_returns(backend):
+    """r[capture.rng-state]: the generator ends seeded with the number torch.seed() returned,
+    a new one each call; capture left the caller's generator alone."""
+    compiled = aotspec.compile(_seeds_nondeterministically, backend=backend)
+    torch.manual_seed(0)
+    compiled(torch.zeros(1))
+    first_seed = torch.initial_seed()
+    _, drawn = compiled(torch.zeros(1))
+    assert torch.initial_seed() not in (0, first_seed)
+    torch.manual_seed(torch.initial_seed())
+    assert torch.equal(drawn, torch.rand(2))
+
+
+def _seeds_the_generator_object(x):
+    torch.default_generator.manual_seed(3)
+    return x + torch.rand(2)
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_a_generator_change_capture_cannot_record_is_refused_and_undone(backend):
+    """r[capture.rng-state]: the generator's own methods are not recorded."""
+    torch.manual_seed(1)
+    state = torch.get_rng_state()
+    with pytest.raises(aotspec.UnsupportedError, match="other than through torch.manual_seed"):
+        aotspec.compile(_seeds_the_generator_object, backend=backend)(torch.zeros(2))
+    assert torch.equal(torch.get_rng_state(), state)

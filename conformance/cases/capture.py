@@ -582,11 +582,6 @@ def _returns_the_sum_as_a_number(x):
     return x.sum().item()
 
 
-def _seeded_inside(x):
-    torch.manual_seed(42)
-    return torch.rand(2) + x
-
-
 CASES.append(
     Case(
         name="capture.returned-item-raises",
@@ -597,21 +592,6 @@ CASES.append(
         # eager returns the float -2.0
         expect=[Raises(UnsupportedError, rule="capture.data-dependent.returned")],
         skip={"torch-eager": "eager returns the number"},
-    )
-)
-
-
-CASES.append(
-    Case(
-        name="capture.seeding-inside-raises",
-        rules=["capture.rng-state", "boundary.failed-call"],
-        setup=lambda: {"x": torch.tensor([1.0, -3.0])},
-        args=["x"],
-        program=_seeded_inside,
-        # eager draws [0.8823, 0.9150] from seed 42 every call; compiled, the seed would hold
-        # for the call that traced only
-        expect=[Raises(UnsupportedError, rule="capture.rng-state")],
-        skip={"torch-eager": "eager runs the seeding Python on every call"},
     )
 )
 
@@ -697,6 +677,91 @@ CASES.append(
             "torch-eager": "eager reads the gradient at the mask's positions",
             "reference-eager": "the eager interpreter differentiates when the backward runs, "
             "where tracing the rule fails on the mask (not yet refused by name)",
+        },
+    )
+)
+
+
+def _reseeded_world():
+    torch.manual_seed(5)  # the caller's generator, somewhere along its stream
+    torch.rand(7)
+    return {"x": torch.ones(3, requires_grad=True)}
+
+
+def _reseeds(x):
+    before = torch.rand(3)  # from the caller's state
+    torch.manual_seed(42)
+    return x * before, torch.randn(3)  # the second: eager's after the reseed, at every call
+
+
+def _reads_reseeds_and_restores(x):
+    state = torch.get_rng_state()
+    torch.random.manual_seed(42)
+    seeded = torch.randn(3)
+    torch.set_rng_state(state)
+    return x * torch.rand(3), seeded  # the first: the caller's stream, as if nothing happened
+
+
+def _draw_after_the_call(world: dict) -> None:
+    world["after"] = torch.rand(4)  # what the caller draws next sees the generator's state
+
+
+def _eager_reseeding(program) -> dict:
+    with torch.random.fork_rng():
+        world = _reseeded_world()
+        outputs = program(world["x"])
+        return {"out0": outputs[0].detach(), "out1": outputs[1], "after": torch.rand(4)}
+
+
+for _program in (_reseeds, _reads_reseeds_and_restores):
+    _expected = _eager_reseeding(_program)
+    CASES.append(
+        Case(
+            name=f"capture.rng-state-{_program.__name__[1:].replace('_', '-')}-as-eager",
+            rules=["capture.rng-state", "ops.random"],
+            setup=_reseeded_world,
+            args=["x"],
+            program=_program,
+            backward=True,
+            before_backward=_draw_after_the_call,
+            expect=[Values(name, _expected[name]) for name in ["out0", "out1", "after"]],
+        )
+    )
+
+
+def _thresholds_through_dynamo(x):
+    # dynamic=True: Dynamo passes the floats to its graph as 0-d tensors read with .item()
+    threshold = torch.compile(F.threshold, backend="aotspec", dynamic=True)
+    return threshold(x, 0.5, 2.0) + threshold(x * 2, 0.25, -1.0)
+
+
+def _threshold_world():
+    return {"x": torch.tensor([0.75, 0.5, 0.1, -1.0], requires_grad=True)}
+
+
+def _eager_thresholds():
+    x = _threshold_world()["x"]
+    out = F.threshold(x, 0.5, 2.0) + F.threshold(x * 2, 0.25, -1.0)
+    out.sum().backward()
+    return out.detach(), x.grad
+
+
+_THRESHOLDS, _THRESHOLDS_GRAD = _eager_thresholds()
+
+CASES.append(
+    Case(
+        name="capture.dynamo-numbers-are-the-users-values",
+        rules=["capture.dynamo-numbers"],
+        setup=_threshold_world,
+        args=["x"],
+        program=_thresholds_through_dynamo,
+        backward=True,
+        # the derivative compares x with each threshold: a symbol there raised
+        expect=[Values("out0", _THRESHOLDS), Values("x.grad", _THRESHOLDS_GRAD)],
+        skip={
+            name: "the program compiles itself with torch.compile(backend='aotspec'), which "
+            "torch-eager runs"
+            for name in ("reference", "fast", "reference-eager", "torch.compile")
         },
     )
 )

@@ -177,6 +177,13 @@ def _loss(name: str) -> Op:
         return f"torch.nn.functional.{name}({x!r}, {target!r}, reduction={reduction!r})"
 
     return Op(lambda x, target, reduction: loss(x, target, reduction=reduction), render)
+def _seeded_rand_like(x: torch.Tensor, seed: int) -> torch.Tensor:
+    torch.manual_seed(seed)
+    return torch.rand_like(x)
+
+
+def _render_seeded_rand_like(x, seed) -> str:
+    return f"(torch.manual_seed({seed!r}), torch.rand_like({x!r}))[1]"
 
 
 def _applied(function: type[torch.autograd.Function]) -> Op:
@@ -243,6 +250,9 @@ OPS: dict[str, Op] = {
     # a value nobody reads, which dies where it is made (r[memory.eager.last-use]): random, so
     # dead code elimination keeps it
     "rand_like": _call("torch.rand_like", torch.rand_like),
+    # a draw after the program seeds the generator itself, which the program's result reads: the
+    # same values at every call whatever the caller's generator (r[capture.rng-state])
+    "seeded_rand_like": Op(_seeded_rand_like, _render_seeded_rand_like),
     # pointwise chains over several dtypes, for the fusion pass (pointwise.py)
     **{name: _method(name) for name in ("sin", "sqrt", "floor", "ceil", "reciprocal", "isnan")},
     **{name: _method(name) for name in ("le", "ge", "eq", "ne", "div", "to")},
