@@ -129,8 +129,14 @@ def _meta_layout(node: torch.fx.Node) -> list[str]:
     nbytes = value.untyped_storage().nbytes()
     relaid = f"        {node.name} = meta_strided({node.name}, {strides}, {nbytes})"
     if kind is OpKind.ATEN:
-        test = f"{node.name}.stride() != {strides} or {node.name}.untyped_storage().nbytes() != "
-        return [f"    if {test}{nbytes}:", relaid]
+        # r[ops.aten-values.workspace]: an output whose sizes only the kernel knows (the meta
+        # kernel's is empty: mkldnn_rnn_layer's workspace) keeps the kernel's layout
+        shape = tuple(value.shape)
+        test = (
+            f"{node.name}.shape == {shape} and ({node.name}.stride() != {strides} or "
+            f"{node.name}.untyped_storage().nbytes() != {nbytes})"
+        )
+        return [f"    if {test}:", relaid]
     if kind is OpKind.COMPUTE and value.dim() >= 2:
         return [f"    if {node.name}.stride() != {strides}:", relaid]
     return []
