@@ -27,10 +27,10 @@ import torch.fx
 import torch.utils._pytree as pytree
 from attrs import frozen
 from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import _disable_current_modes
 
 from aotspec.errors import InternalError
+from aotspec.versions import make_fx_keeping_detach
 
 from .optable import ATEN_VALUED, OP_TABLE, call_with
 from .rules import Slot, example, key_of
@@ -149,7 +149,7 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
 
     examples = [example(g) for g in grads if g is not None] + [example(s.layout) for s in slots]
     with _disable_current_modes():
-        module = make_fx(joint, tracing_mode="fake")(*examples)
+        module = make_fx_keeping_detach(joint, tracing_mode="fake")(*examples)
     graph = module.graph
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
     forward = next((node for node in graph.nodes if node.target is overload), None)
