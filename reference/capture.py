@@ -41,6 +41,7 @@ from torch.overrides import TorchFunctionMode
 
 import aotspec.errors
 from aotspec.errors import UnsupportedError
+from aotspec.versions import checkpoint_generator_replaced
 
 from . import effects, ops  # noqa: F401  (importing them fills the op table)
 from .aten import mutation_decompositions
@@ -137,7 +138,7 @@ def _checkpoint_regions_noted(regions: CheckpointRegions):
     count = itertools.count()
     depth = 0
 
-    def region(function, preserve_rng_state=True, context_fn=None, *args, **kwargs):
+    def region(context_fn):
         nonlocal depth
         if not _checkpoints_everything(context_fn):
             raise UnsupportedError(
@@ -157,12 +158,8 @@ def _checkpoint_regions_noted(regions: CheckpointRegions):
             if depth == 0:
                 regions.note(None)
 
-    original = torch.utils.checkpoint._checkpoint_without_reentrant_generator
-    torch.utils.checkpoint._checkpoint_without_reentrant_generator = region
-    try:
+    with checkpoint_generator_replaced(region):
         yield
-    finally:
-        torch.utils.checkpoint._checkpoint_without_reentrant_generator = original
 
 
 @frozen
