@@ -70,3 +70,14 @@ def checkpoint_generator_replaced(region: Callable[[Callable], Generator]) -> It
         yield
     finally:
         setattr(module, name, original)
+
+
+def apply_references_intercepted() -> bool:
+    """Whether capture sees a custom Function applied through a reference to its `apply` taken
+    before capture (`op = MyFunction.apply`, as libraries write it); where it does not, such a
+    Function is refused (`r[capture.custom-function.refused]`).
+
+    Through torch 2.13 that reference is the Python `Function.apply`, which reaches the class
+    capture patches through `super().apply`. From torch 2.14 it is autograd's C apply bound to
+    the Function, which no patch of a class reaches."""
+    return custom_function_apply_owner() is not torch.autograd.Function

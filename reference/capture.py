@@ -41,7 +41,7 @@ from torch.overrides import TorchFunctionMode
 
 import aotspec.errors
 from aotspec.errors import UnsupportedError
-from aotspec.versions import checkpoint_generator_replaced
+from aotspec.versions import apply_references_intercepted, checkpoint_generator_replaced
 
 from . import effects, ops  # noqa: F401  (importing them fills the op table)
 from .aten import mutation_decompositions
@@ -666,13 +666,25 @@ def _refuse_custom_functions(after: list, before: list, handled: set) -> None:
             name = getattr(node._forward_cls, "__qualname__", type(node).__name__)
             raise UnsupportedError(
                 f"the function applies the custom autograd.Function {name} where capture "
-                "does not intercept it (inside a functorch transform), and a gradient can reach "
-                "it: capture sees its forward's ops, not its backward",
+                f"does not intercept it ({_UNINTERCEPTED}), and a gradient can reach it: "
+                "capture sees its forward's ops, not its backward",
                 rule="capture.custom-function.refused",
-                fix="apply it outside the transform, apply it under torch.no_grad(), or write "
-                "it with ops whose derivatives the op table knows",
+                fix=f"{_INTERCEPTED}, apply it under torch.no_grad(), or write it with ops whose "
+                "derivatives the op table knows",
             )
         stack.extend(next_node for next_node, _ in node.next_functions if next_node is not None)
+
+
+#: Where capture does not see autograd apply a Function, and how to apply one where it does.
+if apply_references_intercepted():
+    _UNINTERCEPTED = "inside a functorch transform"
+    _INTERCEPTED = "apply it outside the transform"
+else:
+    _UNINTERCEPTED = (
+        "inside a functorch transform, or through a reference to its apply taken before the "
+        "call, `op = MyFunction.apply`, which this torch does not let capture see"
+    )
+    _INTERCEPTED = "call MyFunction.apply(...) itself, outside any functorch transform"
 
 
 def _differentiated_by_the_table(node) -> bool:
