@@ -2,7 +2,7 @@
 
 Run on demand, not in CI: `.venv/bin/python tools/matrix.py` runs the default pairs,
 `--pair 3.12:2.14.1` (repeatable) picks others. For each pair it makes a virtual environment,
-`ENVS/py312-t2.14.1` (`--envs`, default `$AOTSPEC_MATRIX_ENVS` or `~/.cache/aotspec/matrix`), or
+`ENVS/py312-t2141` (`--envs`, default `$AOTSPEC_MATRIX_ENVS` or `~/.cache/aotspec/matrix`), or
 reuses the one there; installs torch, the other dependencies of `pyproject.toml` and aotspec
 (editable, this checkout) into it; then runs there
 
@@ -89,7 +89,7 @@ def _default_envs() -> Path:
 
 def _run_pair(python: str, torch_version: str, options, logs: Path, console) -> tuple:
     start = time.monotonic()
-    name = f"py{python.replace('.', '')}-t{torch_version}"
+    name = f"py{python.replace('.', '')}-t{torch_version.replace('.', '')}"
     log = logs / f"{name}.log"
     log.write_text("")
 
