@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -53,6 +54,7 @@ def main() -> int:
     )
     parser.add_argument("--envs", type=Path, default=_default_envs(), help="where envs live")
     parser.add_argument("--jobs", type=int, default=1, help="conformance worker processes")
+    parser.add_argument("--parallel", type=int, default=1, help="pairs run at once (default 1)")
     parser.add_argument(
         "--timeout", type=int, default=3600, help="seconds each step of a pair may run"
     )
@@ -61,10 +63,14 @@ def main() -> int:
     logs = options.envs / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     console = Console(stderr=True)
-    rows = []
-    for python, torch_version in pairs:
+
+    def run(pair: tuple[str, str]) -> tuple:
+        python, torch_version = pair
         console.print(f"[bold]Python {python}, torch {torch_version}[/bold]")
-        rows.append(_run_pair(python, torch_version, options, logs, console))
+        return _run_pair(python, torch_version, options, logs, console)
+
+    with ThreadPoolExecutor(options.parallel) as pool:
+        rows = list(pool.map(run, pairs))
     table = Table(
         title="aotspec across Python and torch releases",
         caption=f"logs: {logs}; conformance cells: passed/failed/crashed/skipped",
@@ -100,13 +106,13 @@ def _run_pair(python: str, torch_version: str, options, logs: Path, console) -> 
     if interpreter is None:
         return row(torch_version, f"no python{python} found", "", "", "")
     env = options.envs / name
-    console.print(f"  environment {env}")
+    console.print(f"  {name}: environment {env}")
     if not _install(interpreter, env, torch_version, log, options.timeout):
         return row(torch_version, f"install failed ({log.name})", "", "", "")
     installed = _output(
         [str(env / "bin" / "python"), "-c", "import torch; print(torch.__version__)"]
     )
-    console.print("  conformance")
+    console.print(f"  {name}: conformance")
     results = logs / f"{name}.conformance.json"
     results.unlink(missing_ok=True)
     backends = [arg for backend in BACKENDS for arg in ("--backend", backend)]
@@ -117,7 +123,7 @@ def _run_pair(python: str, torch_version: str, options, logs: Path, console) -> 
         options.timeout,
     )
     conformance = _conformance_cells(results)
-    console.print("  differential tests")
+    console.print(f"  {name}: differential tests")
     junit = logs / f"{name}.differential.xml"
     junit.unlink(missing_ok=True)
     tests = sorted(
