@@ -22,6 +22,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -40,8 +41,10 @@ ROOT = Path(__file__).resolve().parent.parent
 #: the GPU image's (3.12, 2.11.0).
 PAIRS = (("3.11", "2.13.0"), ("3.12", "2.14.1"), ("3.13", "2.15.0"), ("3.12", "2.11.0"))
 BACKENDS = ("fast", "reference", "torch-eager")
-#: Requirements that come with torch itself, not from the registry beside it.
+#: Requirements that come with torch itself, not from the registry beside it (a CUDA build
+#: brings its Triton).
 _WITH_TORCH = ("torch", "triton")
+_TRITON = ("triton",)
 
 
 def main() -> int:
@@ -176,6 +179,11 @@ def _install(interpreter: str, env: Path, torch_version: str, log: Path, timeout
             PIP_CONSTRAINT="/dev/null",
         ):
             return False
+    # A CUDA build of torch brings the Triton it was built with; the CPU build brings none, and
+    # aotspec's fast backend imports it: then pyproject.toml's.
+    if not _output([str(python), "-c", "import triton; print(triton.__version__)"]):
+        if not _step([python, "-m", "pip", "install", *_dependencies(_TRITON)], log, timeout):
+            return False
     # The checkout's code, whatever Python versions its metadata admits today; the dependencies
     # are those installed above.
     return _step(
@@ -195,13 +203,16 @@ def _install(interpreter: str, env: Path, torch_version: str, log: Path, timeout
     )
 
 
-def _dependencies() -> list[str]:
-    """pyproject.toml's dependencies but torch's own (setuptools builds the editable install)."""
+def _dependencies(names: tuple[str, ...] | None = None) -> list[str]:
+    """pyproject.toml's dependencies named `names`; by default all but torch's own, with
+    setuptools, which builds the editable install."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    if names is not None:
+        return [r for r in project["dependencies"] if re.split(r"[^\w-]", r, 1)[0] in names]
     requirements = [
         requirement
         for requirement in project["dependencies"]
-        if not requirement.startswith(_WITH_TORCH)
+        if re.split(r"[^\w-]", requirement, 1)[0] not in _WITH_TORCH
     ]
     return [*requirements, "setuptools>=68"]
 
