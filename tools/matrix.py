@@ -7,7 +7,8 @@ reuses the one there; installs torch, the other dependencies of `pyproject.toml`
 (editable, this checkout) into it; then runs there
 
 1. `aotspec conformance --backend fast --backend reference --backend torch-eager`, and
-2. the differential tests (`tests/test_differential_*.py`) under hypothesis' `ci` profile,
+2. the differential tests (`tests/test_differential_*.py`) under hypothesis' `ci` profile
+   (`--profile`),
 
 and prints one table, a row per pair. Each pair's output goes to `ENVS/logs/`, named in the
 table's caption. A torch other than the CPU build on this machine's disk comes from the registry
@@ -59,6 +60,9 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=1, help="conformance worker processes")
     parser.add_argument("--parallel", type=int, default=1, help="pairs run at once (default 1)")
     parser.add_argument(
+        "--profile", default="ci", help="hypothesis profile of the differential tests (default ci)"
+    )
+    parser.add_argument(
         "--timeout", type=int, default=3600, help="seconds each step of a pair may run"
     )
     options = parser.parse_args()
@@ -76,7 +80,8 @@ def main() -> int:
         rows = list(pool.map(run, pairs))
     table = Table(
         title="aotspec across Python and torch releases",
-        caption=f"logs: {logs}; conformance cells: passed/failed/crashed/skipped",
+        caption=f"conformance cells: passed/failed/crashed/skipped; differential tests under "
+        f"hypothesis profile {options.profile}; logs: {logs}",
     )
     for column in ("Python", "torch", *BACKENDS, "differential", "minutes"):
         table.add_column(column)
@@ -145,7 +150,7 @@ def _run_pair(python: str, torch_version: str, options, logs: Path, console) -> 
         ],
         log,
         options.timeout,
-        HYPOTHESIS_PROFILE="ci",
+        HYPOTHESIS_PROFILE=options.profile,
     )
     return row(installed, *conformance, _pytest_cell(junit))
 
