@@ -87,7 +87,8 @@ def main() -> int:
         table.add_column(column)
     for row in rows:
         table.add_row(*row)
-    Console().print(table)
+    # a pipe or a file gets the whole table, not one wrapped to 80 columns
+    Console(width=None if sys.stdout.isatty() else 130).print(table)
     return 0 if all(_green(row) for row in rows) else 1
 
 
