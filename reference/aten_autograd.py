@@ -28,10 +28,10 @@ import torch.fx
 import torch.utils._pytree as pytree
 from attrs import frozen
 from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
-from torch.fx.experimental.proxy_tensor import make_fx
 from torch.utils._python_dispatch import _disable_current_modes
 
 from aotspec.errors import InternalError, UnsupportedError
+from aotspec.versions import make_fx_keeping_detach
 
 from .graph import placeholders
 from .optable import ATEN_VALUED, call_with, qualified_name
@@ -164,7 +164,7 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
     examples = [example(g) for g in grads if g is not None] + [example(s.layout) for s in slots]
     with _disable_current_modes():
         try:
-            traced = make_fx(joint, tracing_mode="fake")(*examples)
+            traced = make_fx_keeping_detach(joint, tracing_mode="fake")(*examples)
         except DataDependentOutputException as error:
             # r[ops.aten-derivatives.value-checks]
             raise UnsupportedError(
@@ -223,7 +223,7 @@ def _functional(overload, module: torch.fx.GraphModule, examples) -> torch.fx.Gr
         torch.fx.GraphModule(module, formula), remove="mutations"
     )
     values = [example(Layout.of(node.meta["val"])) for node in outputs]
-    functional = make_fx(functionalize, tracing_mode="fake")(*examples, *values)
+    functional = make_fx_keeping_detach(functionalize, tracing_mode="fake")(*examples, *values)
     left = _writes(functional.graph)
     if left:
         raise UnsupportedError(

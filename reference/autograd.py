@@ -23,9 +23,10 @@ import torch.fx
 import torch.fx.traceback as fx_traceback
 import torch.utils._pytree as pytree
 from attrs import define, field, frozen
-from torch.fx.experimental.proxy_tensor import get_proxy_mode, make_fx
+from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
 from aotspec.errors import InternalError, UnsupportedError
+from aotspec.versions import make_fx_keeping_detach
 
 from .aten_autograd import output_gradients
 from .capture import (
@@ -383,9 +384,9 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
         torch.zeros_like(_meta_value(outputs_node.args[0][k])) for k in differentiable
     ]
     with fx_traceback.preserve_node_meta():  # the user's source lines, for `aotspec explain`
-        joint_module = make_fx(joint, tracing_mode="fake", _allow_non_fake_inputs=True)(
-            *tensors, *tangent_examples
-        )
+        joint_module = make_fx_keeping_detach(
+            joint, tracing_mode="fake", _allow_non_fake_inputs=True
+        )(*tensors, *tangent_examples)
     regions.marks.annotate(joint_module.graph)
     _check_no_writes(joint_module.graph)
     joint_module.graph.eliminate_dead_code()  # rules may compute gradients nobody needs

@@ -46,7 +46,12 @@ from torch.overrides import TorchFunctionMode
 import aotspec.errors
 from aotspec import rng_state
 from aotspec.errors import UnsupportedError
-from aotspec.versions import stack_traces_of, traces_generators
+from aotspec.versions import (
+    apply_references_intercepted,
+    checkpoint_generator_replaced,
+    stack_traces_of,
+    traces_generators,
+)
 
 from . import effects, ops  # noqa: F401  (importing them fills the op table)
 from .aten import mutation_decompositions
@@ -144,7 +149,7 @@ def _checkpoint_regions_noted(regions: CheckpointRegions):
     count = itertools.count()
     depth = 0
 
-    def region(function, preserve_rng_state=True, context_fn=None, *args, **kwargs):
+    def region(context_fn):
         nonlocal depth
         if not _checkpoints_everything(context_fn):
             raise UnsupportedError(
@@ -164,12 +169,8 @@ def _checkpoint_regions_noted(regions: CheckpointRegions):
             if depth == 0:
                 regions.note(None)
 
-    original = torch.utils.checkpoint._checkpoint_without_reentrant_generator
-    torch.utils.checkpoint._checkpoint_without_reentrant_generator = region
-    try:
+    with checkpoint_generator_replaced(region):
         yield
-    finally:
-        torch.utils.checkpoint._checkpoint_without_reentrant_generator = original
 
 
 @frozen
@@ -798,13 +799,25 @@ def _refuse_custom_functions(after: list, before: list, handled: set) -> None:
             name = getattr(node._forward_cls, "__qualname__", type(node).__name__)
             raise UnsupportedError(
                 f"the function applies the custom autograd.Function {name} where capture "
-                "does not intercept it (inside a functorch transform), and a gradient can reach "
-                "it: capture sees its forward's ops, not its backward",
+                f"does not intercept it ({_UNINTERCEPTED}), and a gradient can reach it: "
+                "capture sees its forward's ops, not its backward",
                 rule="capture.custom-function.refused",
-                fix="apply it outside the transform, apply it under torch.no_grad(), or write "
-                "it with ops whose derivatives the op table knows",
+                fix=f"{_INTERCEPTED}, apply it under torch.no_grad(), or write it with ops whose "
+                "derivatives the op table knows",
             )
         stack.extend(next_node for next_node, _ in node.next_functions if next_node is not None)
+
+
+#: Where capture does not see autograd apply a Function, and how to apply one where it does.
+if apply_references_intercepted():
+    _UNINTERCEPTED = "inside a functorch transform"
+    _INTERCEPTED = "apply it outside the transform"
+else:
+    _UNINTERCEPTED = (
+        "inside a functorch transform, or through a reference to its apply taken before the "
+        "call, `op = MyFunction.apply`, which this torch does not let capture see"
+    )
+    _INTERCEPTED = "call MyFunction.apply(...) itself, outside any functorch transform"
 
 
 def _differentiated_by_the_table(node) -> bool:

@@ -27,11 +27,11 @@ from torch.fx.experimental.proxy_tensor import (
     disable_proxy_modes_tracing,
     get_proxy_mode,
     get_proxy_slot,
-    make_fx,
     track_tensor_tree,
 )
 
 from aotspec.errors import InternalError, SpecViolation, UnsupportedError
+from aotspec.versions import make_fx_keeping_detach
 
 from .capture import (
     CheckpointRegions,
@@ -1168,7 +1168,9 @@ def functionalize(
     # r[capture.constants]: the program's constants are real tensors; the functional graph
     # reads them as constants too.
     with fx_traceback.preserve_node_meta():  # the user's source lines, for `aotspec explain`
-        graph_module = make_fx(replay, tracing_mode="fake", _allow_non_fake_inputs=True)(*tensors)
+        graph_module = make_fx_keeping_detach(
+            replay, tracing_mode="fake", _allow_non_fake_inputs=True
+        )(*tensors)
     grad_modes.annotate(graph_module.graph)
     regions.annotate(graph_module.graph)
     # the graph is functional: unused values go, but collectives run (r[collectives.program-order])
@@ -1202,9 +1204,7 @@ def functionalize(
         written=frozenset(s.caller for s in storages if s.written),
         written_with_grad=frozenset(s.caller for s in storages if s.written_with_grad),
         rebound_with_grad=frozenset(state.rebound_with_grad),
-        custom_calls={
-            node: call for node, call in replayed.custom_calls.items() if node in alive
-        },
+        custom_calls={node: call for node, call in replayed.custom_calls.items() if node in alive},
         output_values=replayed.output_values,
         relocated=frozenset(state.relocated),
     )

@@ -187,8 +187,10 @@ def _render_seeded_rand_like(x, seed) -> str:
 
 
 def _applied(function: type[torch.autograd.Function]) -> Op:
-    """`Function.apply(*args)` of a custom Function (aotspec/fuzz/strategies/functions.py)."""
-    return _call(f"{function.__name__}.apply", function.apply)
+    """`Function.apply(*args)` of a custom Function (aotspec/fuzz/strategies/functions.py),
+    `apply` looked up at each call as the rendered source does: from torch 2.14, a reference to
+    it taken beforehand is one capture does not see (`apply_references_intercepted`)."""
+    return _call(f"{function.__name__}.apply", lambda *args: function.apply(*args))
 
 
 OPS: dict[str, Op] = {
