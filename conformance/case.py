@@ -78,7 +78,7 @@ class Values(Expectation):
             return facts
         if facts.values is None:
             return f"{self.name} is unreadable: its storage holds {facts.storage_nbytes} bytes"
-        expected = torch.as_tensor(self.expected)
+        expected = torch.as_tensor(self.expected, device="cpu")  # observed values are the CPU's
         try:
             torch.testing.assert_close(
                 facts.values, expected.to(facts.values.dtype), equal_nan=True
