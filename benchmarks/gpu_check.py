@@ -360,8 +360,9 @@ def _zoo(part: Part) -> dict:
 
 
 def _on(device, module, inputs):
-    moved = tuple(t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs)
-    return module.to(device), moved
+    """`module` and its inputs on `device`, tensors inside tuples too (the LSTM's state)."""
+    moved = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), inputs)
+    return module.to(device), tuple(moved)
 
 
 def _step_accounts(contender, inputs, device) -> dict:
