@@ -90,14 +90,15 @@ def _on_device(device: str):
         torch.set_default_device(before)
 
 
-def _moved(world: dict, device: torch.device) -> dict:
-    """`world` with its tensors on `device`: a setup that clones a tensor made at import makes
-    it on the CPU whatever the default device. Tensors that shared a storage share the moved one,
-    at their own layouts, and leaves stay leaves, requiring grad as they did."""
+def _moved(world: dict, device: torch.device, keep: tuple[str, ...] = ()) -> dict:
+    """`world` with its tensors on `device`, but those named in `keep`: a setup that clones a
+    tensor made at import makes it on the CPU whatever the default device. Tensors that shared a
+    storage share the moved one, at their own layouts, and leaves stay leaves, requiring grad as
+    they did."""
     storages: dict[int, torch.UntypedStorage] = {}
     moved = {}
     for name, value in world.items():
-        if not isinstance(value, torch.Tensor) or value.device.type == device.type:
+        if not isinstance(value, torch.Tensor) or value.device.type == device.type or name in keep:
             moved[name] = value
             continue
         if value.grad_fn is not None:
@@ -120,7 +121,7 @@ def _run(case: Case, backend: Backend, device: torch.device) -> CaseResult:
         return CaseResult(case, backend.name, "skip", (reason,))
     backend = backend.name
     try:
-        world = _moved(case.setup(), device)
+        world = _moved(case.setup(), device, keep=case.on_cpu)
     except Exception as raised:  # noqa: BLE001  (one case's broken setup is that case's failure)
         return CaseResult(case, backend, "fail", (f"the setup raised {describe(raised)}",))
     if device.type != "cpu" and any(isinstance(v, torch.Generator) for v in world.values()):

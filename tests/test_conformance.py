@@ -79,11 +79,13 @@ def test_setup_on_a_device_moves_tensors_made_elsewhere_keeping_aliases_and_leav
 
     base = torch.arange(6.0).reshape(2, 3)
     weight = torch.ones(3, requires_grad=True)
-    moved = _moved({"x": base, "xt": base.t(), "w": weight, "n": 3}, torch.device("meta"))
+    world = {"x": base, "xt": base.t(), "w": weight, "n": 3, "i": torch.tensor([1])}
+    moved = _moved(world, torch.device("meta"), keep=("i",))
     assert {t.device.type for t in (moved["x"], moved["xt"], moved["w"])} == {"meta"}
     assert moved["x"].untyped_storage()._cdata == moved["xt"].untyped_storage()._cdata
     assert moved["xt"].stride() == (1, 3) and moved["xt"].shape == (3, 2)
     assert moved["w"].is_leaf and moved["w"].requires_grad and moved["n"] == 3
+    assert moved["i"] is world["i"]
 
 
 def test_values_are_compared_on_the_cpu_whatever_the_default_device():
