@@ -2,7 +2,8 @@
 default device is. On a GPU the default is the CPU and the inputs are CUDA tensors; here the
 inputs are CPU tensors and the default device is `meta`, so that a tensor aotspec made on the
 default device meets the inputs' and the call raises, as it did on CUDA (tangents, the storage
-an input's write goes through, a custom Function's backward, saved-tensor hooks' examples)."""
+an input's write goes through, a custom Function's backward, saved-tensor hooks' examples, the
+factories of an ATen op's derivative traced on the default device)."""
 
 import contextlib
 
@@ -39,6 +40,12 @@ def _saves(x, w):
     return torch.tanh(x @ w).sum()  # called under saved-tensor hooks: tanh's result is packed
 
 
+def _aten_derivative(x, w):
+    # logcumsumexp's derivative is eager's own, traced once and replayed: its factories name
+    # the device the trace ran on
+    return (x @ w).logcumsumexp(0).sum()
+
+
 def _arguments(generator):
     x = torch.randn(4, 3, generator=generator)
     w = torch.randn(3, 2, generator=generator, requires_grad=True)
@@ -51,7 +58,7 @@ def _hooks(program):
     return torch.autograd.graph.saved_tensors_hooks(lambda t: t * 1, lambda t: t)
 
 
-@pytest.mark.parametrize("program", [_step, _writes_its_input, _custom, _saves])
+@pytest.mark.parametrize("program", [_step, _writes_its_input, _custom, _saves, _aten_derivative])
 def test_made_on_the_inputs_device_not_the_default(program):
     generator = torch.Generator().manual_seed(0)
     x, w = _arguments(generator)
