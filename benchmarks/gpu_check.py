@@ -698,7 +698,9 @@ def _memory_md(section: dict) -> list[str]:
 
 def _memory_viz_md(section: dict) -> list[str]:
     lines = [f"- aotspec's export (reference ledgers): {section.get('aotspec')}"]
-    lines.append(f"- torch.cuda.memory._snapshot() on the fast backend: {section.get('cuda')}")
+    # No snapshot when the fast step raised before it (the section's error says why).
+    theirs = section.get("cuda", "none: the step on the fast backend did not complete")
+    lines.append(f"- torch.cuda.memory._snapshot() on the fast backend: {theirs}")
     return lines
 
 
