@@ -360,8 +360,9 @@ def _zoo(part: Part) -> dict:
 
 
 def _on(device, module, inputs):
-    moved = tuple(t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs)
-    return module.to(device), moved
+    """`module` and its inputs on `device`, tensors inside tuples too (the LSTM's state)."""
+    moved = torch.utils._pytree.tree_map_only(torch.Tensor, lambda t: t.to(device), inputs)
+    return module.to(device), tuple(moved)
 
 
 def _step_accounts(contender, inputs, device) -> dict:
@@ -697,7 +698,9 @@ def _memory_md(section: dict) -> list[str]:
 
 def _memory_viz_md(section: dict) -> list[str]:
     lines = [f"- aotspec's export (reference ledgers): {section.get('aotspec')}"]
-    lines.append(f"- torch.cuda.memory._snapshot() on the fast backend: {section.get('cuda')}")
+    # No snapshot when the fast step raised before it (the section's error says why).
+    theirs = section.get("cuda", "none: the step on the fast backend did not complete")
+    lines.append(f"- torch.cuda.memory._snapshot() on the fast backend: {theirs}")
     return lines
 
 

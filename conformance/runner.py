@@ -6,8 +6,11 @@ case's `crash` result, with its signal, and the run goes on.
 
 `device` (default "cpu"): where a case's tensors live. On another device ("cuda") the case's
 setup, call and backward run with it as torch's default device (`torch.set_default_device`),
-so the tensors a case makes land there, and autocast is that device's; values are compared on
-the CPU. Cases of several ranks run on gloo's CPU tensors and are skipped on another device.
+so the tensors a case makes land there, and autocast is that device's; the tensors its setup
+made elsewhere (clones of tensors made at import) are moved there, and values are compared on
+the CPU. Cases of several ranks run on gloo's CPU tensors, and cases that hand their program a
+CPU generator expect its draws: both are skipped on another device. A setup that raises fails
+its case, and the run goes on.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ class CaseResult:
 
 #: Why a case of several ranks is skipped on a device other than the CPU.
 RANKS_ON_CPU = "a case of several ranks runs on a gloo group, on CPU tensors only"
+#: Why a case that passes a generator to its program is skipped on a device other than the CPU.
+DRAWS_ON_CPU = "the case's expected draws are a CPU generator's; another device's differ"
 
 
 def run_case(case: Case, backend: str | Backend, device: str = "cpu") -> CaseResult:
@@ -67,7 +72,7 @@ def run_here(case: Case, backend: str | Backend, device: str = "cpu") -> CaseRes
         backend = resolve(backend)
     start = time.monotonic()
     with _on_device(device):
-        result = _run(case, backend, torch.device(device).type)
+        result = _run(case, backend, torch.device(device))
     return evolve(result, seconds=time.monotonic() - start)
 
 
@@ -85,20 +90,49 @@ def _on_device(device: str):
         torch.set_default_device(before)
 
 
-def _run(case: Case, backend: Backend, device_type: str = "cpu") -> CaseResult:
+def _moved(world: dict, device: torch.device, keep: tuple[str, ...] = ()) -> dict:
+    """`world` with its tensors on `device`, but those named in `keep`: a setup that clones a
+    tensor made at import makes it on the CPU whatever the default device. Tensors that shared a
+    storage share the moved one, at their own layouts, and leaves stay leaves, requiring grad as
+    they did."""
+    storages: dict[int, torch.UntypedStorage] = {}
+    moved = {}
+    for name, value in world.items():
+        if not isinstance(value, torch.Tensor) or value.device.type == device.type or name in keep:
+            moved[name] = value
+            continue
+        if value.grad_fn is not None:
+            raise ValueError(f"{name} has a history: make it on the default device in the setup")
+        storage = value.untyped_storage()
+        if storage._cdata not in storages:
+            whole = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+            storages[storage._cdata] = whole.to(device).untyped_storage()
+        on_device = torch.empty(0, dtype=value.dtype, device=device).set_(
+            storages[storage._cdata], value.storage_offset(), value.shape, value.stride()
+        )
+        moved[name] = on_device.requires_grad_(value.requires_grad)
+    return moved
+
+
+def _run(case: Case, backend: Backend, device: torch.device) -> CaseResult:
     run = backend.run
     reason = backend.skip_reason(case)
     if reason is not None:
         return CaseResult(case, backend.name, "skip", (reason,))
     backend = backend.name
-    world = case.setup()
+    try:
+        world = _moved(case.setup(), device, keep=case.on_cpu)
+    except Exception as raised:  # noqa: BLE001  (one case's broken setup is that case's failure)
+        return CaseResult(case, backend, "fail", (f"the setup raised {describe(raised)}",))
+    if device.type != "cpu" and any(isinstance(v, torch.Generator) for v in world.values()):
+        return CaseResult(case, backend, "skip", (DRAWS_ON_CPU,))
     before = observe(world)
     outputs, ledger, error, backward_error = None, None, None, None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             autocast = case.autocast
-            autocasting = torch.autocast(device_type, dtype=autocast, enabled=autocast is not None)
+            autocasting = torch.autocast(device.type, dtype=autocast, enabled=autocast is not None)
             with torch.set_grad_enabled(case.grad_enabled), autocasting, _default_dtype(case):
                 outputs, ledger = run(case, [world[name] for name in case.args])
         except Exception as raised:  # noqa: BLE001  (the expectations judge every error)
@@ -186,8 +220,13 @@ CASES_BY_NAME = {case.name: case for case in ALL_CASES}
 def run_named(
     case_name: str, backend_name: str, device: str = "cpu"
 ) -> tuple[str, tuple[str, ...], float]:
-    """A worker's task: the case named `case_name` on `backend_name`, as picklable data."""
-    result = run_case(CASES_BY_NAME[case_name], _backend(backend_name), device)
+    """A worker's task: the case named `case_name` on `backend_name`, as picklable data. An
+    error of the case's own code (its observation, an expectation's check) fails the case: out
+    of the worker it would end the whole run (`aotspec.workers.TaskError`)."""
+    try:
+        result = run_case(CASES_BY_NAME[case_name], _backend(backend_name), device)
+    except Exception as raised:  # noqa: BLE001
+        return "fail", (f"running the case raised {describe(raised)}",), 0.0
     return result.status, result.messages, result.seconds
 
 

@@ -121,7 +121,7 @@ class GPTBlock(nn.Module):
 
     def forward(self, ids, targets):
         batch, length = ids.shape
-        x = self.tokens(ids) + self.positions(torch.arange(length))
+        x = self.tokens(ids) + self.positions(torch.arange(length, device=ids.device))
         q, k, v = self.qkv(self.norm1(x)).split(x.shape[-1], dim=-1)
 
         def heads(t):

@@ -354,6 +354,9 @@ def _replay(backward: _Backward, grads: list, out, tensors: list) -> list:
     `tensors`, standing for the trace's placeholders and forward values."""
     env: dict[torch.fx.Node, object] = dict(zip(backward.grads, grads, strict=True))
     env.update(zip(backward.arguments, tensors, strict=True))
+    # The trace's tensors were on torch's default device, which its factories name: the replay
+    # makes them on the device of the op's tensors instead.
+    device = next(t.device for t in [*grads, *tensors] if isinstance(t, torch.Tensor))
     forward_values = set(backward.arguments)
     for node in backward.graph.nodes:
         if node.op != "call_function" or node in env:
@@ -370,7 +373,9 @@ def _replay(backward: _Backward, grads: list, out, tensors: list) -> list:
             forward_values.add(node)
         else:
             args = torch.fx.node.map_arg(node.args, env.__getitem__)
-            kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+            kwargs = dict(torch.fx.node.map_arg(node.kwargs, env.__getitem__))
+            if "device" in kwargs:
+                kwargs["device"] = device
             env[node] = node.target(*args, **kwargs)
     output = next(iter(reversed(backward.graph.nodes)))
     return [env[node] for node in output.args[0]]

@@ -457,7 +457,9 @@ def _final_contents(program: FunctionalProgram, env) -> dict[torch.fx.Node, int]
 
 def _meta_value(node: torch.fx.Node) -> torch.Tensor:
     value = node.meta["val"]
-    return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype)
+    return torch.empty_strided(
+        value.shape, value.stride(), dtype=value.dtype, device=value.device
+    )
 
 
 def _backward_pass(

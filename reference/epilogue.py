@@ -54,7 +54,7 @@ def apply_epilogue(
 def _write_bytes(storage: torch.UntypedStorage, flat: torch.Tensor) -> None:
     """r[functionalize.epilogue.data]: the storage takes the bytes, through a fresh alias."""
     with torch.no_grad():
-        torch.empty(0, dtype=flat.dtype).set_(storage).copy_(flat)
+        torch.empty(0, dtype=flat.dtype, device=storage.device).set_(storage).copy_(flat)
 
 
 def _relayout(tensor: torch.Tensor, storage: torch.UntypedStorage, step: Relayout) -> None:

@@ -1249,7 +1249,9 @@ def _functional_backward(function: CustomFunction) -> FunctionalProgram:
             fix="let the backward compute new tensors (it may write into existing ones)",
         )
     traced = [node.meta["val"] for node in graph_module.graph.nodes if node.op == "placeholder"]
-    examples = [torch.empty_strided(v.shape, v.stride(), dtype=v.dtype) for v in traced]
+    examples = [
+        torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device) for v in traced
+    ]
     return functionalize(Program.of_graph(graph_module, function.name), examples, values_out=True)
 
 

@@ -67,3 +67,57 @@ def test_cases_of_several_ranks_are_skipped_on_another_device():
     (listed,) = run_cases([spread], ["fast"], device="cuda")
     for result in (alone, listed):
         assert ("skip", (RANKS_ON_CPU,)) == (result.status, result.messages)
+
+
+def test_setup_on_a_device_moves_tensors_made_elsewhere_keeping_aliases_and_leaves():
+    """`--device cuda`: a setup that clones a tensor made at import makes a CPU tensor; the
+    runner moves it (here to `meta`, which needs no GPU), tensors that shared a storage still
+    share one, at their own layouts, and a leaf that required grad is a leaf that does."""
+    import torch
+
+    from aotspec.conformance.runner import _moved
+
+    base = torch.arange(6.0).reshape(2, 3)
+    weight = torch.ones(3, requires_grad=True)
+    world = {"x": base, "xt": base.t(), "w": weight, "n": 3, "i": torch.tensor([1])}
+    moved = _moved(world, torch.device("meta"), keep=("i",))
+    assert {t.device.type for t in (moved["x"], moved["xt"], moved["w"])} == {"meta"}
+    assert moved["x"].untyped_storage()._cdata == moved["xt"].untyped_storage()._cdata
+    assert moved["xt"].stride() == (1, 3) and moved["xt"].shape == (3, 2)
+    assert moved["w"].is_leaf and moved["w"].requires_grad and moved["n"] == 3
+    assert moved["i"] is world["i"]
+
+
+def test_values_are_compared_on_the_cpu_whatever_the_default_device():
+    """On CUDA every `Values` failed with `cpu != cuda:0`: the expected tensor was made on the
+    default device and the observed values are the CPU's. `meta` stands for CUDA here."""
+    import attrs
+    import torch
+
+    case = next(c for c in ALL_CASES if c.name == "memory.strided-view-reads-offset")
+    on_cpu = attrs.evolve(case, setup=lambda: {"x": torch.arange(12.0, device="cpu")})
+    with torch.device("meta"):
+        result = run_case(on_cpu, "torch-eager")
+    assert result.status == "pass", result.messages
+
+
+def test_a_case_that_raises_fails_and_the_run_goes_on(monkeypatch):
+    """On CUDA a setup's error (a CPU generator under the default device cuda) came out of the
+    worker as a TaskError and ended the whole run: now a setup's error fails its case, and so
+    does any other error of a case's code in a worker's task."""
+    import attrs
+
+    from aotspec.conformance import case as case_module
+    from aotspec.conformance import runner
+
+    case = next(c for c in ALL_CASES if c.name == "memory.strided-view-reads-offset")
+    broken = attrs.evolve(case, setup=lambda: 1 / 0)
+    assert run_case(broken, "torch-eager").messages == (
+        "the setup raised ZeroDivisionError: division by zero",
+    )
+    monkeypatch.setattr(case_module.Values, "check", lambda self, outcome: 1 / 0)
+    status, messages, _ = runner.run_named(case.name, "torch-eager")
+    assert (status, messages) == (
+        "fail",
+        ("running the case raised ZeroDivisionError: division by zero",),
+    )

@@ -259,3 +259,39 @@ def test_an_lstm_on_a_packed_sequence_is_refused_at_the_users_line(backend):
         aotspec.compile(step, backend=backend)(torch.randn(3, 2, 4), torch.tensor([3, 2]))
     assert "capture.data-dependent" == raised.value.rule
     assert "packed = nn.utils.rnn.pack_padded_sequence(x, lengths)" in str(raised.value)
+
+
+class _Factories(torch.overrides.TorchFunctionMode):
+    """Records the factories called without a device: on CUDA they make CPU tensors."""
+
+    NAMES = {"arange", "zeros", "ones", "empty", "full", "tensor", "randn", "rand"}
+
+    def __init__(self):
+        super().__init__()
+        self.deviceless = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", None) in self.NAMES and "device" not in kwargs:
+            self.deviceless.append(func.__name__)
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["gpt-block", "lstm"])
+def test_zoo_models_follow_their_inputs_device(name):
+    """On CUDA the gpt-block's positions (a bare torch.arange) and the LSTM's state (a tuple the
+    benchmarks did not move) stayed on the CPU, and eager's step raised. Here no factory of a
+    forward goes without a device, and `meta` stands for the GPU the benchmarks move to."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    module, inputs = _built(name)
+    with _Factories() as factories:
+        module(*inputs)
+    assert factories.deviceless == []
+    module, inputs = gpu_check._on(torch.device("meta"), module, inputs)
+    assert module(*inputs).device.type == "meta"

@@ -646,8 +646,9 @@ CASES.append(
     Case(
         name="capture.tensor-split-by-a-tensor-raises",
         rules=["capture.data-dependent", "boundary.failed-call"],
-        setup=lambda: {"x": torch.arange(6.0), "indices": torch.tensor([1, 4])},
+        setup=lambda: {"x": torch.arange(6.0), "indices": torch.tensor([1, 4], device="cpu")},
         args=["x", "indices"],
+        on_cpu=["indices"],  # as eager's tensor_split wants them
         # eager: pieces of 1, 3 and 2 elements, by the indices' values
         program=_split_by_a_tensor,
         expect=[Raises(UnsupportedError, rule="capture.data-dependent")],

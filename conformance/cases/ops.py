@@ -329,7 +329,7 @@ def _lstm_world():
     generator = torch.Generator().manual_seed(0)
     sizes = [(3, 2, 4), (1, 2, 5), (1, 2, 5), (20, 4), (20, 5), (20,), (20,)]
     world = {
-        name: torch.randn(size, generator=generator)
+        name: torch.randn(size, generator=generator, device="cpu")  # the runner moves them
         for name, size in zip(_LSTM_NAMES, sizes, strict=True)
     }
     for name in _LSTM_NAMES[3:]:
