@@ -81,7 +81,11 @@ class _ReferenceGraphs:
         return self.outputs_saved
 
     def backward(
-        self, arguments: list, saved_inputs: dict[int, torch.Tensor], retain: bool
+        self,
+        arguments: list,
+        saved_inputs: dict[int, torch.Tensor],
+        retain: bool,
+        reached: tuple[bool, ...],
     ) -> list:
         plan = self.plan
         n_saved = plan.num_saved
@@ -99,7 +103,7 @@ class _ReferenceGraphs:
         self.run.saved_storages = frozenset(cell.storage.id for cell in arguments[:n_saved])
         ledger = Ledger()
         self.run.backward_ledger = ledger
-        return _export(self._run(plan.backward, arguments, held, ledger))
+        return _export(self._run(plan.backward_reaching(reached), arguments, held, ledger))
 
     def _run(self, program: GraphProgram, inputs: list, caller_held: list[bool], ledger: Ledger):
         cells = list(inputs)
