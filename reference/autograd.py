@@ -746,7 +746,7 @@ def without_unreached_terms(
         if len(zero_terms) == len(read):
             unreached.add(node)
         elif zero_terms and (kept := _other_term(node, unreached)) is not None:
-            node.replace_all_uses_with(kept)
+            node.replace_all_uses_with(kept)  # r[autograd.unreached-outputs.terms]
             dropped.add(node)
         else:
             for term in zero_terms:
