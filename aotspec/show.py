@@ -197,5 +197,5 @@ def _dump_snapshot(step, path: str) -> None:
     run = compiled.last_run
     graphs = [("forward", plan.forward.graph, run.ledger)]
     if run.backward_ledger is not None:
-        graphs.append(("backward", plan.backward.graph, run.backward_ledger))
+        graphs.append(("backward", run.backward.graph, run.backward_ledger))
     dump(graphs, path)

@@ -36,7 +36,7 @@ from .capture import (
     grad_enabled,
     has_value_dependent_sizes,
 )
-from .collectives import communicates
+from .collectives import communicates, is_impure
 from .custom_functions import custom_function_call
 from .functionalize import (
     BackwardWrite,
@@ -745,6 +745,64 @@ def _tangents_of(
     return tuple(
         frozenset(j for j in range(len(tangents)) if masks.get(grad, 0) >> j & 1) for grad in grads
     )
+
+
+def without_unreached_terms(
+    backward: GraphProgram, num_saved: int, reached: tuple[bool, ...]
+) -> GraphProgram:
+    """r[autograd.unreached-outputs.terms]: `backward` for a backward in which only the tangents
+    `reached` (by position) received a gradient. The backward is linear in its tangents, so a
+    value computed from unreached tangents alone is a zero term: it is dropped where it is added
+    to a term of reached ones, and any other op that also reads a reached term gets zeros for
+    it. Computing it from the zeros that stand for the unreached tangents instead would give
+    NaN where the forward's values it is multiplied by are inf or NaN."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(backward.graph, {}))
+    tangents = placeholders(graph)[num_saved:]
+    from_tangents = set(tangents)
+    unreached = {t for t, was_reached in zip(tangents, reached, strict=True) if not was_reached}
+    dropped = set()
+    for node in list(graph.nodes):
+        read = [used for used in node.all_input_nodes if used in from_tangents]
+        if node.op != "call_function" or not read:
+            continue
+        from_tangents.add(node)
+        zero_terms = [used for used in read if used in unreached]
+        if len(zero_terms) == len(read):
+            unreached.add(node)
+        elif zero_terms and (kept := _other_term(node, unreached)) is not None:
+            node.replace_all_uses_with(kept)  # r[autograd.unreached-outputs.terms]
+            dropped.add(node)
+        else:
+            for term in zero_terms:
+                with graph.inserting_before(node):
+                    zeros = graph.call_function(aten.zeros_like.default, (term,))
+                zeros.meta = dict(term.meta)
+                node.replace_input_with(term, zeros)
+    for node in list(reversed(graph.nodes)):
+        if (node in unreached or node in dropped) and not node.users and not is_impure(node):
+            graph.erase_node(node)
+    return GraphProgram.of(torch.fx.GraphModule(backward.graph_module, graph))
+
+
+def _other_term(node: torch.fx.Node, unreached: set) -> torch.fx.Node | None:
+    """The term of `node` that reached tangents compute, where `node` adds it to one from
+    unreached tangents alone and the sum is that term exactly (same sizes, strides, dtype)."""
+    if node.target is not aten.add.Tensor or node.kwargs or len(node.args) != 2:
+        return None
+    kept = [arg for arg in node.args if arg not in unreached]
+    if len(kept) != 1 or not isinstance(kept[0], torch.fx.Node):
+        return None
+    term, total = kept[0].meta.get("val"), node.meta.get("val")
+    if not isinstance(term, torch.Tensor) or not isinstance(total, torch.Tensor):
+        return None
+    same = (term.shape, term.stride(), term.storage_offset(), term.dtype) == (
+        total.shape,
+        total.stride(),
+        total.storage_offset(),
+        total.dtype,
+    )
+    return kept[0] if same else None
 
 
 def _read_contents_from_inputs(

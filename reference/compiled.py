@@ -34,6 +34,9 @@ class CompiledRun:
     #: The forward's ledger; `backward_ledger` is filled in when the backward has run.
     ledger: Ledger = field(factory=Ledger)
     backward_ledger: Ledger | None = None
+    #: The backward graph that ran: the plan's, or the one for the outputs its backward reached
+    #: (`r[autograd.unreached-outputs.terms]`).
+    backward: GraphProgram | None = None
     #: Storages (ledger ids) of the saved values the backward took over.
     saved_storages: frozenset[int] = frozenset()
 
@@ -81,7 +84,11 @@ class _ReferenceGraphs:
         return self.outputs_saved
 
     def backward(
-        self, arguments: list, saved_inputs: dict[int, torch.Tensor], retain: bool
+        self,
+        arguments: list,
+        saved_inputs: dict[int, torch.Tensor],
+        retain: bool,
+        reached: tuple[bool, ...],
     ) -> list:
         plan = self.plan
         n_saved = plan.num_saved
@@ -99,7 +106,8 @@ class _ReferenceGraphs:
         self.run.saved_storages = frozenset(cell.storage.id for cell in arguments[:n_saved])
         ledger = Ledger()
         self.run.backward_ledger = ledger
-        return _export(self._run(plan.backward, arguments, held, ledger))
+        self.run.backward = plan.backward_reaching(reached)
+        return _export(self._run(self.run.backward, arguments, held, ledger))
 
     def _run(self, program: GraphProgram, inputs: list, caller_held: list[bool], ledger: Ledger):
         cells = list(inputs)

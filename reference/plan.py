@@ -18,7 +18,12 @@ from attrs import evolve, field, frozen
 
 from aotspec.errors import UnsupportedError
 
-from .autograd import AliasedInputsWritten, Differentiated, differentiate
+from .autograd import (
+    AliasedInputsWritten,
+    Differentiated,
+    differentiate,
+    without_unreached_terms,
+)
 from .bases import SyntheticBases, bases_key
 from .capture import capture, grad_enabled, hooks_silenced_while_tracing
 from .functionalize import (
@@ -127,6 +132,21 @@ class Plan:
         saved = outputs[len(outputs) - self.num_saved :]
         return {k: index_of[node] for k, node in enumerate(saved) if node in index_of}
 
+
+    def backward_reaching(self, reached: tuple[bool, ...]) -> GraphProgram:
+        """The backward graph for a backward that reached the differentiable outputs `reached`
+        says (`r[autograd.unreached-outputs.terms]`); made once per such set."""
+        if all(reached):
+            return self.backward
+        if reached not in self._backwards_reaching:
+            self._backwards_reaching[reached] = without_unreached_terms(
+                self.backward, self.num_saved, reached
+            )
+        return self._backwards_reaching[reached]
+
+    @cached_property
+    def _backwards_reaching(self) -> dict[tuple[bool, ...], GraphProgram]:
+        return {}
 
     @cached_property
     def grads_read_saved(self) -> tuple[bool, ...]:

@@ -49,11 +49,16 @@ class Graphs(Protocol):
         """Indices of the forward's torch `outputs` whose storage a value of `saved` reads."""
 
     def backward(
-        self, arguments: list, saved_inputs: dict[int, torch.Tensor], retain: bool
+        self,
+        arguments: list,
+        saved_inputs: dict[int, torch.Tensor],
+        retain: bool,
+        reached: tuple[bool, ...],
     ) -> list:
         """The backward graph on the saved values and then the tangents; `saved_inputs` are
         the caller's tensors of the saved values that are inputs, by saved index; `retain`:
-        the autograd node still holds the saved values (`r[autograd.retain-graph]`). Clears
+        the autograd node still holds the saved values (`r[autograd.retain-graph]`); `reached`:
+        per tangent, whether a gradient reached its output (`plan.backward_reaching`). Clears
         both. Returns one torch gradient per input in `plan.grad_inputs`."""
 
 
@@ -209,11 +214,12 @@ class _Forward(torch.autograd.Function):
         del saved, saved_inputs
         create_graph = torch.is_grad_enabled()
         # r[autograd.double-backward]: no partial history is recorded; r[capture.autocast]
+        # r[autograd.unreached-outputs.terms]: the backward graph drops their terms
+        reached = tuple(grads[k] is not None for k in plan.differentiable_outputs)
         with torch.no_grad(), autocast_off():
             # clears both
-            results = call.graphs.backward(arguments, saved_input_tensors, retain)
+            results = call.graphs.backward(arguments, saved_input_tensors, retain, reached)
         input_grads: list = [None] * len(plan.functional.inputs)
-        reached = [grads[k] is not None for k in plan.differentiable_outputs]
         written = results[len(plan.grad_inputs) :]
         del results[len(plan.grad_inputs) :]
         apply_backward_writes(plan, call.targets, written, reached)

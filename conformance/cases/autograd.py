@@ -438,6 +438,17 @@ def _doubles_a_returns_triple_b(a, b):
     return b * 3
 
 
+def _inf_world():
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    return {"x": x, "a": x * 1, "y": torch.tensor([float("inf"), 2.0, 3.0])}
+
+
+def _halves_a_then_multiplies_it_by_y(a, y):
+    half = a * 0.5
+    a.mul_(y)
+    return half
+
+
 def _multiplies_a_by_w(a, w):
     a.mul_(w)
     return a * 2
@@ -1017,6 +1028,23 @@ CASES = [
             Values("a", [2.0, 4.0, 6.0]),
             Values("w.grad", [3.0, 3.0, 3.0]),
             Absent("x.grad"),
+        ],
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
+    ),
+    Case(
+        name="autograd.unreached-write-adds-no-term-times-inf",
+        rules=["autograd.unreached-outputs.terms", "autograd.input-writes"],
+        setup=_inf_world,
+        args=["a", "y"],
+        program=_halves_a_then_multiplies_it_by_y,
+        backward=True,
+        # x's gradient sums out0's term (0.5) and the term of a's new contents, which nothing
+        # reads after the call: eager runs no derivative of a.mul_(y), so x.grad is 0.5, not
+        # 0 * inf = NaN where y is inf
+        expect=[
+            Values("a", [float("inf"), 4.0, 9.0]),
+            Values("out0", [0.5, 1.0, 1.5]),
+            Values("x.grad", [0.5, 0.5, 0.5]),
         ],
         skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
     ),
