@@ -7,9 +7,13 @@ function must behave; `aotspec.explain(fn, *args)` prints its plan, each step wi
 `aotspec.conformance` the conformance suite. Errors: `UnsupportedError`, `SpecViolation`.
 """
 
-from .api import CompiledFunction, check, compile
-from .errors import HooksWarning, InternalError, SpecViolation, UnsupportedError
-from .explain import explain
+from .versions import check_torch
+
+check_torch()  # before anything that depends on torch's internals
+
+from .api import CompiledFunction, check, compile  # noqa: E402
+from .errors import HooksWarning, InternalError, SpecViolation, UnsupportedError  # noqa: E402
+from .explain import explain  # noqa: E402
 
 __all__ = [
     "CompiledFunction",

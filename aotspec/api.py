@@ -20,6 +20,7 @@ from aotspec.errors import UnsupportedError
 from aotspec.reference.boundary import autocast_state, refuse_transformed
 from aotspec.reference.compiled import run_compiled
 from aotspec.reference.lift import lift
+from aotspec.reference.optable import collecting_refusals
 from aotspec.reference.pipeline import HOOK_FILTERS, HooksRequest, SavedTensorHooks, build_plan
 from aotspec.reference.plan_records import Placement, Plan
 from aotspec.reference.program_records import input_facts
@@ -76,8 +77,9 @@ def compile(
 def check(fn: Callable, *args, **kwargs) -> list[UnsupportedError]:
     """What `aotspec.compile(fn)` would refuse for this call, without running it: every op of the
     program that is not supported, each an UnsupportedError naming the op, the user's source line
-    and the rule (`r[ops.unsupported-all]`); or the first pattern refused after capture. Empty
-    when the call compiles. `fn` is traced on fake tensors: the arguments are not touched. A
+    and the rule (`r[ops.unsupported-all]`), then what its backward refuses (refused ops stand
+    in without a gradient), and last the first pattern refused after capture. Empty when the
+    call compiles. `fn` is traced on fake tensors: the arguments are not touched. A
     module's parameters and buffers are inputs of the program, as Dynamo makes them."""
     if isinstance(fn, torch.nn.Module):
         module = fn
@@ -93,11 +95,17 @@ def check(fn: Callable, *args, **kwargs) -> list[UnsupportedError]:
             fn, args = lifted.wrap(fn), (list(lifted.tensors), *args)
     leaves, _ = _flatten(args, kwargs)
     tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
-    try:
-        build_plan(fn, args, kwargs, tensors, frozenset(), None)
-    except UnsupportedError as error:
-        return list(error.refusals)
-    return []
+    with collecting_refusals() as refusals:
+        try:
+            build_plan(fn, args, kwargs, tensors, frozenset(), None)
+        except UnsupportedError as error:  # a pattern refused: the compile can go no further
+            for refusal in error.refusals:
+                refusals.note(refusal)
+        except Exception:
+            if not refusals.errors:
+                raise
+            # what a refused op's stand-in led to: the refusals found are what there is to say
+    return refusals.errors
 
 
 def _parameters(fn) -> dict:
@@ -221,7 +229,8 @@ class CompiledFunction:
         bases = compiled.bases  # r[autograd.input-writes.synthetic-base]
         if bases.groups:
             stolen = frozenset(bases.program_index(i) for i in stolen)
-            outputs = self._runtime.run(self, compiled, bases.inputs(tensors), stolen)
+            inputs = bases.inputs(tensors)
+            outputs = self._runtime.run(self, compiled, inputs, stolen, callers=tensors)
             outputs = bases.with_caller_objects(outputs, tensors)
         else:
             outputs = self._runtime.run(self, compiled, tensors, stolen)
@@ -271,8 +280,10 @@ class _ReferenceRuntime:
         return plan
 
     @staticmethod
-    def run(compiled_function: CompiledFunction, plan: Plan, tensors: list, stolen) -> list:
-        run = run_compiled(plan, tensors, stolen=stolen)
+    def run(
+        compiled_function: CompiledFunction, plan: Plan, tensors: list, stolen, callers=()
+    ) -> list:
+        run = run_compiled(plan, tensors, stolen=stolen, callers=callers)
         outputs, run.outputs = run.outputs, []  # the caller's alone, as eager's outputs are
         #: The latest call's run (its ledgers: memory facts of the reference backend).
         compiled_function.last_run = run
@@ -291,10 +302,12 @@ class _FastRuntime:
         return FastPlan.of(plan)
 
     @staticmethod
-    def run(compiled_function: CompiledFunction, fast: FastPlan, tensors: list, stolen) -> list:
+    def run(
+        compiled_function: CompiledFunction, fast: FastPlan, tensors: list, stolen, callers=()
+    ) -> list:
         from aotspec.fast.runtime import run_fast
 
-        return run_fast(fast, tensors, stolen)
+        return run_fast(fast, tensors, stolen, callers)
 
 
 _RUNTIMES = {"reference": _ReferenceRuntime, "fast": _FastRuntime}

@@ -3,6 +3,8 @@
 - `aotspec conformance --backend NAME`: the conformance cases on backends, a table per rule;
 - `aotspec fuzz --backend NAME`: differential fuzzing, repros of what fails;
 - `aotspec report --backend NAME`: a compatibility report (docs/compat/);
+- `aotspec opdb --backend NAME`: PyTorch's op database (OpInfo), eager against a backend, a
+  table of ops per status and of refusals per rule (`aotspec/opdb.py`);
 - `aotspec rule ID`: a rule of the spec, as an error names it;
 - `aotspec explain FILE.py:FUNCTION`, `aotspec memory FILE.py:FUNCTION`: a plan and its memory
   timelines (`aotspec/program_commands.py`).
@@ -65,7 +67,12 @@ def _conformance(options) -> int:
         return 2
     with Progress(len(cases) * len(backends)) as progress:
         results = run_cases(
-            cases, backends, jobs=options.jobs, timeout=options.timeout, on_result=progress
+            cases,
+            backends,
+            jobs=options.jobs,
+            timeout=options.timeout,
+            on_result=progress,
+            device=options.device,
         )
     results = apply_xfail(results, known)
     print(rule_table(results, backends))
@@ -205,6 +212,99 @@ def _report_parser(commands) -> None:
     )
 
 
+def _opdb(options) -> int:
+    import json
+    import warnings
+
+    import attrs
+    from rich.console import Console
+
+    from aotspec import opdb
+
+    expectations = None
+    if options.expect:
+        expectations = [line for path in options.expect for line in opdb.read_expectations(path)]
+    ops = opdb.database(options.dtype, options.op)
+    if options.autograd_only:
+        ops = [op for op in ops if op.supports_autograd]
+    if options.spread:
+        ops = opdb.spread(ops, options.spread)
+    backends = options.backend or list(opdb.BACKENDS)
+    disagreements = []
+
+    def progress(result: opdb.OpResult) -> None:
+        line = f"{result.status.upper():<7} {result.op} on {result.backend}"
+        line += f" ({result.seconds:.1f} s)" + (f": {result.reason}" if result.reason else "")
+        if options.verbose or result.status in ("wrong", "crash"):
+            print(line, flush=True)
+        if expectations is not None:
+            disagreement = opdb.judge(result, expectations)
+            if disagreement:
+                disagreements.append(disagreement)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ops of the database warn of deprecations by design
+        results = opdb.run(
+            ops, backends, options.dtype, options.samples, options.timeout, progress
+        )
+    console = Console() if sys.stdout.isatty() else Console(width=160)  # CI logs: wide enough
+    for table in opdb.tables(results, backends):
+        console.print(table)
+    if options.json:
+        with open(options.json, "w") as out:
+            json.dump([attrs.asdict(result) for result in results], out, indent=1)
+    if expectations is not None:
+        for disagreement in disagreements:
+            print(disagreement)
+        print(f"{len(results) - len(disagreements)} passed, {len(disagreements)} failed")
+        return 1 if disagreements else 0
+    return 1 if any(result.status in ("wrong", "crash") for result in results) else 0
+
+
+def _opdb_parser(commands) -> None:
+    from aotspec.opdb import BACKENDS, DTYPES
+
+    opdb = commands.add_parser(
+        "opdb",
+        help="PyTorch's op database (OpInfo): eager against a backend, op by op",
+        description="Run every OpInfo of torch's op_db that supports --dtype on CPU eagerly and "
+        "compiled, and compare outputs, inputs after the call, gradients and a second call. "
+        "Exit 0 when no op is wrong or crashed (with --expect: when every op is as listed).",
+    )
+    opdb.add_argument(
+        "--backend",
+        action="append",
+        help=f"backend (repeatable): {', '.join(BACKENDS)}, dynamo:reference, or "
+        "torch.compile:NAME for any registered Dynamo backend (default: aotspec's three)",
+    )
+    opdb.add_argument("--dtype", default="float32", choices=list(DTYPES), help="(default float32)")
+    opdb.add_argument(
+        "--samples", type=int, default=2, help="sample inputs per op, from the first (default 2)"
+    )
+    opdb.add_argument(
+        "--op", action="append", help="only this op (repeatable; `linalg.` for a prefix)"
+    )
+    opdb.add_argument("--spread", type=int, help="only this many ops, a deterministic spread")
+    opdb.add_argument(
+        "--autograd-only",
+        action="store_true",
+        help="only ops that support autograd (PyTorch's own exhaustive test runs those)",
+    )
+    opdb.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds one op may run (default 120)"
+    )
+    opdb.add_argument(
+        "--expect",
+        metavar="FILE",
+        action="append",
+        help="ops listed as refused or known wrong (repeatable: tests/op_database_refusals.txt, "
+        "tests/op_database_known_wrong.txt): judge every op against the lists",
+    )
+    opdb.add_argument("--json", metavar="FILE", help="write every result as JSON")
+    opdb.add_argument("-v", "--verbose", action="store_true", help="a line per op")
+    opdb.set_defaults(run=_opdb)
+
+
 def _rule(options) -> int:
     from aotspec.rules import rule
 
@@ -258,6 +358,12 @@ def _conformance_parser(commands) -> None:
         metavar="FILE",
         help="known failures, one `CASE` or `BACKEND CASE` a line: they do not fail the run",
     )
+    conformance.add_argument(
+        "--device",
+        default="cpu",
+        help="where the cases' tensors live: cpu (default) or cuda (the default device of each "
+        "case's setup, call and backward)",
+    )
     conformance.add_argument("--json", metavar="FILE", help="write every result as JSON")
     conformance.add_argument("--junit", metavar="FILE", help="write a JUnit XML report")
 
@@ -268,6 +374,7 @@ def main(argv=None) -> int:
     _conformance_parser(commands)
     _fuzz_parser(commands)
     _report_parser(commands)
+    _opdb_parser(commands)
     rule = commands.add_parser("rule", help="print a rule of the spec, as an error names it")
     rule.add_argument("id", help="the rule's ID, e.g. resize.compiled.zero-only")
     program_commands.register(commands)

@@ -11,7 +11,9 @@ passes `options` (and `mode`, when one is given) through to a registered backend
 arguments (`torch._TorchCompileWrapper`); without the option, `$AOTSPEC_BACKEND` decides, else
 `"fast"`, as for `aotspec.compile`. `options` may also name `steal` and `hooks_filter`.
 
-The example inputs are not used: `aotspec.compile` specializes on the real tensors of each call.
+The example inputs are not used: `aotspec.compile` specializes on the real tensors of each call,
+and on the Python numbers Dynamo passes as 0-d tensors, which the backend hands it as numbers
+(`r[capture.dynamo-numbers]`).
 """
 
 from __future__ import annotations
@@ -44,7 +46,38 @@ def aotspec_backend(
             f"unknown options {unknown} for torch.compile(backend='aotspec'); valid options: "
             f"{', '.join(map(repr, OPTIONS))} (the keyword arguments of aotspec.compile)"
         )
-    return aotspec.compile(_keeping_source_lines(graph_module), **options)
+    compiled = aotspec.compile(_keeping_source_lines(graph_module), **options)
+    numbers = _numbers_passed_as_tensors(graph_module)
+    if not numbers:
+        return compiled
+
+    def call(*args):
+        # r[capture.dynamo-numbers]: each such input is its number again, a constant of the
+        # capture, so a call with another number compiles again (aotspec.compile's guard)
+        return compiled(*[arg.item() if i in numbers else arg for i, arg in enumerate(args)])
+
+    return call
+
+
+def _numbers_passed_as_tensors(graph_module: torch.fx.GraphModule) -> frozenset[int]:
+    """The positions of the graph's inputs that stand for a Python number of the user's call,
+    which Dynamo passes as a 0-d tensor once it has seen the number change (`r[capture.dynamo-
+    numbers]`)."""
+    placeholders = [node for node in graph_module.graph.nodes if node.op == "placeholder"]
+    return frozenset(
+        i
+        for i, node in enumerate(placeholders)
+        if getattr(node.meta.get("grapharg"), "pass_arg_as_tensor", False)
+    )
+
+
+class _Interpreter(torch.fx.Interpreter):
+    """Runs Dynamo's graph on the user's numbers where it reads them from 0-d tensors."""
+
+    def call_method(self, target, args, kwargs):
+        if target == "item" and isinstance(args[0], int | float | bool):
+            return args[0]  # r[capture.dynamo-numbers]: the number itself
+        return super().call_method(target, args, kwargs)
 
 
 def _keeping_source_lines(graph_module: torch.fx.GraphModule) -> Callable:
@@ -54,7 +87,7 @@ def _keeping_source_lines(graph_module: torch.fx.GraphModule) -> Callable:
 
     def forward(*args):
         with torch.fx.traceback.preserve_node_meta():
-            return torch.fx.Interpreter(graph_module).run(*args)
+            return _Interpreter(graph_module).run(*args)
 
     forward.__qualname__ = getattr(graph_module.forward, "__qualname__", "forward")
     return forward

@@ -198,7 +198,10 @@ def explain(
         torch.autograd.backward(roots)
     names = input_names(fn, args)
     explanation = _Explainer(plan, names, Placement(placement)).explain(
-        name or getattr(fn, "__qualname__", repr(fn)), run.ledger, run.backward_ledger
+        name or getattr(fn, "__qualname__", repr(fn)),
+        run.ledger,
+        run.backward,
+        run.backward_ledger,
     )
     if show:
         explanation.print()
@@ -251,11 +254,19 @@ class _Explainer:
                 self.saved_by_name[node.name] = (k, self.forward_saved[k])
         self.inputs = functional.inputs
 
-    def explain(self, program: str, ledger: Ledger, backward_ledger: Ledger | None):
+    def explain(
+        self,
+        program: str,
+        ledger: Ledger,
+        ran_backward: GraphProgram | None,
+        backward_ledger: Ledger | None,
+    ):
+        """`ran_backward`: the backward graph that ran, None when none did (the plan's then)."""
         forward = self.graph("forward", self.plan.forward, ledger)
         backward = None
         if self.plan.backward is not None:
-            backward = self.graph("backward", self.plan.backward, backward_ledger)
+            ran_backward = ran_backward or self.plan.backward
+            backward = self.graph("backward", ran_backward, backward_ledger)
         return Explanation(
             program,
             tuple(self.input_facts()),

@@ -22,7 +22,7 @@ def register(commands) -> None:
     """Add `check`, `explain` and `memory` to the `aotspec` command's subparsers."""
     check = commands.add_parser(
         "check",
-        help="list every op of a program that no backend supports, with its source line and rule",
+        help="list every refusal of a program, its backward's included, with its line and rule",
     )
     _program_arguments(check)
     check.set_defaults(run=_guarded(_check))
@@ -197,5 +197,5 @@ def _dump_snapshot(step, path: str) -> None:
     run = compiled.last_run
     graphs = [("forward", plan.forward.graph, run.ledger)]
     if run.backward_ledger is not None:
-        graphs.append(("backward", plan.backward.graph, run.backward_ledger))
+        graphs.append(("backward", run.backward.graph, run.backward_ledger))
     dump(graphs, path)

@@ -7,7 +7,7 @@ GPT2 and BERT) trains one step at a time, forward and backward, run five ways in
 eager; `torch.compile(backend="aot_eager")`; `torch.compile(backend="aotspec")` on the fast and
 on the reference backend; and `torch.compile()` (inductor). Each contender has its own copy of
 the model (the same weights) and compiles in a warm-up step first; Dynamo runs with `allow_rnn`,
-so that it captures the GRU.
+so that it captures the GRU and the LSTM.
 
 1. Step time, on one intra-op thread: the median of the timed steps, each contender taking one
    step in turn, so that a load that comes and goes on a shared machine slows them alike; the

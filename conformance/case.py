@@ -78,7 +78,7 @@ class Values(Expectation):
             return facts
         if facts.values is None:
             return f"{self.name} is unreadable: its storage holds {facts.storage_nbytes} bytes"
-        expected = torch.as_tensor(self.expected)
+        expected = torch.as_tensor(self.expected, device="cpu")  # observed values are the CPU's
         try:
             torch.testing.assert_close(
                 facts.values, expected.to(facts.values.dtype), equal_nan=True
@@ -496,6 +496,9 @@ class Case:
     skip: dict[str, str] = field(factory=dict)
     #: Parameters whose list arguments a compiled backend steals (`r[boxed.steal]`).
     steal: tuple[str, ...] = field(default=(), converter=tuple)
+    #: World tensors that stay on the CPU when the case runs on another device (tensor_split's
+    #: indices must be there); the runner moves the others to the device.
+    on_cpu: tuple[str, ...] = field(default=(), converter=tuple)
     #: After the call, backpropagate the sum of every output that requires grad; each world tensor
     #: with a gradient then has it in the world as `name.grad`.
     backward: bool = False

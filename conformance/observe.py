@@ -46,7 +46,8 @@ def _extent_bytes(t: torch.Tensor) -> int:
 def facts(t: torch.Tensor) -> TensorFacts:
     nbytes = t.untyped_storage().nbytes()
     # Reading a tensor whose storage is too small segfaults on CPU: never touch its values.
-    values = t.detach().clone() if _extent_bytes(t) <= nbytes else None
+    # Values are kept on the CPU, where expectations hold theirs, whatever the device.
+    values = t.detach().to("cpu", copy=True) if _extent_bytes(t) <= nbytes else None
     return TensorFacts(
         t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset(), nbytes, values
     )

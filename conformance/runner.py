@@ -3,6 +3,14 @@
 `run_case` runs one case in this process. `run_cases` runs many, each in a worker process of
 `aotspec.workers` when `jobs` > 0, so that a backend's segfault, abort or hang becomes that
 case's `crash` result, with its signal, and the run goes on.
+
+`device` (default "cpu"): where a case's tensors live. On another device ("cuda") the case's
+setup, call and backward run with it as torch's default device (`torch.set_default_device`),
+so the tensors a case makes land there, and autocast is that device's; the tensors its setup
+made elsewhere (clones of tensors made at import) are moved there, and values are compared on
+the CPU. Cases of several ranks run on gloo's CPU tensors, and cases that hand their program a
+CPU generator expect its draws: both are skipped on another device. A setup that raises fails
+its case, and the run goes on.
 """
 
 from __future__ import annotations
@@ -41,38 +49,90 @@ class CaseResult:
     seconds: float = 0.0
 
 
-def run_case(case: Case, backend: str | Backend) -> CaseResult:
+#: Why a case of several ranks is skipped on a device other than the CPU.
+RANKS_ON_CPU = "a case of several ranks runs on a gloo group, on CPU tensors only"
+#: Why a case that passes a generator to its program is skipped on a device other than the CPU.
+DRAWS_ON_CPU = "the case's expected draws are a CPU generator's; another device's differ"
+
+
+def run_case(case: Case, backend: str | Backend, device: str = "cpu") -> CaseResult:
     """`case` on `backend`: here, or on every rank of a group spawned for it."""
     if isinstance(backend, str):
         backend = resolve(backend)
     if case.ranks > 1:
+        if torch.device(device).type != "cpu":
+            return CaseResult(case, backend.name, "skip", (RANKS_ON_CPU,))
         return run_in_group([case], [backend.name])[0]
-    return run_here(case, backend)
+    return run_here(case, backend, device)
 
 
-def run_here(case: Case, backend: str | Backend) -> CaseResult:
+def run_here(case: Case, backend: str | Backend, device: str = "cpu") -> CaseResult:
     """`case` on `backend`, in this process (one rank of a group, for a case of `ranks` > 1)."""
     if isinstance(backend, str):
         backend = resolve(backend)
     start = time.monotonic()
-    result = _run(case, backend)
+    with _on_device(device):
+        result = _run(case, backend, torch.device(device))
     return evolve(result, seconds=time.monotonic() - start)
 
 
-def _run(case: Case, backend: Backend) -> CaseResult:
+@contextlib.contextmanager
+def _on_device(device: str):
+    """Factories make tensors on `device` inside (nothing changes for the CPU)."""
+    if torch.device(device).type == "cpu":
+        yield
+        return
+    before = torch.get_default_device()
+    torch.set_default_device(device)
+    try:
+        yield
+    finally:
+        torch.set_default_device(before)
+
+
+def _moved(world: dict, device: torch.device, keep: tuple[str, ...] = ()) -> dict:
+    """`world` with its tensors on `device`, but those named in `keep`: a setup that clones a
+    tensor made at import makes it on the CPU whatever the default device. Tensors that shared a
+    storage share the moved one, at their own layouts, and leaves stay leaves, requiring grad as
+    they did."""
+    storages: dict[int, torch.UntypedStorage] = {}
+    moved = {}
+    for name, value in world.items():
+        if not isinstance(value, torch.Tensor) or value.device.type == device.type or name in keep:
+            moved[name] = value
+            continue
+        if value.grad_fn is not None:
+            raise ValueError(f"{name} has a history: make it on the default device in the setup")
+        storage = value.untyped_storage()
+        if storage._cdata not in storages:
+            whole = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+            storages[storage._cdata] = whole.to(device).untyped_storage()
+        on_device = torch.empty(0, dtype=value.dtype, device=device).set_(
+            storages[storage._cdata], value.storage_offset(), value.shape, value.stride()
+        )
+        moved[name] = on_device.requires_grad_(value.requires_grad)
+    return moved
+
+
+def _run(case: Case, backend: Backend, device: torch.device) -> CaseResult:
     run = backend.run
     reason = backend.skip_reason(case)
     if reason is not None:
         return CaseResult(case, backend.name, "skip", (reason,))
     backend = backend.name
-    world = case.setup()
+    try:
+        world = _moved(case.setup(), device, keep=case.on_cpu)
+    except Exception as raised:  # noqa: BLE001  (one case's broken setup is that case's failure)
+        return CaseResult(case, backend, "fail", (f"the setup raised {describe(raised)}",))
+    if device.type != "cpu" and any(isinstance(v, torch.Generator) for v in world.values()):
+        return CaseResult(case, backend, "skip", (DRAWS_ON_CPU,))
     before = observe(world)
     outputs, ledger, error, backward_error = None, None, None, None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             autocast = case.autocast
-            autocasting = torch.autocast("cpu", dtype=autocast, enabled=autocast is not None)
+            autocasting = torch.autocast(device.type, dtype=autocast, enabled=autocast is not None)
             with torch.set_grad_enabled(case.grad_enabled), autocasting, _default_dtype(case):
                 outputs, ledger = run(case, [world[name] for name in case.args])
         except Exception as raised:  # noqa: BLE001  (the expectations judge every error)
@@ -157,9 +217,16 @@ def _backpropagate(world: dict, retain_graph: tuple[bool, ...]) -> None:
 CASES_BY_NAME = {case.name: case for case in ALL_CASES}
 
 
-def run_named(case_name: str, backend_name: str) -> tuple[str, tuple[str, ...], float]:
-    """A worker's task: the case named `case_name` on `backend_name`, as picklable data."""
-    result = run_case(CASES_BY_NAME[case_name], _backend(backend_name))
+def run_named(
+    case_name: str, backend_name: str, device: str = "cpu"
+) -> tuple[str, tuple[str, ...], float]:
+    """A worker's task: the case named `case_name` on `backend_name`, as picklable data. An
+    error of the case's own code (its observation, an expectation's check) fails the case: out
+    of the worker it would end the whole run (`aotspec.workers.TaskError`)."""
+    try:
+        result = run_case(CASES_BY_NAME[case_name], _backend(backend_name), device)
+    except Exception as raised:  # noqa: BLE001
+        return "fail", (f"running the case raised {describe(raised)}",), 0.0
     return result.status, result.messages, result.seconds
 
 
@@ -180,34 +247,43 @@ def run_cases(
     jobs: int = 0,
     timeout: float = 300.0,
     on_result: Callable[[CaseResult], None] | None = None,
+    device: str = "cpu",
 ) -> list[CaseResult]:
     """Every case on every backend, in the order given. `jobs` = 0: in this process; else in
     that many reusable worker processes, a crash or a run past `timeout` seconds being the
-    case's `crash` result. `on_result` sees each result as it comes."""
+    case's `crash` result. `on_result` sees each result as it comes. `device`: where the
+    cases' tensors live (see the module's docstring)."""
     results = {}
-    for result in _results(cases, backends, jobs, timeout):
+    for result in _results(cases, backends, jobs, timeout, device):
         results[result.case.name, result.backend] = result
         if on_result is not None:
             on_result(result)
     return [results[case.name, backend] for case in cases for backend in backends]
 
 
-def _results(cases, backends, jobs: int, timeout: float) -> Iterator[CaseResult]:
+def _results(cases, backends, jobs: int, timeout: float, device: str) -> Iterator[CaseResult]:
     # Cases of several ranks run together, in one group spawned from here: a worker, being a
     # daemon process, may not start processes.
-    yield from run_in_group([case for case in cases if case.ranks > 1], backends)
+    grouped = [case for case in cases if case.ranks > 1]
+    if torch.device(device).type == "cpu":
+        yield from run_in_group(grouped, backends)
+    else:
+        for case in grouped:
+            yield from (CaseResult(case, b, "skip", (RANKS_ON_CPU,)) for b in backends)
     cases = [case for case in cases if case.ranks == 1]
     if jobs == 0:
         for case in cases:
             for backend in backends:
-                yield run_case(case, _backend(backend))
+                yield run_case(case, _backend(backend), device)
         return
     from aotspec.workers import Crashed, Done, Pool, Task
 
     # Refuse a bad backend name here, before any worker starts.
     for backend in backends:
         _backend(backend)
-    tasks = [Task(run_named, (case.name, backend)) for case in cases for backend in backends]
+    tasks = [
+        Task(run_named, (case.name, backend, device)) for case in cases for backend in backends
+    ]
     with Pool(jobs, timeout) as pool:
         for task, outcome in pool.map(tasks):
             case, backend = CASES_BY_NAME[task.args[0]], task.args[1]

@@ -13,6 +13,8 @@ training step. `tests/test_models.py` runs each step on aotspec's backends again
 - "encoder", "encoder-norm-first": `nn.TransformerEncoderLayer` (dropout 0.1), both ways;
 - "gru": a two-layer `nn.GRU` and a Linear head (through Dynamo it needs
   `torch._dynamo.config.allow_rnn = True`, or Dynamo runs the GRU eagerly);
+- "lstm": a two-layer bidirectional `nn.LSTM` over a sequence-first batch, started from a given
+  state, and a Linear head on the last step (Dynamo needs `allow_rnn` here too);
 - "resnet18": torchvision's `resnet18(weights=None)`, 10 classes, on 64x64 images;
 - "gpt2", "bert": transformers' `GPT2LMHeadModel` and `BertForMaskedLM` from tiny configs
   (2 layers, width 32, 2 heads, sequences of 8), built without downloading anything.
@@ -119,7 +121,7 @@ class GPTBlock(nn.Module):
 
     def forward(self, ids, targets):
         batch, length = ids.shape
-        x = self.tokens(ids) + self.positions(torch.arange(length))
+        x = self.tokens(ids) + self.positions(torch.arange(length, device=ids.device))
         q, k, v = self.qkv(self.norm1(x)).split(x.shape[-1], dim=-1)
 
         def heads(t):
@@ -154,6 +156,20 @@ class GRU(nn.Module):
     def forward(self, x, target):
         steps, _ = self.gru(x)
         return F.mse_loss(self.head(steps), target)
+
+
+class LSTM(nn.Module):
+    """A two-layer bidirectional LSTM over a sequence-first batch from a given state, a Linear
+    head on the last step, mean-squared error."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(8, 16, num_layers=2, bidirectional=True)
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x, state, target):
+        steps, _ = self.lstm(x, state)
+        return F.mse_loss(self.head(steps[-1]), target)
 
 
 class Classifier(nn.Module):
@@ -204,6 +220,13 @@ def _encoder(norm_first: bool):
 def _gru():
     generator = torch.Generator().manual_seed(6)
     return GRU(), (torch.randn(2, 8, 8, generator=generator), torch.randn(2, 8, 4))
+
+
+def _lstm():
+    generator = torch.Generator().manual_seed(10)
+    x = torch.randn(6, 3, 8, generator=generator)
+    state = tuple(torch.randn(4, 3, 16, generator=generator) for _ in range(2))
+    return LSTM(), (x, state, torch.randn(3, 4, generator=generator))
 
 
 def _resnet18():
@@ -269,6 +292,7 @@ MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "encoder": lambda: _encoder(norm_first=False),
     "encoder-norm-first": lambda: _encoder(norm_first=True),
     "gru": _gru,
+    "lstm": _lstm,
     "resnet18": _resnet18,
     "gpt2": _gpt2,
     "bert": _bert,

@@ -25,14 +25,45 @@ from types import SimpleNamespace
 import torch
 import torch.fx
 from attrs import frozen
+from torch.utils._python_dispatch import _disable_current_modes
 
 from aotspec.errors import InternalError
 from aotspec.reference.collectives import COLLECTIVES, on_group
 from aotspec.reference.lifetimes import last_uses
+from aotspec.reference.optable import OpKind, lookup
+
+
+def meta_strided(value: torch.Tensor, strides: tuple[int, ...], nbytes: int) -> torch.Tensor:
+    """r[ops.fresh-output.meta-layout]: the kernel's fresh output `value`, laid out on its own
+    storage with the meta kernel's strides, the storage `nbytes` long (only its strides change
+    where the dims that differ hold one element). The relayout is the op's, not ops of the
+    program: it runs with the dispatch modes off, so a mode watching the program sees the op
+    and its one storage."""
+    with _disable_current_modes():
+        storage = value.untyped_storage()
+        if value.storage_offset() != 0 or nbytes > storage.nbytes():  # not its own: copied
+            copy = torch.empty_strided(value.shape, strides, dtype=value.dtype)
+            return copy.copy_(value)
+        dims = zip(value.stride(), strides, value.shape, strict=True)
+        moved = any(a != b and n > 1 for a, b, n in dims)
+        values = value.clone() if moved else None
+        value.as_strided_(value.shape, strides)
+        if values is not None:
+            value.copy_(values)
+        if storage.nbytes() != nbytes:  # `mse_loss`'s mean, on the storage of every term
+            storage.resize_(nbytes)
+        return value
+
 
 #: Names the generated code reads; graph values never shadow them (see `_check_names`). Each
 #: function gets its own `aten`, holding the ops it calls.
-_BUILTIN_NAMES = {"torch": torch, "aten": None, "inf": math.inf, "nan": math.nan}
+_BUILTIN_NAMES = {
+    "torch": torch,
+    "aten": None,
+    "inf": math.inf,
+    "nan": math.nan,
+    "meta_strided": meta_strided,
+}
 
 
 @frozen
@@ -69,6 +100,7 @@ def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> Gener
             lines.append(f"    {node.name} = {constant}")
         elif node.op == "call_function":
             lines.append(f"    {node.name} = {_call(node, names)}")
+            lines += _meta_layout(node)  # r[ops.fresh-output.meta-layout]
         elif node.op == "output":
             results = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
             lines.append(f"    return {_render(list(results), names)}")
@@ -82,6 +114,33 @@ def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> Gener
     namespace = dict(names)
     exec(compile(code, f"<aotspec.fast {name}>", "exec"), namespace)  # noqa: S102 (our own source)
     return GeneratedCode(graph, code, namespace[name])
+
+
+def _meta_layout(node: torch.fx.Node) -> list[str]:
+    """The lines that lay a fresh output out as the meta kernel did where the torch kernel may
+    not have: the strides of an output of two dims or more of a table or ATen-valued op
+    (`mse_loss_backward` of a transposed input), and the storage's bytes of an ATen-valued op's
+    (`mse_loss`'s mean)."""
+    value = node.meta.get("val")
+    source = node.args[0] if node.target is operator.getitem else node
+    if not (isinstance(value, torch.Tensor) and isinstance(source.target, torch._ops.OpOverload)):
+        return []  # not a tensor, or a fused kernel's output, laid out as its group says
+    kind = lookup(source.target, where=source.name).kind
+    strides = tuple(value.stride())
+    nbytes = value.untyped_storage().nbytes()
+    relaid = f"        {node.name} = meta_strided({node.name}, {strides}, {nbytes})"
+    if kind is OpKind.ATEN:
+        # r[ops.aten-values.workspace]: an output whose sizes only the kernel knows (the meta
+        # kernel's is empty: mkldnn_rnn_layer's workspace) keeps the kernel's layout
+        shape = tuple(value.shape)
+        test = (
+            f"{node.name}.shape == {shape} and ({node.name}.stride() != {strides} or "
+            f"{node.name}.untyped_storage().nbytes() != {nbytes})"
+        )
+        return [f"    if {test}:", relaid]
+    if kind is OpKind.COMPUTE and value.dim() >= 2:
+        return [f"    if {node.name}.stride() != {strides}:", relaid]
+    return []
 
 
 def _call(node: torch.fx.Node, names: dict) -> str:

@@ -101,8 +101,8 @@ class FusedKernel:
 
     @property
     def source(self) -> str:
-        """The Triton kernel, for reading."""
-        return kernel_source(self.program, self.input_layouts)
+        """The Triton kernel, for reading: the one this process would run."""
+        return kernel_source(self.program, self.input_layouts, gpu=not interpreting())
 
     def __call__(self, *tensors: torch.Tensor):
         if not (self.use_triton and _triton_runs_on(tensors)):

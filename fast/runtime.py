@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 import torch.fx
-from attrs import define
+from attrs import define, field
 
 from aotspec.reference.plan_records import Plan
 from aotspec.reference.runtime import run_plan
@@ -39,6 +39,8 @@ class FastPlan:
     plan: Plan
     forward: GeneratedCode
     backward: GeneratedCode | None
+    #: The backward's code for a backward that did not reach every differentiable output.
+    backwards_reaching: dict[tuple[bool, ...], GeneratedCode] = field(factory=dict)
 
     @classmethod
     def of(cls, plan: Plan) -> FastPlan:
@@ -46,6 +48,15 @@ class FastPlan:
         if plan.backward is None:
             return cls(plan, forward, None)
         return cls(plan, forward, _generated(plan.backward.graph_module, "backward"))
+
+    def backward_reaching(self, reached: tuple[bool, ...]) -> GeneratedCode:
+        """r[autograd.unreached-outputs.terms]: made once per set of outputs reached."""
+        if all(reached):
+            return self.backward
+        if reached not in self.backwards_reaching:
+            graph_module = self.plan.backward_reaching(reached).graph_module
+            self.backwards_reaching[reached] = _generated(graph_module, "backward")
+        return self.backwards_reaching[reached]
 
     @property
     def functional(self):
@@ -76,13 +87,22 @@ class _FastGraphs:
         return [k for k, t in enumerate(outputs) if t.untyped_storage()._cdata in storages]
 
     def backward(
-        self, arguments: list, saved_inputs: dict[int, torch.Tensor], retain: bool
+        self,
+        arguments: list,
+        saved_inputs: dict[int, torch.Tensor],
+        retain: bool,
+        reached: tuple[bool, ...],
     ) -> list:
-        # A saved input is the caller's tensor object itself, already in `arguments`.
-        return self.fast.backward(arguments)
+        # A saved input is the caller's tensor object itself, already in `arguments`, which
+        # then holds it alone (a stolen one dies at its last use)
+        saved_inputs.clear()
+        return self.fast.backward_reaching(reached)(arguments)
 
 
-def run_fast(fast: FastPlan, tensors: list, stolen: frozenset[int] = frozenset()) -> list:
+def run_fast(
+    fast: FastPlan, tensors: list, stolen: frozenset[int] = frozenset(), callers: list = ()
+) -> list:
     """Run `fast` on the caller's `tensors` (the runtime's own list; stolen entries are dropped
-    from it, so the graph's list holds their last references); returns the outputs."""
-    return run_plan(fast.plan, _FastGraphs(fast), tensors, stolen)
+    from it, so the graph's list holds their last references); returns the outputs. With
+    synthetic bases, `callers` are the caller's flat tensors (`run_plan`)."""
+    return run_plan(fast.plan, _FastGraphs(fast), tensors, stolen, callers)

@@ -20,7 +20,8 @@ eager float32 `sqrt` on CPU need not: PyTorch built with MKL calls MKL's vector 
 one unit in the last place, and on some x86-64 CPUs (AMD EPYC, for one) about one value in six
 comes out one unit away (float16 and bfloat16 eager square roots do not go through MKL and round
 correctly). Everything else is bit-exact: addition, multiplication and division (`div_rn`) round
-correctly in float32 as in eager, `x + alpha * y` is one fused multiply-add as in eager's
+correctly in float32 as in eager (on a GPU, a division by a Python number is a product with its
+reciprocal, as eager's on CUDA), `x + alpha * y` is one fused multiply-add as in eager's
 vectorized kernels (eager's scalar loop over a float16 or bfloat16 tensor's last elements rounds
 it twice), and each rounding to bfloat16 is done by `to_bfloat16`, to nearest even, as c10 does.
 
@@ -52,9 +53,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import triton
 from attrs import frozen
-from triton import knobs
 
 from aotspec.reference.optable import bind
 
@@ -200,6 +199,9 @@ class PointwiseRule:
     uncast: frozenset[int] = frozenset()
     #: `expression` takes the step's compute dtype too, as the keyword `dtype`.
     takes_dtype: bool = False
+    #: `expression` takes whether the kernel runs on a GPU, as the keyword `gpu`: eager computes
+    #: the op differently there.
+    takes_gpu: bool = False
 
 
 #: aten op -> its rule. Every op here is an `OpKind.COMPUTE` entry of `reference/optable.py`.
@@ -289,8 +291,17 @@ def mul(x, y):
     return f"{x} * {y}"
 
 
-@pointwise(aten.div.Tensor, aten.div.Scalar, floats_only=True)
-def div(x, y):
+@pointwise(aten.div.Tensor, aten.div.Scalar, floats_only=True, takes_dtype=True, takes_gpu=True)
+def div(x, y, dtype, gpu):
+    if gpu and isinstance(y, int | float) and not isinstance(y, bool):
+        # Eager on CUDA divides by a number as a product with its reciprocal, the reciprocal
+        # rounded in the compute dtype (div_true_kernel_cuda), one unit in the last place from
+        # the quotient for many values (13 of 35 float32 values divided by 7 on an H200, where
+        # the kernel divided correctly). The CPU divides. A reciprocal that overflows is left to
+        # the division.
+        reciprocal = (torch.tensor(1.0, dtype=dtype, device="cpu") / float(y)).item()
+        if math.isfinite(reciprocal):
+            return f"{x} * {reciprocal!r}"
     return f"tl.div_rn({x}, {y})"
 
 
@@ -369,8 +380,9 @@ def copy(x, *_):
 # ---------------------------------------------------------------- source
 
 
-def kernel_source(program: KernelProgram, layouts: tuple[InputLayout, ...]) -> str:
-    """The `@triton.jit` kernel computing `program` from inputs laid out as `layouts`."""
+def kernel_source(program: KernelProgram, layouts: tuple[InputLayout, ...], *, gpu: bool) -> str:
+    """The `@triton.jit` kernel computing `program` from inputs laid out as `layouts`, on a GPU
+    (`gpu`) or in Triton's interpreter, on CPU tensors (each matches eager on its device)."""
     contiguous = contiguous_strides(program.shape)
     pointers = [
         f"in{i}_ptr,  # {_describe(layout, contiguous)}" for i, layout in enumerate(layouts)
@@ -391,7 +403,7 @@ def kernel_source(program: KernelProgram, layouts: tuple[InputLayout, ...]) -> s
     dtypes = {Input(i): layout.dtype for i, layout in enumerate(layouts)}
     for v, step in enumerate(program.steps):
         lines.append(f"    # {_describe_step(v, step)}")
-        lines.append(f"    v{v} = {_step_expression(step, dtypes)}")
+        lines.append(f"    v{v} = {_step_expression(step, dtypes, gpu)}")
         dtypes[Value(v)] = step.dtype
     for k, v in enumerate(program.outputs):
         lines.append(f"    tl.store(out{k}_ptr + offsets, v{v}, mask=mask)")
@@ -445,7 +457,7 @@ def _load(pointer: str, strides: tuple[int, ...], shape: tuple[int, ...]) -> str
     return f"tl.load({pointer} + {' + '.join(reversed(terms))}, mask=mask)"
 
 
-def _step_expression(step: Step, dtypes: dict) -> str:
+def _step_expression(step: Step, dtypes: dict, gpu: bool) -> str:
     rule = POINTWISE_RULES[step.op]
     arguments = []
     for position, argument in enumerate(bind(step.op._schema, step.args, dict(step.kwargs))):
@@ -456,6 +468,8 @@ def _step_expression(step: Step, dtypes: dict) -> str:
         else:
             arguments.append(argument)
     options = {"dtype": step.compute_dtype} if rule.takes_dtype else {}
+    if rule.takes_gpu:
+        options["gpu"] = gpu
     expression = rule.expression(*arguments, **options)
     return _converted(
         expression, torch.bool if rule.gives_bool else step.compute_dtype, step.dtype
@@ -500,11 +514,16 @@ def to_bfloat16(x):
 
 def interpreting() -> bool:
     """Is TRITON_INTERPRET=1 set: do kernels run in Triton's numpy interpreter (on CPU tensors)?"""
+    # Imported here, as in `launch`: importing aotspec loads no Triton until a kernel may run.
+    from triton import knobs
+
     return knobs.runtime.interpret
 
 
 def launch(program: KernelProgram, tensors) -> list[torch.Tensor]:
     """Run `program`'s kernel on `tensors` (all on one device); returns its outputs."""
+    import triton
+
     layouts = tuple(InputLayout.of(t, program.shape) for t in tensors)
     kernel = _compiled(program, layouts, interpreting())
     device = tensors[0].device
@@ -524,7 +543,7 @@ def launch(program: KernelProgram, tensors) -> list[torch.Tensor]:
 def _compiled(program: KernelProgram, layouts: tuple[InputLayout, ...], interpret: bool):
     # `interpret` is part of the key: triton.jit reads TRITON_INTERPRET when it wraps the kernel.
     name = f"triton_{program.name}"
-    path = kernel_file(name, kernel_source(program, layouts))
+    path = kernel_file(name, kernel_source(program, layouts, gpu=not interpret))
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

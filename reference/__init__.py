@@ -6,12 +6,13 @@ modules above it in this list):
 
 - storage.py (storages, layouts, tensors), ledger.py (live, freed, peak), lifetimes.py (where
   each value dies), boundary.py (torch tensors in and out), lift.py (tensors a function reads
-  through globals and closures), synthetic_bases.py (aliasing arguments compiled as views of a
-  base)
+  through globals and closures)
 - optable.py (the op table), opaque.py (custom ops run opaquely), ops.py (value, view and
   derivative rules), effects.py, aten.py (ATen-valued ops: aten ops outside the table),
-  collectives.py (functional collectives), custom_functions.py (custom autograd Functions)
-- graph.py (a graph with its op table entries), interpreter.py (the evaluator)
+  collectives.py (functional collectives), custom_functions.py (custom autograd Functions),
+  synthetic_bases.py (aliasing arguments compiled as views of a base)
+- graph.py (a graph with its op table entries), interpreter.py (the evaluator),
+  unreached_terms.py (a backward graph without the terms of outputs a backward did not reach)
 - program_records.py (the captured and the functional program, the input facts, the epilogue
   and output records), plan_records.py (`Differentiated` and the `Plan`): the records the
   passes hand on, apart from the passes

@@ -68,6 +68,13 @@ def aten_entry(overload: torch._ops.OpOverload) -> OpEntry | Refusal:
     if torch.Tag.inplace_view in overload.tags:
         return Refusal("changes a tensor's sizes or strides in place", "ops.aten-mutations")
     if any(_writes(a) for a in schema.arguments):
+        functional = functional_variant(overload)
+        if functional is not None:  # capture writes it as `functional` and a copy_: not here
+            return Refusal(
+                "writes its arguments in a graph a compile pass made, which must hold no writes "
+                f"(a captured program holds {qualified_name(functional)} and a copy_ instead)",
+                "ops.aten-mutations",
+            )
         return Refusal(
             "writes its arguments and has no functional variant to be written as",
             "ops.aten-mutations",
@@ -105,7 +112,21 @@ def run_aten(overload: torch._ops.OpOverload, meta, *bound, call: Callable = cal
             copies[id(s)] = new_torch_storage(s)
         return tensor_on(copies[id(s)], value.layout)
 
-    return _fresh(call(overload, pytree.tree_map(to_torch, list(bound))), meta)
+    result = call(overload, pytree.tree_map(to_torch, list(bound)))
+    if overload in WORKSPACES:  # r[ops.aten-values.workspace]
+        meta = _with_kernel_sizes(meta, result, WORKSPACES[overload])
+    return _fresh(result, meta)
+
+
+#: Outputs whose sizes only the kernel knows (the meta kernel gives an empty one), by op: opaque
+#: scratch bytes that only the op's backward reads.
+WORKSPACES = {aten.mkldnn_rnn_layer.default: 3}
+
+
+def _with_kernel_sizes(meta: tuple, result: tuple, k: int) -> tuple:
+    """`meta` with output `k` laid out as the kernel gave it, or undefined as it gave it."""
+    kernel = result[k]
+    return (*meta[:k], None if kernel is None else kernel.to("meta"), *meta[k + 1 :])
 
 
 def _fresh(result, meta):
@@ -125,6 +146,7 @@ def _fresh(result, meta):
         )
     # The kernel's dtype: under autocast, batch norm's saved statistics stay float32 where its
     # meta kernel says bfloat16.
+    # r[ops.fresh-output.meta-layout]: the meta kernel's strides, whatever the kernel's were
     layout = Layout(result.dtype, meta.shape, meta.stride(), meta.storage_offset())
     s = Storage.zeros(layout.extent_bytes())
     st = new_torch_storage(s)
@@ -138,6 +160,12 @@ def meta_view(overload: torch._ops.OpOverload, layout: Layout, *rest):
     `layout` (the other arguments are what they are)."""
     storage = torch.empty(layout.extent_elements(), dtype=layout.dtype, device="meta")
     base = storage.as_strided(layout.sizes, layout.strides, layout.offset)
+    # r[memory.layout.conj-neg]: the meta kernel says whether the view keeps, drops or refuses
+    # the input's bits (`_conj` flips one, `view_as_real` refuses a conjugate)
+    if layout.conj:
+        base = base._conj()
+    if layout.neg:
+        base = base._neg_view()
     result = call_with(overload, [base, *rest])
     if isinstance(result, (tuple, list)):
         return tuple(Layout.of(out) for out in result)
@@ -242,6 +270,19 @@ def _native_batch_norm(input, weight, bias, running_mean, running_var, training,
     )
 
 
+def _native_batch_norm_legit(input, weight, bias, running_mean, running_var, *rest):
+    """r[ops.aten-mutations.batch-norm]: in eval mode the kernel leaves the running statistics
+    as they are, although its schema says it writes them: it is the op that writes nothing."""
+    training, momentum, eps = rest
+    if not training:
+        return aten._native_batch_norm_legit_no_training(
+            input, weight, bias, running_mean, running_var, momentum, eps
+        )
+    legit = aten._native_batch_norm_legit.default
+    functional = aten._native_batch_norm_legit_functional.default
+    return _write_back(legit, functional, input, weight, bias, running_mean, running_var, *rest)
+
+
 @derivative(aten._native_batch_norm_legit_functional.default)
 def batch_norm_backward(
     grads,
@@ -312,6 +353,7 @@ def mutation_decompositions() -> dict[torch._ops.OpOverload, Callable]:
     observer = aten._fused_moving_avg_obs_fq_helper.default  # resizes empty per-channel state
     table: dict[torch._ops.OpOverload, Callable] = {
         aten.native_batch_norm.default: _native_batch_norm,
+        aten._native_batch_norm_legit.default: _native_batch_norm_legit,
         aten.bernoulli_.float: _bernoulli_,
         observer: _resizes_arguments(observer),
     }

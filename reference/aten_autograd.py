@@ -20,6 +20,7 @@ gradient.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from operator import getitem
 
@@ -27,14 +28,15 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from attrs import frozen
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.proxy_tensor import make_fx
+from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
 from torch.utils._python_dispatch import _disable_current_modes
 
-from aotspec.errors import InternalError
+from aotspec.errors import InternalError, UnsupportedError
+from aotspec.versions import make_fx_keeping_detach
 
-from .optable import ATEN_VALUED, OP_TABLE, call_with
-from .storage import Layout, Tensor
+from .graph import placeholders
+from .optable import ATEN_VALUED, call_with, qualified_name
+from .storage import Layout, Tensor, carries_gradients
 from .traced_rules import Slot, example, key_of
 
 aten = torch.ops.aten
@@ -62,7 +64,7 @@ def _arguments(spec: pytree.TreeSpec, leaves: tuple, tensors) -> list:
 
 
 def _differentiable_dtype(leaf) -> bool:
-    return isinstance(leaf, Slot) and leaf.layout.dtype.is_floating_point
+    return isinstance(leaf, Slot) and carries_gradients(leaf.layout.dtype)
 
 
 @functools.lru_cache(maxsize=None)
@@ -72,7 +74,7 @@ def differentiable_outputs(
     """Per output leaf of the op, whether eager autograd gives it a gradient when the `needed`
     floating-point tensor leaves require grad."""
     slots = [leaf for leaf in leaves if isinstance(leaf, Slot)]
-    with _disable_current_modes(), FakeTensorMode(), torch.enable_grad():
+    with _disable_current_modes(), FakeTensorMode(), torch.enable_grad(), _hooks_silenced():
         tensors = [
             example(slot.layout).detach().requires_grad_(wanted and _differentiable_dtype(slot))
             for slot, wanted in zip(slots, needed, strict=True)
@@ -83,15 +85,27 @@ def differentiable_outputs(
     )
 
 
+@contextlib.contextmanager
+def _hooks_silenced():
+    """The caller's saved-tensor hooks see what the program saves, not what autograd saves while
+    `differentiable_outputs` asks it a question."""
+    previous = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message()
+    torch._C._autograd._saved_tensors_hooks_disable("asking eager autograd", False)
+    try:
+        yield
+    finally:
+        if previous is None:
+            torch._C._autograd._saved_tensors_hooks_enable()
+        else:
+            torch._C._autograd._saved_tensors_hooks_disable(previous, False)
+
+
 def output_gradients(overload, bound, needed: tuple[bool, ...]) -> tuple[bool, ...] | None:
-    """For an ATen-valued op whose `needed` tensor leaves need a gradient, which output leaves
-    eager autograd gives one; None for the table's ops (and custom ops), whose floating-point
+    """For an aten op whose `needed` tensor leaves need a gradient, which output leaves eager
+    autograd gives one (`r[autograd.requires-grad.op-outputs]`: the table's ops too, so
+    native_layer_norm's mean and rstd get none); None for custom ops, whose floating-point
     outputs all carry one."""
-    if not (
-        isinstance(overload, torch._ops.OpOverload)
-        and overload.namespace == "aten"
-        and overload not in OP_TABLE
-    ):
+    if not (isinstance(overload, torch._ops.OpOverload) and overload.namespace == "aten"):
         return None
     if not any(needed):
         return ()
@@ -150,7 +164,18 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
 
     examples = [example(g) for g in grads if g is not None] + [example(s.layout) for s in slots]
     with _disable_current_modes():
-        module = make_fx(joint, tracing_mode="fake")(*examples)
+        try:
+            traced = make_fx_keeping_detach(joint, tracing_mode="fake")(*examples)
+        except DataDependentOutputException as error:
+            # r[ops.aten-derivatives.value-checks]
+            raise UnsupportedError(
+                f"eager's derivative of {qualified_name(overload)} decides on tensor values "
+                f"({error.func}), which tracing it on tensors without values cannot",
+                rule="ops.aten-derivatives.value-checks",
+                fix="take the gradient of this op outside the compiled function, or detach its "
+                "inputs",
+            ) from error
+        module = _functional(overload, traced, examples)
     graph = module.graph
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
     forward = next((node for node in graph.nodes if node.target is overload), None)
@@ -163,6 +188,82 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
         tuple(placeholders[n_grads:]),
         tuple(gives),
     )
+
+
+def _writes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    return [
+        node
+        for node in graph.nodes
+        if isinstance(node.target, torch._ops.OpOverload) and node.target._schema.is_mutable
+    ]
+
+
+def _functional(overload, module: torch.fx.GraphModule, examples) -> torch.fx.GraphModule:
+    """r[ops.aten-derivatives.functional]: eager's formula as a functional graph. A formula may
+    write tensors it made itself (the norm's backward zeroes its quotient where the norm is 0 with
+    `masked_fill_`); PyTorch's functionalization, traced again, replaces each such write by the
+    functional op (`masked_fill`). A write into what the formula was given (a gradient, an
+    argument, an output) would outlive it: functionalization leaves it as a `copy_` into the
+    placeholder, and it is refused.
+
+    Functionalization would also decompose the op itself (`binary_cross_entropy_with_logits`),
+    so it runs on the formula alone, with the op's outputs as placeholders; the op's node goes
+    back in front of it."""
+    graph = module.graph
+    if not _writes(graph):
+        return module
+    forward = next(node for node in graph.nodes if node.target is overload)
+    outputs = _outputs_read(forward)
+    formula = torch.fx.Graph()
+    env = {node: formula.placeholder(node.name) for node in placeholders(graph)}
+    env.update({node: formula.placeholder(f"{node.name}_value") for node in outputs})
+    for node in graph.nodes:
+        if node not in env and node is not forward:
+            env[node] = formula.node_copy(node, env.__getitem__)
+    functionalize = torch.func.functionalize(
+        torch.fx.GraphModule(module, formula), remove="mutations"
+    )
+    values = [example(Layout.of(node.meta["val"])) for node in outputs]
+    functional = make_fx_keeping_detach(functionalize, tracing_mode="fake")(*examples, *values)
+    left = _writes(functional.graph)
+    if left:
+        raise UnsupportedError(
+            f"eager's derivative formula of {qualified_name(overload)} writes a tensor it was "
+            f"given ({left[0].target}), which its backward graph cannot hold",
+            rule="ops.aten-derivatives.functional",
+            fix="compute this op outside the compiled function, or give it a derivative with a "
+            "torch.autograd.Function whose backward writes nothing it is given",
+        )
+    return _after_forward(module, forward, outputs, functional)
+
+
+def _outputs_read(forward: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes holding the op's outputs: its own node, or its getitems."""
+    if not isinstance(forward.meta["val"], (tuple, list)):
+        return [forward]
+    return [user for user in forward.users if user.target is getitem]
+
+
+def _after_forward(module, forward, outputs, functional) -> torch.fx.GraphModule:
+    """The op's node, with what it reads, then the `functional` formula on its outputs."""
+    graph = torch.fx.Graph()
+    originals = placeholders(module.graph)
+    env = {node: graph.placeholder(node.name) for node in originals}
+    kept = {forward, *outputs}
+    pending = [forward]
+    while pending:  # what the op reads: its arguments' placeholders, detached
+        node = pending.pop()
+        kept.update(node.all_input_nodes)
+        pending.extend(node.all_input_nodes)
+    for node in module.graph.nodes:
+        if node in kept and node not in env:
+            env[node] = graph.node_copy(node, env.__getitem__)
+    given = placeholders(functional.graph)
+    env_formula = dict(zip(given, [env[node] for node in originals + outputs], strict=True))
+    for node in functional.graph.nodes:
+        if node not in env_formula:
+            env_formula[node] = graph.node_copy(node, env_formula.__getitem__)
+    return torch.fx.GraphModule(functional, graph)
 
 
 class EagerDerivative:
@@ -180,8 +281,10 @@ class EagerDerivative:
         return f"EagerDerivative({self.overload})"
 
     def __call__(self, grad, out, *args, needed=None):
+        args = pytree.tree_map_only(torch.Tensor, _resolved, list(args))
         spec, leaves = signature(args)
-        tensors = [leaf for leaf in pytree.tree_leaves(list(args)) if _is_tensor(leaf)]
+        written = _as_written(self.overload, args, out)
+        tensors = [leaf for leaf in pytree.tree_leaves(written) if _is_tensor(leaf)]
         slots = [leaf for leaf in leaves if isinstance(leaf, Slot)]
         if needed is None:
             needed = tuple(True for _ in slots)
@@ -190,6 +293,7 @@ class EagerDerivative:
             for wanted, slot in zip(needed, slots, strict=True)
         )
         grads = grad if isinstance(out, (tuple, list)) else (grad,)
+        grads = tuple(None if g is None else _resolved(g) for g in grads)
         layouts = tuple(None if g is None else Layout.of(g) for g in grads)
         backward = _backward(self.overload, spec, leaves, layouts, needed)
         results = _replay(backward, [g for g in grads if g is not None], out, tensors)
@@ -197,6 +301,34 @@ class EagerDerivative:
         for k, result in zip(backward.gives, results, strict=True):
             per_leaf[k] = result
         return _per_argument(args, per_leaf)
+
+
+def _resolved(t: torch.Tensor) -> torch.Tensor:
+    """r[memory.layout.conj-neg]: `t` without a lazy conjugate or negation: eager's formulas
+    resolve them where they need to, and are traced on tensors without them."""
+    return t.resolve_conj().resolve_neg()
+@functools.cache
+def _new_values(overload) -> tuple[tuple[int, int], ...]:
+    """(argument position, output position) of each argument whose new value a functional
+    variant `foo_functional` returns, as the output named after it (`noise` and `noise_out`)."""
+    if not overload._schema.name.endswith("_functional"):
+        return ()
+    names = [argument.name for argument in overload._schema.arguments]
+    return tuple(
+        (names.index(r.name.removesuffix("_out")), k)
+        for k, r in enumerate(overload._schema.returns)
+        if r.name.endswith("_out") and r.name.removesuffix("_out") in names
+    )
+
+
+def _as_written(overload, args, out) -> list:
+    """r[ops.aten-mutations.state]: the arguments a `foo_functional` op's formula reads, with the
+    new value of each argument `foo` writes in its place: eager's `foo` writes its state (the
+    noise of rrelu_with_noise) before its backward reads it."""
+    args = list(args)
+    for position, k in _new_values(overload):
+        args[position] = out[k]
+    return args
 
 
 def _is_tensor(leaf) -> bool:
@@ -223,6 +355,9 @@ def _replay(backward: _Backward, grads: list, out, tensors: list) -> list:
     `tensors`, standing for the trace's placeholders and forward values."""
     env: dict[torch.fx.Node, object] = dict(zip(backward.grads, grads, strict=True))
     env.update(zip(backward.arguments, tensors, strict=True))
+    # The trace's tensors were on torch's default device, which its factories name: the replay
+    # makes them on the device of the op's tensors instead.
+    device = next(t.device for t in [*grads, *tensors] if isinstance(t, torch.Tensor))
     forward_values = set(backward.arguments)
     for node in backward.graph.nodes:
         if node.op != "call_function" or node in env:
@@ -239,7 +374,9 @@ def _replay(backward: _Backward, grads: list, out, tensors: list) -> list:
             forward_values.add(node)
         else:
             args = torch.fx.node.map_arg(node.args, env.__getitem__)
-            kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+            kwargs = dict(torch.fx.node.map_arg(node.kwargs, env.__getitem__))
+            if "device" in kwargs:
+                kwargs["device"] = device
             env[node] = node.target(*args, **kwargs)
     output = next(iter(reversed(backward.graph.nodes)))
     return [env[node] for node in output.args[0]]

@@ -16,22 +16,30 @@ differentiable outputs, `grads` maps a value (node) to the gradient accumulated 
 from __future__ import annotations
 
 from operator import getitem
+from typing import NoReturn
 
 import torch
 import torch.fx
 import torch.fx.traceback as fx_traceback
 import torch.utils._pytree as pytree
 from attrs import define, field, frozen
-from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
 from aotspec.errors import InternalError, UnsupportedError
+from aotspec.versions import make_fx_keeping_detach
 
 from .aten_autograd import output_gradients
-from .capture import CheckpointRegions, checkpoint_region, grad_enabled
+from .capture import (
+    VALUE_DEPENDENT,
+    CheckpointRegions,
+    checkpoint_region,
+    grad_enabled,
+    has_value_dependent_sizes,
+)
 from .collectives import communicates
 from .custom_functions import custom_function_call
 from .functionalize import node_of
-from .graph import GraphProgram, output_node, placeholders, traced_from
+from .graph import GraphProgram, output_node, placeholders, source_line, traced_from
 from .optable import (
     NONDIFFERENTIABLE,
     OpKind,
@@ -40,6 +48,8 @@ from .optable import (
     derivative_of,
     lookup,
     qualified_name,
+    refuse,
+    refused,
 )
 from .plan_records import Differentiated
 from .program_records import (
@@ -51,7 +61,7 @@ from .program_records import (
     Rebind,
     WriteBack,
 )
-from .storage import Layout
+from .storage import Layout, carries_gradients
 
 aten = torch.ops.aten
 
@@ -83,7 +93,7 @@ def _differentiable_outputs(
 
 
 def _carries_gradient(node: torch.fx.Node, flows: set) -> bool:
-    return node in flows and node.meta["val"].dtype.is_floating_point
+    return node in flows and carries_gradients(node.meta["val"].dtype)
 
 
 def _write_backs_with_history(program: FunctionalProgram, flows: set) -> tuple[WriteBack, ...]:
@@ -233,8 +243,8 @@ def _of_custom_function(node: torch.fx.Node) -> bool:
 
 
 def _may_carry_gradient(node: torch.fx.Node, flows: set) -> bool:
-    """Whether eager autograd gives (this output of) an ATen-valued op a gradient
-    (`r[ops.aten-derivatives]`); the table's ops leave it to the output's dtype."""
+    """Whether eager autograd gives (this output of) an aten op a gradient
+    (`r[autograd.requires-grad.op-outputs]`); custom ops leave it to the output's dtype."""
     source, index = node.args if node.target is getitem else (node, None)
     if source.op != "call_function":
         return True
@@ -242,6 +252,7 @@ def _may_carry_gradient(node: torch.fx.Node, flows: set) -> bool:
     leaves = [leaf for leaf in pytree.tree_leaves(bound) if isinstance(leaf, torch.fx.Node)]
     needed = tuple(leaf in flows for leaf in leaves)
     values = pytree.tree_map_only(torch.fx.Node, lambda leaf: leaf.meta["val"], bound)
+    # r[autograd.requires-grad.op-outputs]
     carried = output_gradients(source.target, values, needed)
     if carried is None:
         return True
@@ -345,10 +356,11 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
         torch.zeros_like(_meta_value(outputs_node.args[0][k])) for k in differentiable
     ]
     with fx_traceback.preserve_node_meta():  # the user's source lines, for `aotspec explain`
-        joint_module = make_fx(joint, tracing_mode="fake", _allow_non_fake_inputs=True)(
-            *tensors, *tangent_examples
-        )
+        joint_module = make_fx_keeping_detach(
+            joint, tracing_mode="fake", _allow_non_fake_inputs=True
+        )(*tensors, *tangent_examples)
     regions.marks.annotate(joint_module.graph)
+    _check_no_writes(joint_module.graph)
     joint_module.graph.eliminate_dead_code()  # rules may compute gradients nobody needs
     split = partition(joint_module, n_inputs, joint_found.final_contents)
     n_grads = len(joint_found.grad_inputs)
@@ -368,6 +380,19 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
             for _, _, received in joint_found.writes
         ),
     )
+
+
+def _check_no_writes(joint: torch.fx.Graph) -> None:
+    """The joint graph writes nothing (`r[autograd.joint]`): the partition keeps what the
+    gradients are computed from, so a write into a rule's intermediate would be lost."""
+    for node in joint.nodes:
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload) and target._schema.is_mutable:
+            # r[autograd.joint]
+            raise InternalError(
+                f"the joint graph writes in place ({node.name}: {qualified_name(target)}); a "
+                "derivative rule must compute its gradient out of place"
+            )
 
 
 def _run(
@@ -404,7 +429,9 @@ def _final_contents(program: FunctionalProgram, env) -> dict[torch.fx.Node, int]
 
 def _meta_value(node: torch.fx.Node) -> torch.Tensor:
     value = node.meta["val"]
-    return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype)
+    return torch.empty_strided(
+        value.shape, value.stride(), dtype=value.dtype, device=value.device
+    )
 
 
 def _backward_pass(
@@ -450,14 +477,20 @@ def _backward_pass(
             continue
         if isinstance(grad, dict):  # the gradients of a multi-output op, by output index
             grad = tuple(grad.get(i) for i in range(len(env[node])))
-        rule = derivative_of(node.target)
+        rule = None if refused(node.target) else derivative_of(node.target)
         if rule is None:
-            raise UnsupportedError(
-                f"op {qualified_name(node.target)} has no derivative rule",
-                rule="autograd.derivative-rules",
-                fix="add a @derivative rule beside the op in reference/ops.py, or compute this "
-                "part under torch.no_grad()",
-            )
+            if not refused(node.target):
+                refuse(
+                    UnsupportedError(
+                        f"op {qualified_name(node.target)} ({source_line(node)}) has no "
+                        "derivative rule",
+                        rule="autograd.derivative-rules",
+                        fix="add a @derivative rule beside the op in reference/ops.py, or compute "
+                        "this part under torch.no_grad()",
+                    ),
+                    node.target,
+                )
+            continue  # r[ops.unsupported-all]: while checking, no gradient goes through it
         args = torch.fx.node.map_arg(node.args, env.__getitem__)
         kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
         regions.enter(node)  # r[checkpoint.saved]: what the region's derivatives read
@@ -470,7 +503,15 @@ def _backward_pass(
             )
             if isinstance(value, torch.Tensor)
         )
-        arg_grads_of = call_rule(rule, grad, env[node], bound_values, needed)
+        recorded = get_proxy_mode().tracer.graph.nodes
+        before = len(recorded)
+        try:
+            arg_grads_of = call_rule(rule, grad, env[node], bound_values, needed)
+        except VALUE_DEPENDENT as error:
+            _refuse_value_dependent_gradient(node, f"({type(error).__name__})")
+        for op in list(recorded)[before:]:
+            if has_value_dependent_sizes(op.meta.get("val")):
+                _refuse_value_dependent_gradient(node, f"by {op.target}")
         for arg_nodes, arg_grads in zip(bound_nodes, arg_grads_of, strict=True):
             for arg_node, arg_grad in _pairs(arg_nodes, arg_grads):
                 if (
@@ -480,6 +521,20 @@ def _backward_pass(
                 ):
                     _accumulate(grads, arg_node, arg_grad)
     return grads
+
+
+def _refuse_value_dependent_gradient(node: torch.fx.Node, how: str) -> NoReturn:
+    """r[capture.data-dependent]: `node`'s derivative rule computes a value whose sizes depend
+    on tensor values (`index_put`'s gradient for its values reads the gradient at a boolean
+    mask's positions: as many as the mask holds), `how` says how."""
+    raise UnsupportedError(
+        f"the gradient of {qualified_name(node.target)} ({source_line(node)}) computes a value "
+        f"whose sizes depend on tensor values, {how}",
+        rule="capture.data-dependent",
+        fix="pass the argument whose gradient needs it detached, or computed under "
+        "torch.no_grad(), if it needs no gradient; or compute this op outside the compiled "
+        "function",
+    ) from None
 
 
 def _custom_function_vjp(

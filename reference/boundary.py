@@ -46,6 +46,14 @@ def autocast_off():
         yield
 
 
+@contextlib.contextmanager
+def grad_on_recording_nothing():
+    """r[ops.aten-values.grad-mode]: kernels see grad mode on, as eager's do where autograd
+    records, while autograd's own kernels are skipped, so nothing records a history."""
+    with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
+        yield
+
+
 def refuse_transformed(tensors: list[torch.Tensor]) -> None:
     """r[boundary.import]: no functorch transform is active around the call, and no
     argument carries a forward-mode tangent; checked before anything runs."""
@@ -108,7 +116,11 @@ def set_within(t: torch.Tensor, st: torch.UntypedStorage, layout: Layout) -> tor
 
 
 def tensor_on(st: torch.UntypedStorage, layout: Layout) -> torch.Tensor:
-    return set_within(torch.empty(0, dtype=layout.dtype), st, layout)
+    t = set_within(torch.empty(0, dtype=layout.dtype), st, layout)
+    # r[memory.layout.conj-neg]: eager's lazy views of the same storage
+    if layout.conj:
+        t = t._conj()
+    return t._neg_view() if layout.neg else t
 
 
 @define

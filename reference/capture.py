@@ -20,6 +20,7 @@ import math
 import os
 import re
 import traceback
+import unittest.mock
 from collections.abc import Callable
 from operator import getitem
 from typing import Any
@@ -36,11 +37,21 @@ from torch._subclasses.fake_tensor import (
     FakeTensor,
 )
 from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
-from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+from torch.fx.experimental.symbolic_shapes import (
+    GuardOnDataDependentSymNode,
+    PendingUnbackedSymbolNotFound,
+)
 from torch.overrides import TorchFunctionMode
 
 import aotspec.errors
+from aotspec import rng_state
 from aotspec.errors import UnsupportedError
+from aotspec.versions import (
+    apply_references_intercepted,
+    checkpoint_generator_replaced,
+    stack_traces_of,
+    traces_generators,
+)
 
 from . import effects, ops  # noqa: F401  (importing them fills the op table)
 from .aten import mutation_decompositions
@@ -50,8 +61,9 @@ from .custom_functions import (
     custom_function_call,
     intercepting_apply,
 )
-from .optable import DERIVATIVES, OpEntry, lookup
-from .program_records import TENSOR, CapturedProgram, refuse_layout
+from .graph import source_line
+from .optable import DERIVATIVES, METADATA_OPS, OpEntry, lookup
+from .program_records import TENSOR, CapturedProgram, refuse_layout, refuse_lazy_bits
 
 aten = torch.ops.aten
 
@@ -137,7 +149,7 @@ def _checkpoint_regions_noted(regions: CheckpointRegions):
     count = itertools.count()
     depth = 0
 
-    def region(function, preserve_rng_state=True, context_fn=None, *args, **kwargs):
+    def region(context_fn):
         nonlocal depth
         if not _checkpoints_everything(context_fn):
             raise UnsupportedError(
@@ -157,12 +169,8 @@ def _checkpoint_regions_noted(regions: CheckpointRegions):
             if depth == 0:
                 regions.note(None)
 
-    original = torch.utils.checkpoint._checkpoint_without_reentrant_generator
-    torch.utils.checkpoint._checkpoint_without_reentrant_generator = region
-    try:
+    with checkpoint_generator_replaced(region):
         yield
-    finally:
-        torch.utils.checkpoint._checkpoint_without_reentrant_generator = original
 
 
 @frozen
@@ -211,10 +219,20 @@ class _WatchGradMode(TorchFunctionMode):
             result = func(*args, **kwargs)
         except (RuntimeError, ValueError) as error:
             self._refuse_stale_view(args, kwargs, error)
+            if _UNALLOCATED in str(error):
+                # r[capture.data-dependent]: a kernel read a traced tensor's values (in C++:
+                # tensor_split by a tensor of indices), which exist only when the call runs
+                raise DataDependentOutputException(func) from error
             raise
+        if has_value_dependent_sizes(result):
+            # r[capture.data-dependent]: refused here, at the user's line, before the value
+            # reaches code that needs its sizes, or its values, as numbers: a packed sequence's
+            # batch sizes, float32 to PyTorch's fake kernel, make nn.LSTM's torch.zeros raise a
+            # TypeError
+            raise DynamicOutputShapeException(func)
         if func in (torch._C.TensorBase.detach_, aten.detach_.default):
             _record_detach_(args[0])
-        if func in _METADATA_OPS and args[0].requires_grad:
+        if func in METADATA_OPS and args[0].requires_grad:
             self.relaid.add(args[0].untyped_storage()._cdata)
         return result
 
@@ -254,11 +272,8 @@ class _WatchGradMode(TorchFunctionMode):
             ) from None
 
 
-#: The in-place metadata ops as the function calls them (`swapdims_` and `swapaxes_` included).
-_METADATA_OPS = frozenset(
-    getattr(torch._C.TensorBase, name)
-    for name in ("t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_")
-) | {torch._C.TensorBase.as_strided_}
+#: What PyTorch raises when C++ code reads the values of a traced tensor, which has none.
+_UNALLOCATED = "its data is not allocated yet"
 
 
 #: Functions that make sparse tensors, by name (torch.sparse_csr_tensor, Tensor.to_sparse, ...).
@@ -282,6 +297,8 @@ def grad_enabled(node: torch.fx.Node) -> bool:
     return node.meta.get("grad_enabled", True)
 
 
+
+
 def program_of_graph(graph_module: torch.fx.GraphModule, name: str) -> CapturedProgram:
     """A graph traced apart from the user's function (a custom Function's backward), taking and
     returning flat tensors, as a captured program."""
@@ -289,7 +306,7 @@ def program_of_graph(graph_module: torch.fx.GraphModule, name: str) -> CapturedP
     n_in = sum(node.op == "placeholder" for node in graph.nodes)
     n_out = len(next(iter(reversed(graph.nodes))).args[0])
     entries = {
-        node: lookup(node.target, where=_source_line(node))
+        node: lookup(node.target, where=source_line(node))
         for node in graph.nodes
         if node.op == "call_function" and node.target is not getitem
     }
@@ -316,6 +333,21 @@ def _is_tensor(leaf) -> bool:
     return isinstance(leaf, torch.Tensor)
 
 
+def _refuse_returned_numbers(out: list) -> None:
+    """r[capture.data-dependent.returned]: a returned number read from tensor values is a symbol
+    of the trace, not a constant the compiled program could return."""
+    numbers = [
+        leaf for leaf in out if isinstance(leaf, torch.SymInt | torch.SymFloat | torch.SymBool)
+    ]
+    if numbers:
+        raise UnsupportedError(
+            f"the function returns a number read from tensor values ({numbers[0]} at capture, "
+            "from .item(), .tolist() or arithmetic on them)",
+            rule="capture.data-dependent.returned",
+            fix="return the tensor and call .item() on it after the compiled call",
+        )
+
+
 def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     """Trace `fn(*args, **kwargs)` to an aten graph without touching the caller's tensors."""
     kwargs = {} if kwargs is None else kwargs
@@ -326,6 +358,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     for i, t in enumerate(tensors):
         if t.layout != torch.strided:
             refuse_layout(f"flat input {i}", f"has layout {t.layout}")
+        refuse_lazy_bits(i, t)
     returned = _Returned()
     grad_modes = GradModes()
     regions = CheckpointRegions()
@@ -342,12 +375,18 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
         rebuilt = [next(it) if leaf is TENSOR else leaf for leaf in in_leaves]
         call_args, call_kwargs = pytree.tree_unflatten(rebuilt, in_spec)
         histories_before = [_history(t) for t in flat_tensors]
-        with watch, intercepting_apply(interception), _checkpoint_regions_noted(regions):
+        with (
+            watch,
+            intercepting_apply(interception),
+            _checkpoint_regions_noted(regions),
+            _rng_state_recorded(),
+        ):
             result = fn(*call_args, **call_kwargs)
         out, out_spec = pytree.tree_flatten(result)
         outputs = [leaf for leaf in out if _is_tensor(leaf)]
         histories_after = [_history(t) for t in [*outputs, *flat_tensors]]
         _refuse_custom_functions(histories_after, histories_before, interception.handled)
+        _refuse_returned_numbers(out)
         returned.spec = out_spec
         returned.leaves = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in out)
         set_inputs, set_outputs = _set_to_require_grad(requires_grad_calls, flat_tensors, outputs)
@@ -355,15 +394,28 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
         requires_grad_outputs.update(set_outputs)
         return outputs
 
-    # make_fx keeps stack traces only for frames of registered functions: register the user's.
-    torch.fx.proxy._register_stack_trace_anchor(fn)
+    generator_before = torch.default_generator.get_state()
     try:
-        graph_module = make_fx(
-            flat_fn,
-            decomposition_table=_decompositions(),  # r[capture.aten-graph]
-            tracing_mode="fake",  # r[capture.no-side-effects]: the caller's tensors are not run on
-            record_stack_traces=True,
-        )(*tensors)
+        # make_fx keeps stack traces only for frames it knows are user code: tell it `fn`'s.
+        with stack_traces_of(fn):
+            graph_module = make_fx(
+                flat_fn,
+                decomposition_table=_decompositions(),  # r[capture.aten-graph]
+                # r[capture.no-side-effects]: the caller's tensors are not run on
+                tracing_mode="fake",
+                record_stack_traces=True,
+            )(*tensors)
+    except NotImplementedError as error:
+        if traces_generators() or "Generator" not in str(error):
+            raise
+        # r[ops.random.generator-capture]
+        raise UnsupportedError(
+            f"the function reads a torch.Generator, which torch {torch.__version__}'s tracer "
+            "cannot record in a graph",
+            rule="ops.random.generator-capture",
+            fix="draw from the default generator (seed it with torch.manual_seed) instead of "
+            "passing one, or use torch 2.13 or later",
+        ) from None
     except _DATA_DEPENDENT as error:
         # r[capture.data-dependent]
         raise UnsupportedError(
@@ -385,6 +437,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
             fix="pass the tensor as an argument, or hold it in a closure variable, a global or "
             "a module attribute",
         ) from None
+    _refuse_other_generator_changes(generator_before)
     grad_modes.annotate(graph_module.graph)
     regions.annotate(graph_module.graph)
     _refuse_random_ops_in_regions(graph_module.graph)
@@ -415,6 +468,55 @@ def _op_of(error: AssertionError) -> str:
     return f"read by {found.group(1)}" if found else "read by an op"
 
 
+@contextlib.contextmanager
+def _rng_state_recorded():
+    """r[capture.rng-state]: while the function is traced, `torch.manual_seed`, `torch.seed`,
+    `torch.get_rng_state` and `torch.set_rng_state` (and their `torch.random` names) record an op
+    that acts on the generator when the program runs, and leave the caller's generator alone.
+    They record even inside `no_dispatch()` (PyTorch's `freeze_rng_state` reads and restores the
+    state there), under the dispatch state of the trace."""
+    include = torch._C._dispatch_tls_local_include_set()
+    exclude = torch._C._dispatch_tls_local_exclude_set()
+
+    def recorded(op, *args):
+        with torch._C._ForceDispatchKeyGuard(include, exclude):
+            return op(*args)
+
+    def manual_seed(seed):
+        recorded(rng_state.manual_seed, int(seed))
+        return torch.default_generator
+
+    def seed():
+        return recorded(rng_state.seed).item()
+
+    replacements = {
+        "manual_seed": manual_seed,
+        "seed": seed,
+        "get_rng_state": lambda: recorded(rng_state.get_rng_state),
+        "set_rng_state": lambda state: recorded(rng_state.set_rng_state, state),
+    }
+    with contextlib.ExitStack() as stack:
+        for module in (torch, torch.random):
+            for name, replacement in replacements.items():
+                stack.enter_context(unittest.mock.patch.object(module, name, replacement))
+        yield
+
+
+def _refuse_other_generator_changes(before: torch.Tensor) -> None:
+    """r[capture.rng-state]: a function that changed the caller's generator while traced reached
+    it otherwise (`torch.default_generator.manual_seed`): the change is undone and refused."""
+    if torch.equal(torch.default_generator.get_state(), before):
+        return
+    torch.default_generator.set_state(before)  # r[capture.no-side-effects]
+    raise UnsupportedError(
+        "the function changes the default generator's state other than through "
+        "torch.manual_seed, torch.seed or torch.set_rng_state (torch.default_generator's own "
+        "methods), which capture does not record",
+        rule="capture.rng-state",
+        fix="seed with torch.manual_seed(...) or set the state with torch.set_rng_state(...)",
+    )
+
+
 def _refuse_random_ops_in_regions(graph: torch.fx.Graph) -> None:
     """r[checkpoint.random]: a checkpointed region's recomputation would draw other values."""
     for node in graph.nodes:
@@ -422,7 +524,7 @@ def _refuse_random_ops_in_regions(graph: torch.fx.Graph) -> None:
         if checkpoint_region(node) is not None and torch.Tag.nondeterministic_seeded in tags:
             raise UnsupportedError(
                 f"random op {node.target} inside a checkpointed region "
-                f"({_source_line(node)})",
+                f"({source_line(node)})",
                 rule="checkpoint.random",
                 fix="draw the random values outside the checkpointed function and pass them in",
             )
@@ -435,6 +537,16 @@ _DATA_DEPENDENT = (
     DynamicOutputShapeException,
 )
 
+#: What tracing raises for a value of sizes that depend on tensor values, when a symbol for them
+#: cannot be made or kept.
+VALUE_DEPENDENT = (*_DATA_DEPENDENT, PendingUnbackedSymbolNotFound)
+
+
+def has_value_dependent_sizes(value) -> bool:
+    """Whether a tensor of `value` has sizes that tracing left as symbols, with no value."""
+    tensors = [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+    return any(not all(isinstance(n, int) for n in t.shape) for t in tensors)
+
 
 def _refuse_value_dependent_shapes(graph: torch.fx.Graph) -> None:
     """r[capture.data-dependent]: no value's shape depends on tensor values (`nonzero`, masked
@@ -443,7 +555,7 @@ def _refuse_value_dependent_shapes(graph: torch.fx.Graph) -> None:
         value = node.meta.get("val")
         if isinstance(value, torch.Tensor) and not all(isinstance(n, int) for n in value.shape):
             raise UnsupportedError(
-                f"the shape of {node.name} depends on tensor values ({_source_line(node)})",
+                f"the shape of {node.name} depends on tensor values ({source_line(node)})",
                 rule="capture.data-dependent",
                 fix="compute on tensors only (masks with torch.where rather than selections), "
                 "or take the selection outside the compiled function and pass its result in",
@@ -477,7 +589,7 @@ def _entries(graph: torch.fx.Graph) -> dict[torch.fx.Node, OpEntry]:
     for node in graph.nodes:
         if node.op != "call_function" or node.target in (getitem, custom_function_call):
             continue
-        where = _source_line(node)
+        where = source_line(node)
         try:
             entries[node] = lookup(node.target, where=where)
             check_collective(node, where)  # r[collectives.group], r[collectives.wait]
@@ -609,13 +721,25 @@ def _refuse_custom_functions(after: list, before: list, handled: set) -> None:
             name = getattr(node._forward_cls, "__qualname__", type(node).__name__)
             raise UnsupportedError(
                 f"the function applies the custom autograd.Function {name} where capture "
-                "does not intercept it (inside a functorch transform), and a gradient can reach "
-                "it: capture sees its forward's ops, not its backward",
+                f"does not intercept it ({_UNINTERCEPTED}), and a gradient can reach it: "
+                "capture sees its forward's ops, not its backward",
                 rule="capture.custom-function.refused",
-                fix="apply it outside the transform, apply it under torch.no_grad(), or write "
-                "it with ops whose derivatives the op table knows",
+                fix=f"{_INTERCEPTED}, apply it under torch.no_grad(), or write it with ops whose "
+                "derivatives the op table knows",
             )
         stack.extend(next_node for next_node, _ in node.next_functions if next_node is not None)
+
+
+#: Where capture does not see autograd apply a Function, and how to apply one where it does.
+if apply_references_intercepted():
+    _UNINTERCEPTED = "inside a functorch transform"
+    _INTERCEPTED = "apply it outside the transform"
+else:
+    _UNINTERCEPTED = (
+        "inside a functorch transform, or through a reference to its apply taken before the "
+        "call, `op = MyFunction.apply`, which this torch does not let capture see"
+    )
+    _INTERCEPTED = "call MyFunction.apply(...) itself, outside any functorch transform"
 
 
 def _differentiated_by_the_table(node) -> bool:
@@ -678,19 +802,3 @@ def _computed_from(node: torch.fx.Node) -> set[torch.fx.Node]:
                 found.add(user)
                 stack.append(user)
     return found
-
-
-_FRAME = re.compile(
-    r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>.*)'
-)
-
-
-def _source_line(node: torch.fx.Node) -> str:
-    """`called from file.py:12 in f: y = x.cumsum(0)`, or the node's name if no trace was kept."""
-    frames = list(_FRAME.finditer(node.stack_trace or ""))
-    if not frames:
-        return f"graph node {node.name}"
-    frame = frames[-1]
-    return (
-        f"called from {frame['file']}:{frame['line']} in {frame['func']}: {frame['code'].strip()}"
-    )

@@ -34,17 +34,25 @@ class CompiledRun:
     #: The forward's ledger; `backward_ledger` is filled in when the backward has run.
     ledger: Ledger = field(factory=Ledger)
     backward_ledger: Ledger | None = None
+    #: The backward graph that ran: the plan's, or the one for the outputs its backward reached
+    #: (`r[autograd.unreached-outputs.terms]`).
+    backward: GraphProgram | None = None
     #: Storages (ledger ids) of the saved values the backward took over.
     saved_storages: frozenset[int] = frozenset()
 
 
 def run_compiled(
-    plan: Plan, tensors: list, *, stolen: frozenset[int] = frozenset(), boxed: bool = True
+    plan: Plan,
+    tensors: list,
+    *,
+    stolen: frozenset[int] = frozenset(),
+    boxed: bool = True,
+    callers: list = (),
 ) -> CompiledRun:
     """Run `plan` on the caller's `tensors` (the runtime's own list; stolen entries are
     dropped)."""
     graphs = _ReferenceGraphs(plan, stolen, boxed, CompiledRun([]))
-    graphs.run.outputs = run_plan(plan, graphs, tensors, stolen)
+    graphs.run.outputs = run_plan(plan, graphs, tensors, stolen, callers)
     return graphs.run
 
 
@@ -76,7 +84,11 @@ class _ReferenceGraphs:
         return self.outputs_saved
 
     def backward(
-        self, arguments: list, saved_inputs: dict[int, torch.Tensor], retain: bool
+        self,
+        arguments: list,
+        saved_inputs: dict[int, torch.Tensor],
+        retain: bool,
+        reached: tuple[bool, ...],
     ) -> list:
         plan = self.plan
         n_saved = plan.num_saved
@@ -88,12 +100,14 @@ class _ReferenceGraphs:
             # the caller holds a saved input, unless it was stolen: then the backward (or the
             # retained node) holds it
             held[k] = retain or plan.saved_inputs[k] not in self.stolen
+        saved_inputs.clear()
         for j in range(n_saved, len(arguments)):
             arguments[j] = boundary.import_tensor(arguments[j])  # the tangents
         self.run.saved_storages = frozenset(cell.storage.id for cell in arguments[:n_saved])
         ledger = Ledger()
         self.run.backward_ledger = ledger
-        return _export(self._run(plan.backward, arguments, held, ledger))
+        self.run.backward = plan.backward_reaching(reached)
+        return _export(self._run(self.run.backward, arguments, held, ledger))
 
     def _run(self, program: GraphProgram, inputs: list, caller_held: list[bool], ledger: Ledger):
         cells = list(inputs)

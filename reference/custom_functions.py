@@ -38,6 +38,7 @@ from torch.fx.experimental.proxy_tensor import (
 )
 
 from aotspec.errors import UnsupportedError
+from aotspec.versions import custom_function_apply_owner
 
 
 def custom_function_call(key: int, inputs: list, outputs: list, saved: list) -> tuple:
@@ -308,10 +309,13 @@ def _lift_saved(graph_module: torch.fx.GraphModule, tracer) -> list[torch.fx.Pro
 
 # ---------------------------------------------------------------- intercepting apply
 
-#: Autograd's own apply, which `Function.apply` reaches as `super().apply` once it has bound the
-#: arguments; patching it on `_SingleLevelFunction`, between the two in every Function's MRO,
-#: intercepts Functions applied through a reference to `apply` taken before capture too.
+#: Autograd's own apply. It is patched on the class `custom_function_apply_owner()` names, in
+#: every Function's MRO, which intercepts Functions applied through a reference to `apply` taken
+#: before capture too.
 _C_APPLY = torch._C._FunctionBase.__dict__["apply"]
+_APPLY_OWNER = custom_function_apply_owner()
+#: What the owner's own `apply` is when not patched (None: it inherits autograd's).
+_OWNER_APPLY = _APPLY_OWNER.__dict__.get("apply")
 _ORIGINAL_SET_MATERIALIZE_GRADS = FunctionCtx.set_materialize_grads
 _state = threading.local()
 _patch_lock = threading.Lock()
@@ -325,8 +329,18 @@ def _active() -> Interception | None:
 
 def _apply(cls, *args, **kwargs):
     interception = _active()
-    if interception is None or interception.passes_through(cls):  # or another thread
+    if (
+        interception is None  # or another thread
+        or interception.passes_through(cls)
+        or torch._C._are_functorch_transforms_active()  # r[capture.custom-function.refused]
+    ):
         return _C_APPLY.__get__(None, cls)(*args, **kwargs)
+    if cls.setup_context is not _SingleLevelFunction.setup_context:
+        # as autograd does: the forward's defaults filled in, so that `needs_input_grad` and
+        # the arguments line up
+        bound = inspect.signature(cls.forward).bind(*args, **kwargs)
+        bound.apply_defaults()
+        args, kwargs = bound.args, bound.kwargs
     return interception.apply(cls, args, kwargs)
 
 
@@ -345,7 +359,7 @@ def intercepting_apply(interception: Interception) -> Iterator[Interception]:
     global _patch_users
     with _patch_lock:
         if _patch_users == 0:
-            _SingleLevelFunction.apply = classmethod(_apply)
+            _APPLY_OWNER.apply = classmethod(_apply)
             FunctionCtx.set_materialize_grads = _set_materialize_grads
         _patch_users += 1
     _state.stack = [*getattr(_state, "stack", []), interception]
@@ -356,5 +370,8 @@ def intercepting_apply(interception: Interception) -> Iterator[Interception]:
         with _patch_lock:
             _patch_users -= 1
             if _patch_users == 0:
-                del _SingleLevelFunction.apply
+                if _OWNER_APPLY is None:
+                    del _APPLY_OWNER.apply
+                else:
+                    _APPLY_OWNER.apply = _OWNER_APPLY
                 FunctionCtx.set_materialize_grads = _ORIGINAL_SET_MATERIALIZE_GRADS

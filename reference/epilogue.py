@@ -54,7 +54,7 @@ def apply_epilogue(
 def _write_bytes(storage: torch.UntypedStorage, flat: torch.Tensor) -> None:
     """r[functionalize.epilogue.data]: the storage takes the bytes, through a fresh alias."""
     with torch.no_grad():
-        torch.empty(0, dtype=flat.dtype).set_(storage).copy_(flat)
+        torch.empty(0, dtype=flat.dtype, device=storage.device).set_(storage).copy_(flat)
 
 
 def _relayout(tensor: torch.Tensor, storage: torch.UntypedStorage, step: Relayout) -> None:
@@ -236,7 +236,32 @@ def _view_of_graph_storage(layout, flat: torch.Tensor, returned: set[int]) -> to
     if id(flat) not in returned and _laid_out_like(flat, layout):
         returned.add(id(flat))
         return flat
-    return flat.as_strided(layout.sizes, layout.strides, layout.offset)
+    return _viewed_as(flat, layout)
+
+
+def _viewed_as(base: torch.Tensor, layout) -> torch.Tensor:
+    """A view of `base`'s storage laid out as `layout`, for autograd a view of `base`: through
+    `view_as_real` or `view_as_complex` where the dtypes differ (`r[functionalize.complex-views]`),
+    then conjugated or negated as the layout says (`r[memory.layout.conj-neg]`)."""
+    # the stored values, through views that undo base's own bits (each is its own inverse)
+    base = base.conj() if base.is_conj() else base
+    base = base._neg_view() if base.is_neg() else base
+    if base.dtype != layout.dtype and base.is_complex():
+        base = torch.view_as_real(base)
+    elif base.dtype != layout.dtype:
+        pairs = base.untyped_storage().nbytes() // layout.itemsize
+        base = torch.view_as_complex(base.as_strided((pairs, 2), (2, 1), 0))
+    view = base.as_strided(layout.sizes, layout.strides, layout.offset)
+    if layout.conj:
+        view = view.conj()
+    return view._neg_view() if layout.neg else view
+
+
+def _reinterpretable(dtype: torch.dtype, other: torch.dtype) -> bool:
+    """The same bytes read as `other` by `_viewed_as`: the same dtype, or a complex dtype and its
+    real one."""
+    pair = (dtype, other) if dtype.is_complex else (other, dtype)
+    return dtype == other or (pair[0].is_complex and pair[0].to_real() == pair[1])
 
 
 def _laid_out_like(t: torch.Tensor, layout) -> bool:
@@ -245,6 +270,7 @@ def _laid_out_like(t: torch.Tensor, layout) -> bool:
         and tuple(t.shape) == layout.sizes
         and t.stride() == layout.strides
         and t.storage_offset() == layout.offset
+        and (t.is_conj(), t.is_neg()) == (layout.conj, layout.neg)
     )
 
 
@@ -261,12 +287,12 @@ def _view_of_caller(output, tensors, on_storage: dict, caller_storages) -> torch
     ):
         if (
             candidate is not None
-            and candidate.dtype == layout.dtype
+            and _reinterpretable(candidate.dtype, layout.dtype)
             and candidate.untyped_storage()._cdata == storage._cdata
         ):
-            if output.detached:
+            if output.detached and candidate.dtype == layout.dtype:
                 return _detached_view(candidate, output)
-            if output.multi_output:
+            if output.multi_output and candidate.dtype == layout.dtype:
                 return _multi_output_view(candidate, layout)
-            return candidate.as_strided(layout.sizes, layout.strides, layout.offset)
+            return _viewed_as(candidate, layout)
     return tensor_on(storage, layout)

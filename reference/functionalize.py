@@ -28,11 +28,11 @@ from torch.fx.experimental.proxy_tensor import (
     disable_proxy_modes_tracing,
     get_proxy_mode,
     get_proxy_slot,
-    make_fx,
     track_tensor_tree,
 )
 
 from aotspec.errors import InternalError, SpecViolation, UnsupportedError
+from aotspec.versions import make_fx_keeping_detach
 
 from .capture import (
     CheckpointRegions,
@@ -183,11 +183,26 @@ def _read(cell: _Cell, name: str, replay: _Replay, *, for_view: bool = False) ->
     # r[functionalize.reads.grad-mode]: made under the grad mode of the tensor read, not the
     # reader's.
     with replay.materializing(grad_enabled=not cell.viewed_without_grad):
-        cell.value = aten.as_strided(flat, layout.sizes, layout.strides, layout.offset)
+        contents = _contents_as(flat, layout.dtype)
+        value = aten.as_strided(contents, layout.sizes, layout.strides, layout.offset)
+        # r[memory.layout.conj-neg]: the cell reads its storage conjugated or negated
+        value = aten._conj(value) if layout.conj else value
+        cell.value = aten._neg_view(value) if layout.neg else value
     if cell.read_as_input is not None:  # r[autograd.no-grad-set]
         replay.read_as_input[node_of(cell.value)] = cell.read_as_input
     cell.version = cell.storage.version
     return cell.value
+
+
+def _contents_as(flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """r[functionalize.complex-views]: a storage's 1-D contents read as `dtype`: a complex
+    storage's as its real and imaginary parts in turn (`view_as_real`), a real storage's as the
+    complex numbers its pairs make (`view_as_complex`); other dtypes as they are."""
+    if flat.is_complex() and not dtype.is_complex and dtype.itemsize * 2 == flat.itemsize:
+        return aten.view(aten.view_as_real(flat), [flat.numel() * 2])
+    if dtype.is_complex and not flat.is_complex() and flat.itemsize * 2 == dtype.itemsize:
+        return aten.view_as_complex(aten.view(flat, [flat.numel() // 2, 2]))
+    return flat
 
 
 #: How many later writes `_unwritten_since` looks through before it reads the storage again: a
@@ -261,6 +276,11 @@ def _write(
         new = aten._to_copy(new, dtype=layout.dtype)
     if tuple(new.shape) != layout.sizes:
         new = aten.expand(new, list(layout.sizes))
+    # r[memory.layout.conj-neg]: a conjugating or negating layout stores the values so
+    if layout.conj:
+        new = aten.conj_physical(new)
+    if layout.neg:
+        new = aten.neg(new)
     storage = cell.storage
     # r[autograd.detach]: a write through a detached alias records no history.
     with_grad = replay.grad_enabled and not cell.detached
@@ -285,9 +305,14 @@ def _write(
         storage.flat = aten.view(new, [storage.elements])
     else:
         contents = None
-        storage.flat = aten.as_strided_scatter(
-            _flat(storage, replay), new, layout.sizes, layout.strides, layout.offset
+        written = aten.as_strided_scatter(
+            _contents_as(_flat(storage, replay), layout.dtype),
+            new,
+            layout.sizes,
+            layout.strides,
+            layout.offset,
         )
+        storage.flat = _contents_as(written, storage.dtype)
         if not with_grad:
             # r[autograd.no-grad-writes]: the tensor keeps its history; the written values carry
             # none.
@@ -902,7 +927,9 @@ def functionalize(
     # r[capture.constants]: the program's constants are real tensors; the functional graph
     # reads them as constants too.
     with fx_traceback.preserve_node_meta():  # the user's source lines, for `aotspec explain`
-        graph_module = make_fx(replay, tracing_mode="fake", _allow_non_fake_inputs=True)(*tensors)
+        graph_module = make_fx_keeping_detach(
+            replay, tracing_mode="fake", _allow_non_fake_inputs=True
+        )(*tensors)
     grad_modes.annotate(graph_module.graph)
     regions.annotate(graph_module.graph)
     # the graph is functional: unused values go, but collectives run (r[collectives.program-order])
@@ -936,9 +963,7 @@ def functionalize(
         written=frozenset(s.caller for s in storages if s.written),
         written_with_grad=frozenset(s.caller for s in storages if s.written_with_grad),
         rebound_with_grad=frozenset(state.rebound_with_grad),
-        custom_calls={
-            node: call for node, call in replayed.custom_calls.items() if node in alive
-        },
+        custom_calls={node: call for node, call in replayed.custom_calls.items() if node in alive},
         output_values=replayed.output_values,
         relocated=frozenset(state.relocated),
     )
@@ -983,7 +1008,9 @@ def _functional_backward(function: CustomFunction) -> FunctionalProgram:
             fix="let the backward compute new tensors (it may write into existing ones)",
         )
     traced = [node.meta["val"] for node in graph_module.graph.nodes if node.op == "placeholder"]
-    examples = [torch.empty_strided(v.shape, v.stride(), dtype=v.dtype) for v in traced]
+    examples = [
+        torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device) for v in traced
+    ]
     return functionalize(program_of_graph(graph_module, function.name), examples, values_out=True)
 
 

@@ -6,6 +6,7 @@ hook pass produce them, and the fast backend generates code from their graph mod
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from operator import getitem
 
@@ -31,7 +32,7 @@ class GraphProgram:
     def of(cls, graph_module: torch.fx.GraphModule, where: str = "graph node") -> GraphProgram:
         """Looks every op up in the table (`r[ops.table]`): an op outside it raises here."""
         entries = {
-            node: lookup(node.target, where=f"{where} {node.name}")
+            node: lookup(node.target, where=source_line(node, unnamed=f"{where} {node.name}"))
             for node in graph_module.graph.nodes
             if node.op == "call_function" and node.target is not getitem
         }
@@ -56,3 +57,21 @@ def traced_from(nodes: Iterable[torch.fx.Node], pass_name: str) -> Iterator[torc
     for node in nodes:
         with fx_traceback.set_current_meta(node, pass_name):
             yield node
+
+
+_FRAME = re.compile(
+    r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)\n\s*(?P<code>.*)'
+)
+
+
+def source_line(node: torch.fx.Node, unnamed: str | None = None) -> str:
+    """`called from file.py:12 in f: y = x.cumsum(0)`: the user's line that put the node there
+    (its stack trace, which capture and the passes keep); `unnamed`, or the node's name, if no
+    trace was kept."""
+    frames = list(_FRAME.finditer(node.stack_trace or ""))
+    if not frames:
+        return unnamed or f"graph node {node.name}"
+    frame = frames[-1]
+    return (
+        f"called from {frame['file']}:{frame['line']} in {frame['func']}: {frame['code'].strip()}"
+    )

@@ -274,7 +274,7 @@ def _like(value: torch.Tensor) -> torch.Tensor:
         if value.numel() == 0
         else 1 + sum((n - 1) * s for n, s in zip(value.shape, value.stride(), strict=True))
     )
-    storage = torch.empty(value.storage_offset() + span, dtype=value.dtype)
+    storage = torch.empty(value.storage_offset() + span, dtype=value.dtype, device=value.device)
     return storage.as_strided(value.shape, value.stride(), value.storage_offset())
 
 

@@ -22,7 +22,9 @@ import torch.fx
 import torch.utils._pytree as pytree
 
 from aotspec.errors import InternalError
+from aotspec.versions import add_note
 
+from .aten import run_aten
 from .boundary import storage_from_torch
 from .custom_functions import custom_function_call
 from .ledger import Ledger
@@ -103,6 +105,9 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
     bound = bind(node.target._schema, args, kwargs)
     meta = node.meta.get("val")
     try:
+        if entry.kind is OpKind.COMPUTE and _complex(bound, meta):
+            # r[ops.complex.aten-values]
+            return _named(run_aten(node.target, meta, *bound), node.name)
         if entry.kind is OpKind.COMPUTE:
             values = entry.rule(*pytree.tree_map(_read_for_compute, bound))
             return _fresh(values, meta, node.name)
@@ -110,6 +115,10 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
             return _named(entry.rule(node.target, meta, *bound), node.name)
         if entry.kind is OpKind.VIEW:
             return _view(entry.rule(bound[0].layout, *bound[1:]), bound[0], meta, node.name)
+        if entry.kind is OpKind.INPLACE and _complex(bound, meta):
+            # r[ops.complex.aten-values]: the functional op's kernel, written back
+            bound[0].write(run_aten(entry.functional, meta, *bound).read())
+            return bound[0]
         if entry.kind is OpKind.INPLACE:
             target = bound[0]
             target.write(entry.rule(*pytree.tree_map(_read_for_compute, bound)))
@@ -119,9 +128,16 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
         if entry.kind is OpKind.OPAQUE:
             return entry.rule(ledger, node.target, *bound)
     except (InternalError, RuntimeError, IndexError, ValueError) as error:
-        error.add_note(f"while executing {node.format_node()}")
+        add_note(error, f"while executing {node.format_node()}")
         raise
     raise InternalError(f"op table entry of unknown kind: {entry}")
+
+
+def _complex(bound, meta) -> bool:
+    """Whether a tensor argument or output of the op is complex (`r[ops.complex.aten-values]`)."""
+    leaves = pytree.tree_leaves([bound, meta])
+    tensors = [leaf for leaf in leaves if isinstance(leaf, Tensor | torch.Tensor)]
+    return any(t.dtype.is_complex for t in tensors)
 
 
 def _read_for_compute(value):

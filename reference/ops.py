@@ -17,6 +17,7 @@ Rules for `copy_`, `set_` and `resize_storage_bytes_` live in `reference/effects
 
 from __future__ import annotations
 
+import cmath
 import math
 import sys
 
@@ -69,15 +70,32 @@ def _grad_like(grad, x):
     torch/csrc/autograd/engine.cpp). None where `x` is a number or a tensor whose dtype carries no
     gradient (integers, bool).
     """
-    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+    if not isinstance(x, torch.Tensor) or not (x.is_floating_point() or x.is_complex()):
         return None
+    if grad.is_complex() and not x.is_complex():
+        grad = torch.real(grad)  # r[ops.complex.real-input-grad]
     grad = _sum_to_shape(grad, x.shape)
     return grad if grad.dtype == x.dtype else grad.to(x.dtype)
+
+
+def _conj(t):
+    """r[ops.complex.conjugate-grad]: the conjugate where eager's formula takes `.conj()`; a real
+    tensor or number is its own conjugate. A fresh tensor (conj_physical), as eager's lazy
+    conjugate view is resolved by the next op anyway."""
+    if not isinstance(t, torch.Tensor):
+        return t.conjugate()
+    return aten.conj_physical(t) if t.is_complex() else t
 
 
 def _scaled(grad, factor):
     """maybe_multiply: `grad * factor`, skipped when the factor is 1."""
     return grad if factor == 1 else grad * factor
+
+
+def _scaled_conj(grad, factor):
+    """maybe_multiply(grad, factor.conj()): a complex scale enters a gradient conjugated
+    (`r[ops.complex.conjugate-grad]`)."""
+    return _scaled(grad, factor.conjugate())
 
 
 def _unreduce(t, dims, ndim: int, keepdim: bool):
@@ -131,7 +149,9 @@ def abs_(x):
 
 @derivative(aten.abs.default)
 def abs_backward(grad, out, x):
-    return (_grad_like(grad * torch.sign(x), x),)
+    # abs's formula is grad * sgn(x): x / |x| for a complex x (0 at 0), sign(x) for a real one.
+    sign = torch.sgn(x) if x.is_complex() else torch.sign(x)
+    return (_grad_like(grad * sign, x),)
 
 
 @compute(aten.neg.default)
@@ -151,7 +171,7 @@ def exp(x):
 
 @derivative(aten.exp.default)
 def exp_backward(grad, out, x):
-    return (_grad_like(grad * out, x),)
+    return (_grad_like(grad * _conj(out), x),)
 
 
 @compute(aten.log.default)
@@ -161,7 +181,7 @@ def log(x):
 
 @derivative(aten.log.default)
 def log_backward(grad, out, x):
-    return (_grad_like(grad / x, x),)
+    return (_grad_like(grad / _conj(x), x),)
 
 
 @compute(aten.log1p.default)
@@ -171,7 +191,7 @@ def log1p(x):
 
 @derivative(aten.log1p.default)
 def log1p_backward(grad, out, x):
-    return (_grad_like(grad / (x + 1), x),)
+    return (_grad_like(grad / _conj(x + 1), x),)
 
 
 @compute(aten.expm1.default)
@@ -181,7 +201,7 @@ def expm1(x):
 
 @derivative(aten.expm1.default)
 def expm1_backward(grad, out, x):
-    return (_grad_like(grad * (out + 1), x),)
+    return (_grad_like(grad * (_conj(out) + 1), x),)
 
 
 @compute(aten.log2.default)
@@ -191,7 +211,7 @@ def log2(x):
 
 @derivative(aten.log2.default)
 def log2_backward(grad, out, x):
-    return (_grad_like(grad / (x * 0.6931471805599453), x),)
+    return (_grad_like(grad / (_conj(x) * 0.6931471805599453), x),)
 
 
 @compute(aten.log10.default)
@@ -201,7 +221,7 @@ def log10(x):
 
 @derivative(aten.log10.default)
 def log10_backward(grad, out, x):
-    return (_grad_like(grad / (x * 2.3025850929940456), x),)
+    return (_grad_like(grad / (_conj(x) * 2.3025850929940456), x),)
 
 
 @compute(aten.exp2.default)
@@ -211,7 +231,7 @@ def exp2(x):
 
 @derivative(aten.exp2.default)
 def exp2_backward(grad, out, x):
-    return (_grad_like(grad * out * math.log(2), x),)
+    return (_grad_like(grad * _conj(out) * math.log(2), x),)
 
 
 @compute(aten.sin.default)
@@ -221,7 +241,7 @@ def sin(x):
 
 @derivative(aten.sin.default)
 def sin_backward(grad, out, x):
-    return (_grad_like(grad * torch.cos(x), x),)
+    return (_grad_like(grad * _conj(torch.cos(x)), x),)
 
 
 @compute(aten.cos.default)
@@ -231,7 +251,7 @@ def cos(x):
 
 @derivative(aten.cos.default)
 def cos_backward(grad, out, x):
-    return (_grad_like(grad * -torch.sin(x), x),)
+    return (_grad_like(grad * -_conj(torch.sin(x)), x),)
 
 
 @compute(aten.tan.default)
@@ -241,7 +261,7 @@ def tan(x):
 
 @derivative(aten.tan.default)
 def tan_backward(grad, out, x):
-    return (_grad_like(grad * (1 + out.pow(2)), x),)
+    return (_grad_like(grad * _conj(1 + out.pow(2)), x),)
 
 
 @compute(aten.tanh.default)
@@ -252,7 +272,7 @@ def tanh(x):
 @derivative(aten.tanh.default)
 def tanh_backward(grad, out, x):
     # 1 - out * out, written without aten.rsub, which is not in the table.
-    return (_grad_like(grad * (-(out * out) + 1), x),)
+    return (_grad_like(grad * _conj(-(out * out) + 1), x),)
 
 
 @compute(aten.sigmoid.default)
@@ -263,7 +283,7 @@ def sigmoid(x):
 @derivative(aten.sigmoid.default)
 def sigmoid_backward(grad, out, x):
     # grad * (1 - out) * out, written without aten.rsub, which is not in the table.
-    return (_grad_like(grad * (-out + 1) * out, x),)
+    return (_grad_like(grad * _conj((-out + 1) * out), x),)
 
 
 @compute(aten.relu.default)
@@ -285,7 +305,7 @@ def sqrt(x):
 
 @derivative(aten.sqrt.default)
 def sqrt_backward(grad, out, x):
-    return (_grad_like(grad / (2 * out), x),)
+    return (_grad_like(grad / (2 * _conj(out)), x),)
 
 
 @compute(aten.rsqrt.default)
@@ -295,7 +315,7 @@ def rsqrt(x):
 
 @derivative(aten.rsqrt.default)
 def rsqrt_backward(grad, out, x):
-    return (_grad_like(-0.5 * grad * out.pow(3), x),)
+    return (_grad_like(-0.5 * grad * _conj(out.pow(3)), x),)
 
 
 @compute(aten.reciprocal.default)
@@ -305,7 +325,7 @@ def reciprocal(x):
 
 @derivative(aten.reciprocal.default)
 def reciprocal_backward(grad, out, x):
-    return (_grad_like(-grad * (out * out), x),)
+    return (_grad_like(-grad * _conj(out * out), x),)
 
 
 @compute(aten.erf.default)
@@ -386,7 +406,7 @@ def add(x, y, alpha):
 
 @derivative(aten.add.Tensor, aten.add.Scalar)
 def add_backward(grad, out, x, y, alpha):
-    return _grad_like(grad, x), _grad_like(_scaled(grad, alpha), y), None
+    return _grad_like(grad, x), _grad_like(_scaled_conj(grad, alpha), y), None
 
 
 @compute(aten.sub.Tensor, aten.sub.Scalar)
@@ -396,7 +416,7 @@ def sub(x, y, alpha):
 
 @derivative(aten.sub.Tensor, aten.sub.Scalar)
 def sub_backward(grad, out, x, y, alpha):
-    return _grad_like(grad, x), _grad_like(_scaled(-grad, alpha), y), None
+    return _grad_like(grad, x), _grad_like(_scaled_conj(-grad, alpha), y), None
 
 
 @compute(aten.mul.Tensor, aten.mul.Scalar)
@@ -406,7 +426,7 @@ def mul(x, y):
 
 @derivative(aten.mul.Tensor, aten.mul.Scalar)
 def mul_backward(grad, out, x, y):
-    return _grad_like(grad * y, x), _grad_like(grad * x, y)
+    return _grad_like(grad * _conj(y), x), _grad_like(grad * _conj(x), y)
 
 
 @compute(aten.div.Tensor, aten.div.Scalar)
@@ -416,7 +436,7 @@ def div(x, y):
 
 @derivative(aten.div.Tensor, aten.div.Scalar)
 def div_backward(grad, out, x, y):
-    return _grad_like(grad / y, x), _grad_like(-grad * ((x / y) / y), y)
+    return _grad_like(grad / _conj(y), x), _grad_like(-grad * _conj((x / y) / y), y)
 
 
 @compute(aten.div.Tensor_mode, aten.div.Scalar_mode)
@@ -474,11 +494,13 @@ def pow_tensor_scalar_backward(grad, out, x, exponent):
     if exponent == 0:
         return _grad_like(torch.zeros_like(grad), x), None
     exponent = float(exponent)
-    return _grad_like(grad * (exponent * x.pow(exponent - 1)), x), None
+    return _grad_like(grad * _conj(exponent * x.pow(exponent - 1)), x), None
 
 
-def _log(base: float) -> float:
+def _log(base: float | complex) -> float | complex:
     """C++'s std::log of a number: -inf at 0 and NaN below, where math.log raises."""
+    if isinstance(base, complex) and base != 0:
+        return cmath.log(base)
     if base > 0:
         return math.log(base)
     return -math.inf if base == 0 else math.nan
@@ -488,17 +510,25 @@ def _log(base: float) -> float:
 def pow_tensor_tensor_backward(grad, out, x, exponent):
     # FunctionsManual.cpp pow_backward_self and pow_backward_exponent: an exponent of 0 passes no
     # gradient to x, and d(x**e)/de is taken as 0 where x == 0 and e >= 0.
-    dx = torch.where(exponent == 0.0, 0.0, grad * (exponent * x.pow(exponent - 1)))
-    at_zero = torch.logical_and(x == 0, exponent >= 0)
-    de = grad * torch.where(at_zero, 0.0, out * x.to(out.dtype).log())
+    # Both conjugated for complex operands (r[ops.complex.conjugate-grad]).
+    dx = torch.where(exponent == 0.0, 0.0, grad * _conj(exponent * x.pow(exponent - 1)))
+    at_zero = torch.logical_and(x == 0, _nonnegative(exponent))
+    de = grad * torch.where(at_zero, 0.0, _conj(out * x.to(out.dtype).log()))
     return _grad_like(dx, x), _grad_like(de, exponent)
+
+
+def _nonnegative(exponent):
+    """pow_backward_exponent's test of an exponent: >= 0, or real and >= 0 for a complex one."""
+    if not exponent.is_complex():
+        return exponent >= 0
+    return torch.logical_and(torch.imag(exponent) == 0, torch.real(exponent) >= 0)
 
 
 @derivative(aten.pow.Scalar)
 def pow_scalar_backward(grad, out, base, exponent):
-    log_base = out * _log(base)
+    log_base = _conj(out * _log(base))
     if base == 0:
-        log_base = torch.where(exponent >= 0, 0.0, log_base)
+        log_base = torch.where(_nonnegative(exponent), 0.0, log_base)
     return None, _grad_like(grad * log_base, exponent)
 
 
@@ -735,6 +765,8 @@ def copy_backward(grad, out, x, src, non_blocking):
     # copy_'s CopyBackwards (torch/csrc/autograd/functions/tensor.cpp): x gets zeros, src the
     # gradient cast to its dtype first, then summed to its shape. (Eager has no formula for the
     # functional copy; it only appears in functionalized graphs.)
+    if grad.is_complex() and not src.is_complex():
+        grad = torch.real(grad)  # r[ops.complex.real-input-grad]
     return _grad_like(torch.zeros_like(grad), x), _grad_like(grad.to(src.dtype), src), None
 
 
@@ -832,8 +864,8 @@ def matmul(x, y):
 def mm_backward(grad, out, x, y):
     # The gradient of a column-major operand (a transposed weight) is computed column-major, as
     # eager's mm_mat1_backward/mm_mat2_backward do: the weight's gradient then has its layout.
-    grad_x = y.mm(grad.t()).t() if _column_major(x) else grad.mm(y.t())
-    grad_y = grad.t().mm(x).t() if _column_major(y) else x.t().mm(grad)
+    grad_x = _conj(y).mm(grad.t()).t() if _column_major(x) else grad.mm(_conj(y.t()))
+    grad_y = grad.t().mm(_conj(x)).t() if _column_major(y) else _conj(x.t()).mm(grad)
     return _grad_like(grad_x, x), _grad_like(grad_y, y)
 
 
@@ -843,7 +875,8 @@ def _column_major(t) -> bool:
 
 @derivative(aten.bmm.default)
 def bmm_backward(grad, out, x, y):
-    return _grad_like(grad.bmm(y.transpose(1, 2)), x), _grad_like(x.transpose(1, 2).bmm(grad), y)
+    grad_x = grad.bmm(_conj(y.transpose(1, 2)))
+    return _grad_like(grad_x, x), _grad_like(_conj(x.transpose(1, 2)).bmm(grad), y)
 
 
 @compute(aten.addmm.default)
@@ -858,12 +891,12 @@ def addmm_backward(grad, out, bias, x, y, beta, alpha):
     # The bias gets grad * beta even when beta == 0 (zeros, or NaN where grad is not finite).
     # A column-major operand (F.linear's transposed weight) gets its gradient column-major, as
     # in mm_backward, so the weight's gradient has the weight's layout.
-    grad_x = y.mm(grad.t()).t() if _column_major(x) else grad.mm(y.t())
-    grad_y = grad.t().mm(x).t() if _column_major(y) else x.t().mm(grad)
+    grad_x = _conj(y).mm(grad.t()).t() if _column_major(x) else grad.mm(_conj(y.t()))
+    grad_y = grad.t().mm(_conj(x)).t() if _column_major(y) else _conj(x.t()).mm(grad)
     return (
-        _grad_like(_scaled(grad, beta), bias),
-        _grad_like(_scaled(grad_x, alpha), x),
-        _grad_like(_scaled(grad_y, alpha), y),
+        _grad_like(_scaled_conj(grad, beta), bias),
+        _grad_like(_scaled_conj(grad_x, alpha), x),
+        _grad_like(_scaled_conj(grad_y, alpha), y),
         None,
         None,
     )
@@ -1047,9 +1080,9 @@ def var_mean_backward(grads, outs, x, dims, correction, keepdim):
 
 # ---------------------------------------------------------------- normalizations
 # First-class entries, not decompositions, so that autograd saves what eager saves
-# (`r[hooks.eager.saved-set]`): softmax and log_softmax their result, layer_norm its input, weight,
-# bias and per-row statistics, not the intermediates of a decomposition. Their backward ops are
-# entries too, so each backward is one node, as in eager.
+# (`r[hooks.eager.saved-set]`): softmax and log_softmax their result, not the intermediates of a
+# decomposition. Their backward ops are entries too, so each backward is one node, as in eager.
+# layer_norm is ATen-valued (`r[ops.aten-values]`): its values are the CPU kernel's, bit for bit.
 
 
 def _refuse_half_to_float(op: str, half_to_float: bool) -> None:
@@ -1136,71 +1169,6 @@ def log_softmax_backward_data_backward(grad, out, grad_output, output, dim, inpu
     grad_output_grad = grad - (grad * probabilities).sum(dim, keepdim=True)
     output_grad = -grad_output.sum(dim, keepdim=True) * probabilities * grad
     return _grad_like(grad_output_grad, grad_output), _grad_like(output_grad, output), None, None
-
-
-def _normalized_dims(x, normalized_shape) -> list[int]:
-    return list(range(x.ndim - len(normalized_shape), x.ndim))
-
-
-@compute(aten.native_layer_norm.default)
-def native_layer_norm(x, normalized_shape, weight, bias, eps):
-    # (out, mean, rstd); mean and rstd keep the normalized dims as size 1, as PyTorch's do.
-    axes = tuple(_normalized_dims(x, normalized_shape))
-    count = _count(x, axes)
-    mean = np.sum(x, axis=axes, keepdims=True) / count
-    deviations = x - mean
-    rstd = 1 / np.sqrt(np.sum(deviations * deviations, axis=axes, keepdims=True) / count + eps)
-    out = deviations * rstd
-    if weight is not None:
-        out = out * weight
-    if bias is not None:
-        out = out + bias
-    return out, mean, rstd
-
-
-@derivative(aten.native_layer_norm.default)
-def layer_norm_backward(grads, outs, x, normalized_shape, weight, bias, eps):
-    # derivatives.yaml: native_layer_norm_backward(grad, input, normalized_shape, result1, result2,
-    # weight, bias, grad_input_mask). Only the output has a gradient: mean and rstd are not
-    # differentiable outputs. The mask asks for a gradient of each tensor argument there is.
-    grad = grads[0]
-    if grad is None:
-        return None, None, None, None, None
-    _, mean, rstd = outs
-    mask = [True, weight is not None, bias is not None]
-    x_grad, weight_grad, bias_grad = aten.native_layer_norm_backward(
-        grad, x, normalized_shape, mean, rstd, weight, bias, mask
-    )
-    return x_grad, None, weight_grad, bias_grad, None
-
-
-@compute(aten.native_layer_norm_backward.default)
-def native_layer_norm_backward(grad, x, normalized_shape, mean, rstd, weight, bias, output_mask):
-    # (x_grad, weight_grad, bias_grad), None where output_mask says so; as FunctionsManual.cpp and
-    # torch/_decomp compute them. The bias's values are not read, as in PyTorch.
-    inner = tuple(_normalized_dims(x, normalized_shape))
-    outer = tuple(range(x.ndim - len(normalized_shape)))
-    count = _count(x, inner)
-    normalized = (x - mean) * rstd
-    grad_normalized = grad if weight is None else grad * weight
-    centred = grad_normalized * count - np.sum(grad_normalized, axis=inner, keepdims=True)
-    along = normalized * np.sum(grad_normalized * normalized, axis=inner, keepdims=True)
-    x_grad = (rstd / count) * (centred - along)
-    weight_grad = np.sum(grad * normalized, axis=outer)
-    bias_grad = np.sum(grad, axis=outer)
-    grads = (x_grad, weight_grad, bias_grad)
-    return tuple(g if wanted else None for g, wanted in zip(grads, output_mask, strict=True))
-
-
-@derivative(aten.native_layer_norm_backward.default)
-def native_layer_norm_double_backward(grads, outs, *args):
-    # derivatives.yaml: layer_norm_double_backward, a formula the table does not have.
-    raise UnsupportedError(
-        "op aten.native_layer_norm_backward.default has no derivative rule (double backward "
-        "through layer_norm)",
-        rule="autograd.derivative-rules",
-        fix="differentiate layer_norm's backward outside the compiled function",
-    )
 
 
 # ---------------------------------------------------------------- creation

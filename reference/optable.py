@@ -23,20 +23,30 @@ Rules take the schema's arguments positionally, in schema order, keyword-only on
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import enum
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.utils._pytree as pytree
-from attrs import define, frozen
+from attrs import define, evolve, field, frozen
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from aotspec.errors import UnsupportedError
+from aotspec.errors import InternalError, UnsupportedError
 
 from .opaque import run_opaque
+
+#: The in-place metadata ops as a function calls them, Python's tensor methods (`swapdims_` and
+#: `swapaxes_` included): capture and the synthetic bases watch for them.
+METADATA_OPS = frozenset(
+    getattr(torch._C.TensorBase, name)
+    for name in ("t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_", "squeeze_")
+) | {torch._C.TensorBase.as_strided_}
+
 
 #: Namespaces whose ops must be in the table; ops of any other namespace (torch.library custom
 #: ops) run opaquely through their own kernel (`r[ops.opaque.schema]`). The functional collectives
@@ -140,10 +150,24 @@ def view(*overloads):
 
     def register(rule):
         for overload in overloads:
-            _register(overload, OpKind.VIEW, rule, "output views input 0")
+            _register(overload, OpKind.VIEW, _keeping_bits(rule), "output views input 0")
         return rule
 
     return register
+
+
+def _keeping_bits(rule: Callable) -> Callable:
+    """r[memory.layout.conj-neg]: a view of the table keeps its input's conjugate and negative
+    bits."""
+
+    def keeping(layout, *args):
+        result = rule(layout, *args)
+        kept = {"conj": layout.conj, "neg": layout.neg}
+        if isinstance(result, tuple):
+            return tuple(evolve(r, **kept) for r in result)
+        return evolve(result, **kept)
+
+    return keeping
 
 
 def inplace(inplace_overload, functional_overload) -> None:
@@ -325,6 +349,62 @@ def bind(schema: torch.FunctionSchema, args, kwargs) -> list:
     return bound
 
 
+@define
+class Refusals:
+    """r[ops.unsupported-all]: what `aotspec.check` has found refused so far. While it runs,
+    `lookup` notes each refused op here and gives it a stand-in entry, so that the compile goes
+    on to the backward, whose refusals are noted too."""
+
+    errors: list[UnsupportedError] = field(factory=list)
+    #: The ops refused, which stand in as ops without a gradient.
+    ops: set = field(factory=set)
+
+    def note(self, error: UnsupportedError) -> None:
+        if all(error.problem != known.problem for known in self.errors):
+            self.errors.append(error)
+
+
+_REFUSALS: contextvars.ContextVar[Refusals | None] = contextvars.ContextVar(
+    "aotspec_refusals", default=None
+)
+
+
+@contextlib.contextmanager
+def collecting_refusals() -> Iterator[Refusals]:
+    """Within: refused ops are noted (`Refusals`) rather than raised."""
+    refusals = Refusals()
+    token = _REFUSALS.set(refusals)
+    try:
+        yield refusals
+    finally:
+        _REFUSALS.reset(token)
+
+
+def refuse(error: UnsupportedError, overload=None, located: bool = True) -> None:
+    """Raise `error`; while `aotspec.check` collects refusals, note it instead (and `overload`,
+    the op it refuses), unless it refuses that op again at no source line of the user's."""
+    refusals = _REFUSALS.get()
+    if refusals is None:
+        raise error
+    if located or overload not in refusals.ops:
+        refusals.note(error)
+    if overload is not None:
+        refusals.ops.add(overload)
+
+
+def refused(overload) -> bool:
+    """Whether `aotspec.check` refused `overload` already: it stands in without a gradient."""
+    refusals = _REFUSALS.get()
+    return refusals is not None and overload in refusals.ops
+
+
+def _stand_in(overload) -> OpEntry:
+    def never_run(*args, **kwargs):
+        raise InternalError(f"{overload} was refused, and its stand-in ran")
+
+    return OpEntry(overload, OpKind.ATEN, never_run, "refused: a stand-in while checking")
+
+
 def lookup(overload, where: str) -> OpEntry:
     """The table entry for `overload`, or UnsupportedError naming the op and the user's line."""
     if overload in OP_TABLE:
@@ -346,15 +426,22 @@ def lookup(overload, where: str) -> OpEntry:
         entry = ATEN_VALUED.entry(overload)
         if not isinstance(entry, Refusal):
             return entry
-        raise UnsupportedError(
+        error = UnsupportedError(
             f"op {qualified_name(overload)} ({where}) {entry.problem}", rule=entry.rule, fix=_FIX
         )
+        refuse(error, overload, located=where.startswith("called from"))
+        return _stand_in(overload)
     name = (
         qualified_name(overload) if isinstance(overload, torch._ops.OpOverload) else repr(overload)
     )
-    raise UnsupportedError(
-        f"op {name} ({where}) is not in the reference op table", rule="ops.table", fix=_FIX
+    refuse(
+        UnsupportedError(
+            f"op {name} ({where}) is not in the reference op table", rule="ops.table", fix=_FIX
+        ),
+        overload,
+        located=where.startswith("called from"),
     )
+    return _stand_in(overload)
 
 
 _FIX = (

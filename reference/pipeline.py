@@ -67,9 +67,8 @@ def build_plan(
 def _build_plan(
     fn, args: tuple, kwargs: dict, tensors: list, stolen, hooks, bases: SyntheticBases
 ) -> Plan:
-    returned: list = []
     if bases.groups:
-        fn, args, kwargs, returned = bases.program(fn, args, kwargs, tensors)
+        fn, args, kwargs, traced = bases.program(fn, args, kwargs, tensors)
         stolen = frozenset(bases.program_index(i) for i in stolen)
         if hooks is not None:
             static = frozenset(bases.program_index(i) for i in hooks.static_inputs)
@@ -78,7 +77,8 @@ def _build_plan(
     plan = _build_program_plan(fn, args, kwargs, tensors, stolen, hooks)
     if not bases.groups:
         return plan
-    return evolve(plan, bases=evolve(bases, returned=tuple(returned)))
+    bases = evolve(bases, returned=tuple(traced.returned), relayouts=tuple(traced.relayouts))
+    return evolve(plan, bases=bases)
 
 
 def _build_program_plan(fn, args, kwargs, tensors, stolen, hooks) -> Plan:

@@ -21,6 +21,7 @@ from attrs import frozen
 from .graph import GraphProgram, output_node, placeholders
 from .program_records import BackwardWrite, FunctionalProgram
 from .synthetic_bases import SyntheticBases
+from .unreached_terms import without_unreached_terms
 
 # ---------------------------------------------------------------- saved-tensor hooks
 
@@ -121,6 +122,21 @@ class Plan:
         outputs = output_node(graph).args[0]
         saved = outputs[len(outputs) - self.num_saved :]
         return {k: index_of[node] for k, node in enumerate(saved) if node in index_of}
+
+    def backward_reaching(self, reached: tuple[bool, ...]) -> GraphProgram:
+        """The backward graph for a backward that reached the differentiable outputs `reached`
+        says (`r[autograd.unreached-outputs.terms]`); made once per such set."""
+        if all(reached):
+            return self.backward
+        if reached not in self._backwards_reaching:
+            self._backwards_reaching[reached] = without_unreached_terms(
+                self.backward, self.num_saved, reached
+            )
+        return self._backwards_reaching[reached]
+
+    @cached_property
+    def _backwards_reaching(self) -> dict[tuple[bool, ...], GraphProgram]:
+        return {}
 
     @cached_property
     def grads_read_saved(self) -> tuple[bool, ...]:

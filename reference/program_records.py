@@ -135,6 +135,7 @@ def input_facts(tensors: list[torch.Tensor]) -> tuple[tuple, ...]:
     for i, t in enumerate(tensors):
         if t.layout != torch.strided:
             refuse_layout(f"flat input {i}", f"has layout {t.layout}")  # before its storage
+        refuse_lazy_bits(i, t)
         storage = t.untyped_storage()
         facts.append(
             (
@@ -161,6 +162,19 @@ def refuse_layout(what: str, problem: str) -> None:
         fix="make and use sparse tensors outside the compiled function, and pass it dense ones "
         "(to_dense())",
     )
+
+
+def refuse_lazy_bits(i: int, t: torch.Tensor) -> None:
+    """r[memory.layout.conj-neg.inputs]: an argument read through eager's lazy conjugate or
+    negation."""
+    if t.is_conj() or t.is_neg():
+        bit = "conjugate" if t.is_conj() else "negative"
+        raise UnsupportedError(
+            f"flat input {i} has eager's lazy {bit} bit (a conj() or .imag view of a conjugate)",
+            rule="memory.layout.conj-neg.inputs",
+            fix="pass x.resolve_conj().resolve_neg() (a copy), or take the conjugate inside the "
+            "compiled function",
+        )
 
 
 # ---------------------------------------------------------------- the result

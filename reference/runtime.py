@@ -31,7 +31,7 @@ from attrs import define, field
 
 from aotspec.errors import SECOND_BACKWARD, SpecViolation, UnsupportedError
 
-from .boundary import autocast_off
+from .boundary import autocast_off, grad_on_recording_nothing
 from .epilogue import apply_backward_writes, apply_epilogue, build_outputs
 from .plan_records import Plan
 from .storage import Layout
@@ -49,17 +49,25 @@ class Graphs(Protocol):
         """Indices of the forward's torch `outputs` whose storage a value of `saved` reads."""
 
     def backward(
-        self, arguments: list, saved_inputs: dict[int, torch.Tensor], retain: bool
+        self,
+        arguments: list,
+        saved_inputs: dict[int, torch.Tensor],
+        retain: bool,
+        reached: tuple[bool, ...],
     ) -> list:
         """The backward graph on the saved values and then the tangents; `saved_inputs` are
         the caller's tensors of the saved values that are inputs, by saved index; `retain`:
-        the autograd node still holds the saved values (`r[autograd.retain-graph]`). Returns
-        one torch gradient per input in `plan.differentiated.grad_inputs`."""
+        the autograd node still holds the saved values (`r[autograd.retain-graph]`); `reached`:
+        per tangent, whether a gradient reached its output (`plan.backward_reaching`). Clears
+        both. Returns one torch gradient per input in `plan.differentiated.grad_inputs`."""
 
 
-def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) -> list:
+def run_plan(
+    plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int], callers: list = ()
+) -> list:
     """Run `plan` on the caller's `tensors` (the runtime's own list: stolen entries are dropped
-    from it); returns the flat outputs."""
+    from it); returns the flat outputs. With synthetic bases, `tensors` are the program's inputs
+    (the bases in place of their views) and `callers` the caller's flat tensors."""
     program = plan.functional
     for i in program.captured.requires_grad_inputs:
         tensors[i].requires_grad_()  # r[autograd.requires-grad-inside]: as the program does
@@ -73,13 +81,12 @@ def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) 
             flats = graphs.forward(arguments)
     else:
         inputs = detached_where_needed(plan, tensors)
-        # r[boxed.steal.freed-at-last-use]: a stolen input that needs no gradient reaches the
-        # forward through `call`, not through apply's arguments (which live until apply
-        # returns), so the boxed forward's list holds its last reference and frees it at its
-        # last use.
-        handed_over = {i: inputs[i] for i in stolen if not inputs[i].requires_grad}
-        for i in handed_over:
-            inputs[i] = tensors[i] = None
+        # r[boxed.steal.freed-at-last-use]: a stolen input reaches the forward through `call`,
+        # not through apply's arguments (which live until apply returns), so the boxed
+        # forward's list holds its last reference and frees it at its last use; one that
+        # requires grad is passed to apply as a stand-in of one element that carries its
+        # history.
+        handed_over = {i: inputs[i] for i in stolen}
         # r[autograd.custom-function.backward-writes]: the caller's tensors the backward writes
         writes = plan.differentiated.backward_writes
         targets = {write.input_index: tensors[write.input_index] for write in writes}
@@ -87,8 +94,12 @@ def run_plan(plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]) 
         # r[autograd.grad-mode-inside]: the node records what the program's ops under
         # torch.enable_grad() computed, even when the call is made under torch.no_grad()
         with torch.enable_grad():
+            for i in handed_over:
+                inputs[i] = tensors[i] = _stand_in(inputs[i])
             flats = list(_Forward.apply(call, *inputs))
     apply_epilogue(program, tensors, caller_storages, flats)
+    # r[autograd.input-writes.synthetic-base.metadata]: before the versions are noted
+    plan.bases.relayout_callers(callers)
     if call is not None:
         call.saved_inputs.after_call()
     outputs = build_outputs(program, tensors, caller_storages, flats)
@@ -131,6 +142,25 @@ class _Call:
         return saved, saved_inputs
 
 
+def _stand_in(stolen: torch.Tensor) -> torch.Tensor | None:
+    """What apply gets in a stolen tensor's place (`_StandIn`); None when it needs no gradient."""
+    return _StandIn.apply(stolen) if stolen.requires_grad else None
+
+
+class _StandIn(torch.autograd.Function):
+    """r[boxed.steal.freed-at-last-use]: a stolen tensor's place among apply's arguments: one
+    element expanded to its sizes, whose history is the tensor's, so that its gradient reaches
+    the tensor's history without apply holding the tensor itself."""
+
+    @staticmethod
+    def forward(ctx, t):
+        return t.new_empty(()).expand(t.shape)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
 class _Forward(torch.autograd.Function):
     """The compiled forward as one autograd node; its backward runs the backward graph."""
 
@@ -142,7 +172,8 @@ class _Forward(torch.autograd.Function):
         # the backward runs; its version is noted now.
         saved_inputs = {k: arguments[i] for k, i in plan.saved_inputs.items()}
         call.saved_inputs = SavedInputs.at_call(plan, saved_inputs)
-        with autocast_off():  # r[capture.autocast]
+        # the kernels run as eager's run where autograd records; r[capture.autocast]
+        with grad_on_recording_nothing(), autocast_off():  # r[ops.aten-values.grad-mode]
             results = call.graphs.forward(arguments)  # clears `arguments`
         n_outputs = len(results) - plan.num_saved
         flats, saved = results[:n_outputs], results[n_outputs:]
@@ -176,18 +207,21 @@ class _Forward(torch.autograd.Function):
         retain = torch._C._autograd._get_current_graph_task_keep_graph()
         saved, saved_inputs = call.take_saved(retain)
         saved_inputs.check()
+        saved_input_tensors = dict(saved_inputs.tensors)  # a retained node keeps its own
         arguments = saved + tangents_as_traced(plan, grads, ctx.tangent_shapes)
         # r[autograd.saved-freed-in-backward]: unless the graph is retained, the list is the only
         # holder of the saved values, and the backward graph clears it, so each dies at its last
-        # use.
-        del saved
+        # use (r[boxed.steal.freed-at-last-use]: a stolen saved input too).
+        del saved, saved_inputs
         create_graph = torch.is_grad_enabled()
         # r[autograd.double-backward]: no partial history is recorded; r[capture.autocast]
-        with torch.no_grad(), autocast_off():
-            results = call.graphs.backward(arguments, saved_inputs.tensors, retain)  # clears it
-        input_grads: list = [None] * len(plan.functional.inputs)
+        # r[autograd.unreached-outputs.terms]: the backward graph drops their terms
         differentiated = plan.differentiated
-        reached = [grads[k] is not None for k in differentiated.differentiable_outputs]
+        reached = tuple(grads[k] is not None for k in differentiated.differentiable_outputs)
+        with torch.no_grad(), autocast_off():
+            # clears both
+            results = call.graphs.backward(arguments, saved_input_tensors, retain, reached)
+        input_grads: list = [None] * len(plan.functional.inputs)
         written = results[len(differentiated.grad_inputs) :]
         del results[len(differentiated.grad_inputs) :]
         apply_backward_writes(plan, call.targets, written, reached)

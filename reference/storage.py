@@ -30,6 +30,9 @@ NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
     torch.float32: np.dtype(np.float32),
     torch.float16: np.dtype(np.float16),
     torch.bfloat16: np.dtype(ml_dtypes.bfloat16),
+    # r[memory.layout.complex]: a real part then an imaginary part, as in eager's storages
+    torch.complex128: np.dtype(np.complex128),
+    torch.complex64: np.dtype(np.complex64),
     torch.float8_e4m3fn: np.dtype(ml_dtypes.float8_e4m3fn),
     torch.float8_e5m2: np.dtype(ml_dtypes.float8_e5m2),
     torch.int64: np.dtype(np.int64),
@@ -46,7 +49,18 @@ REDUCED_FLOATS = frozenset(
 )
 
 
+def carries_gradients(dtype: torch.dtype) -> bool:
+    """Only floating-point and complex values carry gradients (r[autograd.requires-grad])."""
+    return dtype.is_floating_point or dtype.is_complex
+
+
 def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    if dtype == torch.complex32:
+        raise UnsupportedError(
+            "dtype torch.complex32 (chalf) has no numpy type to hold its values",
+            rule="memory.layout.complex32",
+            fix="use complex64 (x.to(torch.complex64)) in the compiled function",
+        )
     if dtype not in NUMPY_DTYPES:
         supported = ", ".join(str(d) for d in NUMPY_DTYPES)
         raise UnsupportedError(
@@ -107,6 +121,10 @@ class Layout:
     sizes: tuple[int, ...] = field(converter=tuple)
     strides: tuple[int, ...] = field(converter=tuple)
     offset: int = 0
+    #: r[memory.layout.conj-neg]: the tensor reads the conjugate (`conj`) or the negation (`neg`)
+    #: of what its storage holds, as eager's lazy `conj()` and `_neg_view` do.
+    conj: bool = False
+    neg: bool = False
 
     @classmethod
     def contiguous(cls, dtype: torch.dtype, sizes) -> Layout:
@@ -115,7 +133,8 @@ class Layout:
 
     @classmethod
     def of(cls, t: torch.Tensor) -> Layout:
-        return cls(t.dtype, tuple(t.shape), tuple(t.stride()), t.storage_offset())
+        offset = t.storage_offset()
+        return cls(t.dtype, tuple(t.shape), tuple(t.stride()), offset, t.is_conj(), t.is_neg())
 
     @property
     def itemsize(self) -> int:
@@ -222,9 +241,10 @@ class Tensor:
         dtype = numpy_dtype(layout.dtype)
         if layout.numel == 0:
             return np.empty(layout.sizes, dtype=dtype)
-        # Strided through unsigned integers of the item's size, then read as the dtype: numpy's
-        # as_strided cannot name some ml_dtypes types (float8_e5m2) in its array interface.
-        carrier = np.dtype(f"u{dtype.itemsize}")
+        # Strided through raw items of the item's size, then read as the dtype: numpy's
+        # as_strided cannot name some ml_dtypes types (float8_e5m2) in its array interface, and
+        # numpy has no 16-byte unsigned integer to carry a complex128.
+        carrier = np.dtype(f"V{dtype.itemsize}")
         flat = self.storage.buffer[: layout.extent_elements() * dtype.itemsize].view(carrier)
         return np.lib.stride_tricks.as_strided(
             flat[layout.offset :],
@@ -240,7 +260,14 @@ class Tensor:
 
     def read(self) -> np.ndarray:
         """A copy of the tensor's values."""
-        return np.array(self._array_view(writeable=False), copy=True)
+        return self._lazy(np.array(self._array_view(writeable=False), copy=True))
+
+    def _lazy(self, values: np.ndarray) -> np.ndarray:
+        """r[memory.layout.conj-neg]: the stored values conjugated and negated as the layout
+        says; each is its own inverse, so the same turns values to write into stored ones."""
+        if self.layout.conj:
+            values = np.conjugate(values)
+        return np.negative(values) if self.layout.neg else values
 
     def write(self, values: np.ndarray) -> None:
         """Store `values` (broadcast, cast to the tensor's dtype) through the layout."""
@@ -252,4 +279,5 @@ class Tensor:
                 "operation."
             )
         view = self._array_view(writeable=True)
-        view[...] = np.broadcast_to(np.asarray(values).astype(view.dtype), view.shape)
+        stored = self._lazy(np.asarray(values).astype(view.dtype))
+        view[...] = np.broadcast_to(stored, view.shape)

@@ -6,6 +6,9 @@ program is compiled as a function of the base: each argument of the group become
 program, the view of the base with the argument's layout, so the one tensor object the write's
 history goes to is the base, and the caller's arguments, views of it, take theirs from it when
 read, as eager's views do. PyTorch's AOTAutograd calls such a base a synthetic base.
+An in-place metadata op the program applies to such an argument relays out the program's own
+view of the base; the op is noted while the program is traced and applied again to the caller's
+tensor object after the call (`r[autograd.input-writes.synthetic-base.metadata]`).
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ from collections.abc import Callable
 
 import torch
 import torch.utils._pytree as pytree
-from attrs import field, frozen
+from attrs import define, field, frozen
 
 from aotspec.errors import InternalError, UnsupportedError
+
+from .optable import METADATA_OPS
 
 
 @frozen
@@ -30,6 +35,19 @@ class ViewOfBase:
 
 
 @frozen
+class ArgumentRelayout:
+    """r[autograd.input-writes.synthetic-base.metadata]: the in-place metadata op
+    `op(argument, *args, **kwargs)` the program applied to the caller's flat tensor `argument`,
+    under the grad mode it ran under."""
+
+    argument: int
+    op: Callable
+    args: tuple
+    kwargs: tuple[tuple[str, object], ...]
+    grad_enabled: bool
+
+
+@frozen
 class SyntheticBases:
     """The groups of aliasing arguments one specialization compiles as views of a base."""
 
@@ -38,6 +56,8 @@ class SyntheticBases:
     #: Output positions (among the tensor outputs) that are an argument of a group: the caller's
     #: own tensor object, as eager returns it.
     returned: tuple[tuple[int, int], ...] = ()
+    #: The in-place metadata ops on arguments of a group, in the program's order.
+    relayouts: tuple[ArgumentRelayout, ...] = ()
     _grouped: frozenset[int] = field(init=False)
 
     @_grouped.default
@@ -96,9 +116,17 @@ class SyntheticBases:
             outputs[position] = tensors[argument]
         return outputs
 
+    def relayout_callers(self, tensors: list[torch.Tensor]) -> None:
+        """r[autograd.input-writes.synthetic-base.metadata]: each in-place metadata op the
+        program applied to an argument of a group, applied again to the caller's object."""
+        for step in self.relayouts:
+            with torch.set_grad_enabled(step.grad_enabled):
+                step.op(tensors[step.argument], *step.args, **dict(step.kwargs))
+
     def program(self, fn: Callable, args: tuple, kwargs: dict, tensors: list[torch.Tensor]):
         """(`fn` as a function of the bases and the other arguments, its arguments, and the
-        record of which outputs are arguments of a group, filled while it is traced)."""
+        record of which outputs are arguments of a group and of the in-place metadata ops on
+        them, filled while it is traced)."""
         leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
         tensor_positions = [p for p, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
         stand_for: dict[int, ViewOfBase] = {}
@@ -106,7 +134,7 @@ class SyntheticBases:
             for i in group:
                 stand_for[tensor_positions[i]] = ViewOfBase(i, base)
         layouts = {i: _layout_in(tensors[i], base_of(tensors[i])) for i in self._grouped}
-        returned: list[tuple[int, int]] = []
+        traced = Traced([], [])
 
         def of_bases(bases: list, *args, **kwargs):
             leaves, spec = pytree.tree_flatten((args, kwargs))
@@ -118,11 +146,13 @@ class SyntheticBases:
                     view = base if layout is None else base.as_strided(*layout)
                     views[leaf.argument] = leaves[position] = view
             args, kwargs = pytree.tree_unflatten(leaves, spec)
-            result = fn(*args, **kwargs)
-            _refuse_relaid_out(views, layouts)
+            traced.relayouts.clear()
+            with _NoteRelayouts(views, traced.relayouts):
+                result = fn(*args, **kwargs)
+            _refuse_relaid_out(views, layouts, traced.relayouts)
             outputs = [leaf for leaf in pytree.tree_leaves(result) if torch.is_tensor(leaf)]
-            returned.clear()
-            returned.extend(
+            traced.returned.clear()
+            traced.returned.extend(
                 (position, argument)
                 for position, output in enumerate(outputs)
                 for argument, view in views.items()
@@ -134,7 +164,36 @@ class SyntheticBases:
         replaced = [stand_for.get(p, leaf) for p, leaf in enumerate(leaves)]
         new_args, new_kwargs = pytree.tree_unflatten(replaced, spec)
         bases = [base_of(tensors[group[0]]) for group in self.groups]
-        return of_bases, ([*bases], *new_args), new_kwargs, returned
+        return of_bases, ([*bases], *new_args), new_kwargs, traced
+
+
+@define
+class Traced:
+    """What tracing the program of the bases found out (`SyntheticBases.program`)."""
+
+    #: (output position, argument): outputs that are an argument of a group.
+    returned: list[tuple[int, int]]
+    relayouts: list[ArgumentRelayout]
+
+
+class _NoteRelayouts(torch.overrides.TorchFunctionMode):
+    """Notes the in-place metadata ops the program applies to the views standing for arguments
+    of a group (`views`: argument -> view)."""
+
+    def __init__(self, views: dict, notes: list[ArgumentRelayout]):
+        super().__init__()
+        self.arguments = {id(view): argument for argument, view in views.items()}
+        self.notes = notes
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in METADATA_OPS and id(args[0]) in self.arguments:
+            argument = self.arguments[id(args[0])]
+            step = ArgumentRelayout(
+                argument, func, tuple(args[1:]), tuple(kwargs.items()), torch.is_grad_enabled()
+            )
+            self.notes.append(step)
+        return func(*args, **kwargs)
 
 
 def bases_key(tensors: list[torch.Tensor], facts: tuple[tuple, ...]) -> tuple:
@@ -164,16 +223,19 @@ def _layout(t: torch.Tensor) -> tuple:
     return (tuple(t.shape), tuple(t.stride()), t.storage_offset())
 
 
-def _refuse_relaid_out(views: dict, layouts: dict) -> None:
-    """A group's argument is a view made inside the program: an in-place metadata op or set_
-    would relay out that view, not the caller's tensor object, which eager relays out."""
+def _refuse_relaid_out(views: dict, layouts: dict, relayouts: list[ArgumentRelayout]) -> None:
+    """A group's argument is a view made inside the program: a change of its layout by anything
+    but the in-place metadata ops noted for the caller's object (set_, resize_, an op on the
+    base) would relay out that view, not the caller's tensor object, which eager relays out."""
+    noted = {step.argument for step in relayouts}
     for argument, view in views.items():
         layout = layouts[argument]
-        if layout is not None and _layout(view) != layout:
+        if layout is not None and argument not in noted and _layout(view) != layout:
             raise UnsupportedError(
                 f"flat input {argument} aliases other inputs, the program writes their storage "
-                "with history, and it changes the input's layout in place (t_, transpose_, "
-                "set_, ...)",
+                "with history, and it changes the input's layout in place by other means than "
+                "t_, transpose_, squeeze_, unsqueeze_, swapdims_ or as_strided_ (set_, resize_, "
+                "...)",
                 rule="autograd.input-writes.synthetic-base",
                 fix="change the layout of a view taken inside the function instead, or pass one "
                 "tensor of that storage",

@@ -29,7 +29,7 @@ from attrs import define, field
 from aotspec.errors import InternalError, UnsupportedError
 
 from .aten_autograd import output_gradients
-from .boundary import Boundary, bytes_of
+from .boundary import Boundary, bytes_of, grad_on_recording_nothing
 from .capture import grad_enabled
 from .interpreter import call_op
 from .ledger import Ledger
@@ -41,7 +41,7 @@ from .optable import (
     derivative_of,
     qualified_name,
 )
-from .storage import Layout, Storage, Tensor
+from .storage import Layout, Storage, Tensor, carries_gradients
 from .traced_rules import Slot, key_of, rule_program, write_through_backward
 
 aten = torch.ops.aten
@@ -238,22 +238,28 @@ class Tape:
                 self._bump(bound[0].storage)
             return result
         inputs = self._input_vars(bound)
-        result = call_op(node, entry, env, ledger)
+        with grad_on_recording_nothing():  # r[ops.aten-values.grad-mode]: where eager records
+            result = call_op(node, entry, env, ledger)
         if entry.kind is OpKind.VIEW:
             self._note_views(result)
         else:
             self._note_bases(result)
         carried = output_gradients(node.target, bound, tuple(v is not None for v in inputs))
         if any(inputs) and node.target not in NONDIFFERENTIABLE and carried != ():
+            rule = derivative_of(node.target)
+            originals = self._original_self(node, rule, result, bound, inputs, carried)
             outputs = self._record(
                 node.name,
-                derivative_of(node.target),
+                rule,
                 qualified_name(node.target),
                 result,
                 bound,
                 inputs,
-                carried=carried,
+                originals,
+                carried,
             )
+            for cell in originals.values():
+                self.ledger.release(cell)  # the tape holds it now, or pack's result instead
             for cell, var in zip(cells_of(result), outputs, strict=True):
                 self._set_var(cell, var)
         return result
@@ -286,6 +292,22 @@ class Tape:
             self.ledger.release(before)  # the tape holds it now, or pack's result instead
         self._rebase(target, var)
         return result
+
+    def _original_self(self, node, rule, result, bound, inputs, carried) -> dict[int, Tensor]:
+        """r[ops.aten-mutations.original-self]: an ATen-valued in-place op runs as its functional
+        op and a copy_ of the result into its first argument; where the derivative reads that
+        argument, it reads a clone of it, as eager's in-place op keeps its original self."""
+        target = bound[0]
+        written = any(
+            user.target is aten.copy_.default and user.args == (node.args[0], node)
+            for user in node.users
+        )
+        if rule is None or not written or not isinstance(target, Tensor):
+            return {}
+        position = len(pytree.tree_leaves(result))  # leaves: the output's, then the arguments'
+        if position not in self._reads(rule, result, bound, inputs, carried):
+            return {}
+        return {position: self._clone(target)}
 
     def _relayout(self, node, entry, bound, env, ledger):
         """r[autograd.metadata]: an in-place metadata op on a tensor that needs a gradient gives it
@@ -460,14 +482,9 @@ def _signature(out, bound):
 def _carries(leaf, k: int, carried: tuple[bool, ...] | None) -> bool:
     """Whether output leaf `k` gets a gradient: a floating-point tensor, and for an ATen-valued
     op one eager autograd gives a gradient (`carried`, `r[ops.aten-derivatives]`)."""
-    if not (isinstance(leaf, Slot) and _differentiable(leaf.layout.dtype)):
+    if not (isinstance(leaf, Slot) and carries_gradients(leaf.layout.dtype)):
         return False
     return carried is None or carried[k]
-
-
-def _differentiable(dtype: torch.dtype) -> bool:
-    """Only floating-point and complex values carry gradients (r[autograd.requires-grad])."""
-    return dtype.is_floating_point or dtype.is_complex
 
 
 def cells_of(value) -> list[Tensor]:

@@ -17,7 +17,8 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 from attrs import define, frozen
-from torch.fx.experimental.proxy_tensor import make_fx
+
+from aotspec.versions import make_fx_keeping_detach
 
 from .graph import GraphProgram
 from .optable import call_rule
@@ -106,7 +107,7 @@ def rule_program(
     examples = [example(g) for g in grads if g is not None] + [
         example(values[i].layout) for i in tensor_positions
     ]
-    module = make_fx(flat_rule, tracing_mode="fake")(*examples)
+    module = make_fx_keeping_detach(flat_rule, tracing_mode="fake")(*examples)
     graph = module.graph
     graph.eliminate_dead_code()  # rules compute gradients nobody needs; those reads go too
     placeholders = [node for node in graph.nodes if node.op == "placeholder"]
@@ -148,7 +149,9 @@ def _constant(leaf):
 
 @functools.lru_cache(maxsize=None)
 def sum_program(a: Layout, b: Layout) -> GraphProgram:
-    module = make_fx(lambda x, y: [x + y], tracing_mode="fake")(example(a), example(b))
+    module = make_fx_keeping_detach(lambda x, y: [x + y], tracing_mode="fake")(
+        example(a), example(b)
+    )
     return GraphProgram.of(module)
 
 

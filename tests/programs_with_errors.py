@@ -13,7 +13,7 @@ def shapes_args():
 
 
 def unsupported(x):
-    return x.to(torch.complex64).abs()  # complex dtypes are outside the spec
+    return x.to(torch.complex32).abs()  # complex32 has no numpy type: outside the spec
 
 
 def unsupported_args():
@@ -42,3 +42,14 @@ batch_norm = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(
 
 def batch_norm_args():
     return (torch.randn(2, 3, 6, 6),)
+
+
+def refused_forward_and_backward(x, z):
+    y = torch.ops.prims.sin(x.detach())  # prims are not in the op table
+    u, _, _ = torch.linalg.svd(z)  # complex: eager's derivative checks the phases' values
+    return y.sum() + u.abs().sum()
+
+
+def refused_forward_and_backward_args():
+    z = torch.randn(3, 3, dtype=torch.complex64, requires_grad=True)
+    return torch.randn(3, 4, requires_grad=True), z

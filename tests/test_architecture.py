@@ -231,3 +231,13 @@ def test_importing_the_reference_loads_neither_the_fast_backend_nor_triton():
         "assert loaded == [], loaded\n"
     )
     subprocess.run([sys.executable, "-c", probe], check=True)
+
+
+def test_importing_aotspec_loads_no_triton():
+    """Triton is torch's dependency, loaded only where a kernel may be built (`fast/` imports it
+    inside `launch` and `interpreting`): importing aotspec and its fast backend loads none."""
+    program = (
+        "import sys, aotspec, aotspec.fast.runtime, aotspec.reference.storage\n"
+        "assert 'triton' not in sys.modules, sorted(m for m in sys.modules if 'triton' in m)\n"
+    )
+    subprocess.run([sys.executable, "-c", program], check=True, timeout=120)

@@ -242,3 +242,43 @@ def test_checkpointed_blocks_match_eager_and_keep_less(backend, through):
         kept = _bytes_after_forward(compiled(Blocks(checkpointed=True)), x)
         unchecked = _bytes_after_forward(compiled(Blocks(checkpointed=False)), x)
         assert kept < unchecked
+
+
+#: Whether the stolen activation's storage was gone when `_probe` ran (fast: real tensors).
+_FREED_AT_PROBE: list[bool] = []
+_STOLEN: list = []
+
+
+@torch.library.custom_op("aotspec_tests::probe_stolen", mutates_args=())
+def _probe(x: torch.Tensor) -> torch.Tensor:
+    _FREED_AT_PROBE.append(_STOLEN[0].expired())
+    return x.clone()
+
+
+@_probe.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+@pytest.mark.parametrize("grad_enabled", [True, False])
+def test_a_stolen_activation_that_requires_grad_dies_at_its_last_use(grad_enabled):
+    """r[boxed.steal.freed-at-last-use]: as one that needs no gradient, whether the call is made
+    with grad mode on or under torch.no_grad() with torch.enable_grad() inside: apply holds a
+    stand-in, not the activation, and its gradient still reaches the leaf behind it."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def step(acts, w):
+        with torch.enable_grad():
+            read = acts[0].exp().sum()  # exp saves its result, not the activation
+            return read * w, _probe(read.detach())
+
+    compiled = aotspec.compile(step, backend="fast", steal=("acts",))
+    leaf, w = torch.randn(64, requires_grad=True), torch.randn((), requires_grad=True)
+    acts = [leaf * 2]
+    _STOLEN[:] = [StorageWeakRef(acts[0].untyped_storage())]
+    _FREED_AT_PROBE.clear()
+    with torch.set_grad_enabled(grad_enabled):
+        out, _ = compiled(acts, w)
+    out.backward()
+    assert [True] == _FREED_AT_PROBE and [] == acts
+    torch.testing.assert_close(leaf.grad, 2 * leaf.detach().mul(2).exp() * w.detach())

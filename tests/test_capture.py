@@ -92,8 +92,9 @@ def test_ops_with_a_kernel_are_captured_whole():
         lambda x: x[: int(x[0].item())],
         lambda x: x.nonzero(),
         lambda x: x[x > 0] * 2,
+        lambda x: torch.tensor_split(x, (x > 0).long()),
     ],
-    ids=["branch", "slice-by-item", "nonzero", "mask-selection"],
+    ids=["branch", "slice-by-item", "nonzero", "mask-selection", "split-by-a-tensor"],
 )
 @pytest.mark.parametrize("backend", ["reference", "fast"])
 def test_value_dependent_programs_are_refused_before_anything_runs(program, backend):
@@ -107,8 +108,64 @@ def test_value_dependent_programs_are_refused_before_anything_runs(program, back
     torch.testing.assert_close(x, torch.tensor([2.0, 0.0, -1.0]))
 
 
+@pytest.mark.parametrize(
+    ("program", "op"),
+    [
+        (lambda x, v: torch.index_put(x, (x > 0,), v).sin(), "index_put"),
+        (lambda x, v: torch.index_fill(x, 0, (x > 0).long(), v).sin(), "index_fill"),
+        (lambda x, v: torch.index_fill(x[0], 0, torch.tensor(0), v).sin(), "index_fill"),
+    ],
+    ids=["index-put-at-a-mask", "index-fill-by-a-tensor", "index-fill-of-a-0-d-tensor"],
+)
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_value_dependent_gradients_are_refused_before_anything_runs(program, op, backend):
+    """r[capture.data-dependent]: eager's gradient for v reads the output's gradient at
+    positions that depend on values; refused at compile time, naming the op and the user's line,
+    on both backends alike."""
+    x = torch.tensor([2.0, 0.0, -1.0], requires_grad=True)
+    v = torch.tensor(3.0, requires_grad=True)
+    with pytest.raises(aotspec.UnsupportedError) as raised:
+        aotspec.compile(program, backend=backend)(x, v)
+    assert "capture.data-dependent" == raised.value.rule
+    assert op in str(raised.value) and "test_capture.py" in str(raised.value)
+    assert x.grad is None and v.grad is None
+
+
 def test_a_value_read_with_item_for_arithmetic_is_allowed():
     x = torch.tensor([2.0, 0.0, -1.0])
     compiled = aotspec.compile(lambda x: x * x.max().item(), backend="reference")
     torch.testing.assert_close(compiled(x), x * 2)
     torch.testing.assert_close(compiled(x * 3), x * 3 * 6)
+
+
+def _seeds_nondeterministically(x):
+    return x + torch.seed() * 0, torch.rand(2)
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_torch_seed_inside_reseeds_at_each_call_with_the_number_it_returns(backend):
+    """r[capture.rng-state]: the generator ends seeded with the number torch.seed() returned,
+    a new one each call; capture left the caller's generator alone."""
+    compiled = aotspec.compile(_seeds_nondeterministically, backend=backend)
+    torch.manual_seed(0)
+    compiled(torch.zeros(1))
+    first_seed = torch.initial_seed()
+    _, drawn = compiled(torch.zeros(1))
+    assert torch.initial_seed() not in (0, first_seed)
+    torch.manual_seed(torch.initial_seed())
+    assert torch.equal(drawn, torch.rand(2))
+
+
+def _seeds_the_generator_object(x):
+    torch.default_generator.manual_seed(3)
+    return x + torch.rand(2)
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_a_generator_change_capture_cannot_record_is_refused_and_undone(backend):
+    """r[capture.rng-state]: the generator's own methods are not recorded."""
+    torch.manual_seed(1)
+    state = torch.get_rng_state()
+    with pytest.raises(aotspec.UnsupportedError, match="other than through torch.manual_seed"):
+        aotspec.compile(_seeds_the_generator_object, backend=backend)(torch.zeros(2))
+    assert torch.equal(torch.get_rng_state(), state)

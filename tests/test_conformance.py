@@ -7,7 +7,7 @@ import pytest
 from aotspec.cli import main
 from aotspec.conformance.backends import BACKENDS
 from aotspec.conformance.cases import ALL_CASES
-from aotspec.conformance.runner import run_case, run_in_group
+from aotspec.conformance.runner import RANKS_ON_CPU, run_case, run_cases, run_in_group
 
 ALL_BACKENDS = list(BACKENDS)
 EAGER_BACKENDS = ["reference-eager", "torch-eager"]
@@ -56,3 +56,68 @@ def test_a_failing_expectation_fails_the_case():
     wrong = attrs.evolve(case, expect=[Values("x_alias", [[9.0, 9.0], [9.0, 9.0]])])
     for backend in EAGER_BACKENDS:
         assert run_case(wrong, backend).status == "fail"
+
+
+def test_cases_of_several_ranks_are_skipped_on_another_device():
+    """`--device cuda`: gloo's groups hold CPU tensors, so a case of several ranks is skipped
+    there with the reason, by run_case and run_cases alike, before anything touches the device
+    (this runs without a GPU)."""
+    spread = next(case for case in ALL_CASES if case.ranks > 1)
+    alone = run_case(spread, "fast", device="cuda")
+    (listed,) = run_cases([spread], ["fast"], device="cuda")
+    for result in (alone, listed):
+        assert ("skip", (RANKS_ON_CPU,)) == (result.status, result.messages)
+
+
+def test_setup_on_a_device_moves_tensors_made_elsewhere_keeping_aliases_and_leaves():
+    """`--device cuda`: a setup that clones a tensor made at import makes a CPU tensor; the
+    runner moves it (here to `meta`, which needs no GPU), tensors that shared a storage still
+    share one, at their own layouts, and a leaf that required grad is a leaf that does."""
+    import torch
+
+    from aotspec.conformance.runner import _moved
+
+    base = torch.arange(6.0).reshape(2, 3)
+    weight = torch.ones(3, requires_grad=True)
+    world = {"x": base, "xt": base.t(), "w": weight, "n": 3, "i": torch.tensor([1])}
+    moved = _moved(world, torch.device("meta"), keep=("i",))
+    assert {t.device.type for t in (moved["x"], moved["xt"], moved["w"])} == {"meta"}
+    assert moved["x"].untyped_storage()._cdata == moved["xt"].untyped_storage()._cdata
+    assert moved["xt"].stride() == (1, 3) and moved["xt"].shape == (3, 2)
+    assert moved["w"].is_leaf and moved["w"].requires_grad and moved["n"] == 3
+    assert moved["i"] is world["i"]
+
+
+def test_values_are_compared_on_the_cpu_whatever_the_default_device():
+    """On CUDA every `Values` failed with `cpu != cuda:0`: the expected tensor was made on the
+    default device and the observed values are the CPU's. `meta` stands for CUDA here."""
+    import attrs
+    import torch
+
+    case = next(c for c in ALL_CASES if c.name == "memory.strided-view-reads-offset")
+    on_cpu = attrs.evolve(case, setup=lambda: {"x": torch.arange(12.0, device="cpu")})
+    with torch.device("meta"):
+        result = run_case(on_cpu, "torch-eager")
+    assert result.status == "pass", result.messages
+
+
+def test_a_case_that_raises_fails_and_the_run_goes_on(monkeypatch):
+    """On CUDA a setup's error (a CPU generator under the default device cuda) came out of the
+    worker as a TaskError and ended the whole run: now a setup's error fails its case, and so
+    does any other error of a case's code in a worker's task."""
+    import attrs
+
+    from aotspec.conformance import case as case_module
+    from aotspec.conformance import runner
+
+    case = next(c for c in ALL_CASES if c.name == "memory.strided-view-reads-offset")
+    broken = attrs.evolve(case, setup=lambda: 1 / 0)
+    assert run_case(broken, "torch-eager").messages == (
+        "the setup raised ZeroDivisionError: division by zero",
+    )
+    monkeypatch.setattr(case_module.Values, "check", lambda self, outcome: 1 / 0)
+    status, messages, _ = runner.run_named(case.name, "torch-eager")
+    assert (status, messages) == (
+        "fail",
+        ("running the case raised ZeroDivisionError: division by zero",),
+    )

@@ -26,8 +26,6 @@ import torch.utils._pytree as pytree
 from attrs import field, frozen
 from torch.fx.experimental.proxy_tensor import make_fx
 
-import aotspec
-from aotspec import UnsupportedError
 from aotspec.reference import run
 from aotspec.reference.collectives import COLLECTIVES, WAIT
 from aotspec.reference.optable import (
@@ -351,7 +349,7 @@ SAMPLES: dict[torch._ops.OpOverload, list[Sample]] = {
         sample(make((3, 5)), [1], no_grad_outputs=(0,)),
         sample(make((3, 5)), [0], keepdim=True, no_grad_outputs=(1,)),
     ],
-    # Normalizations: mean and rstd, native_layer_norm's outputs 1 and 2, carry no gradient.
+    # Normalizations.
     **{
         op: [
             sample(make((3, 5)), -1, False),
@@ -380,24 +378,6 @@ SAMPLES: dict[torch._ops.OpOverload, list[Sample]] = {
             (aten._log_softmax, aten._log_softmax_backward_data.default),
         ]
     },
-    aten.native_layer_norm.default: [
-        sample(make((3, 5)), [5], make((5,)), make((5,)), 1e-5, no_grad_outputs=(1, 2)),
-        sample(
-            make((2, 3, 4), "transposed"),
-            [3, 4],
-            make((3, 4), "sliced"),
-            make((3, 4)),
-            1e-5,
-            no_grad_outputs=(1, 2),
-        ),
-        sample(make((4, 6), "sliced"), [6], None, None, 1e-5, no_grad_outputs=(1, 2)),
-        sample(make((2, 3, 4)), [4], make((4,)), None, 0.1, no_grad_outputs=(1, 2)),
-        sample(make((5,)), [5], None, make((5,)), 1e-5, no_grad_outputs=(1, 2)),
-        sample(
-            make((3, 4), dtype=F32), [4], make((4,), dtype=F32), None, 1e-5, no_grad_outputs=(1, 2)
-        ),
-        sample(make((0, 4)), [4], make((4,)), make((4,)), 1e-5, no_grad_outputs=(1, 2)),
-    ],
     # An ATen-valued op with a rule of the reference's (r[ops.aten-mutations.batch-norm]):
     # training mode (the running statistics unread), then eval mode.
     aten._native_batch_norm_legit_functional.default: [
@@ -677,24 +657,7 @@ def test_every_compute_and_view_op_has_a_derivative():
 def test_every_rule_has_samples():
     untested = {op for op in DERIVATIVES if op not in SAMPLES}
     # the collectives' rules are checked against eager on two ranks (test_collectives.py)
-    assert {*FLOOR_DIVIDE, aten.native_layer_norm_backward.default, *COLLECTIVES} == untested
-
-
-def test_layer_norm_double_backward_is_refused():
-    """The table has no rule for layer_norm's backward (PyTorch's layer_norm_double_backward): a
-    gradient through it raises at compile time (`r[autograd.derivative-rules]`)."""
-    x, weight, bias = make((3, 4)), make((4,)), make((4,))
-    _, mean, rstd = aten.native_layer_norm(x, [4], weight, bias, 1e-5)
-
-    def layer_norm_backward(grad, x, mean, rstd, weight, bias):
-        return aten.native_layer_norm_backward(
-            grad, x, [4], mean, rstd, weight, bias, [True, True, True]
-        )[0]
-
-    compiled = aotspec.compile(layer_norm_backward, backend="reference")
-    with pytest.raises(UnsupportedError) as raised:
-        compiled(make((3, 4)).requires_grad_(), x, mean, rstd, weight, bias)
-    assert "autograd.derivative-rules" == raised.value.rule
+    assert {*FLOOR_DIVIDE, *COLLECTIVES} == untested
 
 
 # ---------------------------------------------------------------- nondifferentiable ops

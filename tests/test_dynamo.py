@@ -173,3 +173,25 @@ def test_an_unsupported_op_names_the_users_line():
         torch.compile(uses_prims, backend="aotspec")(torch.randn(3))
     assert f"test_dynamo.py:{line}" in str(raised.value)
     assert "eval_with_key" not in str(raised.value)
+
+
+def _hardshrink_then_scale(x, lambd, scale):
+    return torch.nn.functional.hardshrink(x, lambd) * scale
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_numbers_dynamo_stops_specializing_on_are_the_users_values(backend):
+    """r[capture.dynamo-numbers]: once a float changes, Dynamo passes it as a 0-d tensor read
+    with .item(); the backend compiles each number as a constant, gradients included."""
+    compiled = torch.compile(
+        _hardshrink_then_scale, backend="aotspec", options={"backend": backend}
+    )
+    for lambd, scale in [(0.5, 2), (0.25, 3), (1.5, 3), (0.25, 3)]:
+        x = torch.tensor([0.75, -0.3, 0.2, -2.0], requires_grad=True)
+        expected_x = x.detach().clone().requires_grad_()
+        expected = _hardshrink_then_scale(expected_x, lambd, scale)
+        expected.sum().backward()
+        out = compiled(x, lambd, scale)
+        out.sum().backward()
+        torch.testing.assert_close(out, expected, rtol=0, atol=0)
+        torch.testing.assert_close(x.grad, expected_x.grad, rtol=0, atol=0)

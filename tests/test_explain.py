@@ -220,8 +220,8 @@ BAD = Path(__file__).parent / "programs_with_errors.py"
         (["explain", f"{BAD}:nope"], 2, "defines no function nope"),
         (["explain", f"{BAD}:no_builder"], 2, "Define `def no_builder_args()"),
         (["explain", f"{BAD}:shapes"], 1, "RuntimeError"),
-        (["explain", f"{BAD}:unsupported"], 1, "[rule memory.layout]"),
-        (["memory", f"{BAD}:unsupported"], 1, "[rule memory.layout]"),
+        (["explain", f"{BAD}:unsupported"], 1, "[rule memory.layout.complex32]"),
+        (["memory", f"{BAD}:unsupported"], 1, "[rule memory.layout.complex32]"),
         (["explain", f"{BAD}:shapes", "--args", "raising"], 2, "raising() in"),
         (["explain", f"{BAD}:shapes", "--hooks", "one"], 2, "--hooks expects PACK,UNPACK"),
         (["explain", f"{Path(__file__).parent / 'conftest.py'}:x"], 2, "defines no function x"),
@@ -257,6 +257,18 @@ def test_check_lists_every_refused_op_with_its_line_and_rule(capsys):
     assert lines[1].endswith("[rule ops.table]")
     assert "aten.mm.dtype" in lines[3] and f"programs_with_errors.py:{first + 1} " in lines[3]
     assert lines[3].endswith("[rule ops.aten-values]")
+
+
+def test_check_lists_the_backwards_refusals_too(capsys):
+    """r[ops.unsupported-all]: the check goes on past the refused forward op to the backward,
+    and lists the refusal it meets there (complex svd's derivative, which checks values)."""
+    code, out, _ = run_cli(capsys, "check", f"{BAD}:refused_forward_and_backward")
+    assert 1 == code
+    lines = out.splitlines()
+    assert lines[0].endswith("refused_forward_and_backward: 2 refused")
+    assert "prims.sin.default" in lines[1] and lines[1].endswith("[rule ops.table]")
+    assert "_linalg_svd" in lines[3]
+    assert lines[3].endswith("[rule ops.aten-derivatives.value-checks]")
 
 
 def test_check_takes_an_importable_module_and_a_module_object(capsys, monkeypatch):

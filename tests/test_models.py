@@ -3,10 +3,10 @@
 Each model is built with seeded weights, and one step (forward, loss, backward) runs four ways
 besides eager: `aotspec.compile` of the step with the module's parameters and buffers lifted to
 inputs (as AOTAutograd's `aot_module` does), and `torch.compile(model, backend="aotspec")`
-(Dynamo, with `allow_rnn` so that it captures the GRU), each on the reference and on the fast
-backend. The loss, every parameter's gradient and every buffer afterwards (batch norm's running
-statistics) must be eager's. Dropout draws from the default generator, seeded the same before
-each step (`r[ops.random]`).
+(Dynamo, with `allow_rnn` so that it captures the GRU and the LSTM), each on the reference and
+on the fast backend. The loss, every parameter's gradient and every buffer afterwards (batch
+norm's running statistics) must be eager's. Dropout draws from the default generator, seeded the
+same before each step (`r[ops.random]`).
 
 The models use ATen-valued ops throughout (`specs/ops.md`): convolution, batch norm in training
 mode, max pooling, embedding, scaled dot product attention, nll_loss, gelu, and the backward ops
@@ -130,6 +130,49 @@ def test_fast_memory_is_at_most_eagers(name):
     assert peak <= eager_peak
 
 
+def _attention_steps(runner: str, loss_of, steps: int = 3) -> dict[str, torch.Tensor]:
+    """The weights of `nn.MultiheadAttention(batch_first=True)` after `steps` SGD steps on
+    `loss_of(output, target)`, the step run by `runner` (or eager)."""
+    torch.manual_seed(0)
+    attention = nn.MultiheadAttention(16, 4, batch_first=True)
+    x, target = torch.randn(2, 5, 16), torch.randn(2, 5, 16)
+
+    def step(x, target):
+        out, _ = attention(x, x, x)  # a transposed view of the output projection's rows
+        return loss_of(out, target)
+
+    if runner.startswith("dynamo-"):
+        torch._dynamo.reset()
+        options = {"backend": runner.removeprefix("dynamo-")}
+        call = torch.compile(step, backend="aotspec", options=options)
+    else:
+        call = step if runner == "eager" else aotspec.compile(step, backend=runner)
+    optimizer = torch.optim.SGD(attention.parameters(), lr=0.1)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        call(x, target).backward()
+        optimizer.step()
+    return {name: p.detach().clone() for name, p in attention.named_parameters()}
+
+
+def _cosine_loss(out, target):
+    similarity = F.cosine_similarity(F.normalize(out, dim=-1), target, dim=-1)
+    return (1 - similarity).mean()
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("loss_of", [F.mse_loss, F.smooth_l1_loss, _cosine_loss])
+def test_attention_trains_as_eager(loss_of, runner):
+    """r[ops.fresh-output.meta-layout]: the losses' backward kernels lay the gradient of the
+    attention's transposed output out contiguously where their meta kernels keep its order, and
+    the backward views it on; r[ops.aten-derivatives.functional]: normalize's and
+    cosine_similarity's formulas write masked_fill_ into quotients they made."""
+    expected = _attention_steps("eager", loss_of)
+    weights = _attention_steps(runner, loss_of)
+    for key, value in expected.items():
+        torch.testing.assert_close(weights[key], value, msg=lambda m, key=key: f"{key}: {m}")
+
+
 def test_the_cnn_step_updates_the_running_statistics():
     """The comparison above is not vacuous: training mode moves the running mean off zero."""
     _, _, buffers = _step("cnn", "eager")
@@ -156,3 +199,99 @@ def test_a_linear_weight_gradient_has_the_weights_layout(backend):
     (grad,) = torch.autograd.grad(out.sin().sum(), w)
     assert expected.stride() == grad.stride() == w.stride()
     torch.testing.assert_close(grad, expected)
+
+
+#: nn.LSTM's configurations: its keyword arguments beyond the sizes.
+LSTM_CONFIGURATIONS = {
+    "plain": {},
+    "batch-first": {"batch_first": True},
+    "bidirectional": {"bidirectional": True},
+    "two-layers": {"num_layers": 2},
+    "two-layers-bidirectional-batch-first": {
+        "num_layers": 2,
+        "bidirectional": True,
+        "batch_first": True,
+    },
+}
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+@pytest.mark.parametrize("configuration", list(LSTM_CONFIGURATIONS))
+def test_lstm_trains_as_eager(configuration, runner):
+    """r[ops.aten-values.grad-mode], r[ops.aten-values.workspace]: on CPU each layer and
+    direction is one mkldnn_rnn_layer, whose backward reads the workspace its forward returns
+    with grad mode on; the loss (of the outputs and the final state) and every gradient are
+    eager's."""
+
+    def step(runner: str):
+        torch.manual_seed(0)
+        module = nn.LSTM(4, 6, **LSTM_CONFIGURATIONS[configuration])
+        x = torch.randn(3, 5, 4)
+        call = module
+        if runner.startswith("dynamo-"):
+            torch._dynamo.reset()
+            options = {"backend": runner.removeprefix("dynamo-")}
+            call = torch.compile(module, backend="aotspec", options=options)
+        elif runner != "eager":
+            call = _lifted(module, runner)
+        with torch._dynamo.config.patch(allow_rnn=True):
+            out, (h, c) = call(x)
+        loss = out.sin().sum() + h.sum() + c.cos().sum()
+        loss.backward()
+        return loss.detach(), {name: p.grad for name, p in module.named_parameters()}
+
+    torch.testing.assert_close(step(runner), step("eager"))
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_an_lstm_on_a_packed_sequence_is_refused_at_the_users_line(backend):
+    """r[capture.data-dependent]: packing by lengths gives data whose sizes are the lengths'
+    values; refused where the user packs, not with the TypeError nn.LSTM's torch.zeros would
+    raise on the batch sizes."""
+    lstm = nn.LSTM(4, 5)
+
+    def step(x, lengths):
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths)
+        _, (h, _) = lstm(packed)
+        return h.sum()
+
+    with pytest.raises(aotspec.UnsupportedError) as raised:
+        aotspec.compile(step, backend=backend)(torch.randn(3, 2, 4), torch.tensor([3, 2]))
+    assert "capture.data-dependent" == raised.value.rule
+    assert "packed = nn.utils.rnn.pack_padded_sequence(x, lengths)" in str(raised.value)
+
+
+class _Factories(torch.overrides.TorchFunctionMode):
+    """Records the factories called without a device: on CUDA they make CPU tensors."""
+
+    NAMES = {"arange", "zeros", "ones", "empty", "full", "tensor", "randn", "rand"}
+
+    def __init__(self):
+        super().__init__()
+        self.deviceless = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if getattr(func, "__name__", None) in self.NAMES and "device" not in kwargs:
+            self.deviceless.append(func.__name__)
+        return func(*args, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["gpt-block", "lstm"])
+def test_zoo_models_follow_their_inputs_device(name):
+    """On CUDA the gpt-block's positions (a bare torch.arange) and the LSTM's state (a tuple the
+    benchmarks did not move) stayed on the CPU, and eager's step raised. Here no factory of a
+    forward goes without a device, and `meta` stands for the GPU the benchmarks move to."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
+    spec = importlib.util.spec_from_file_location("gpu_check", path)
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    module, inputs = _built(name)
+    with _Factories() as factories:
+        module(*inputs)
+    assert factories.deviceless == []
+    module, inputs = gpu_check._on(torch.device("meta"), module, inputs)
+    assert module(*inputs).device.type == "meta"

@@ -39,6 +39,7 @@ FEATURES = [
     "inf or nan constant",
     "clamp with min > max",
     "dead value",
+    "seeded draw",
     "called under no_grad",
     "backward twice (retain_graph)",
     "stolen list",
@@ -113,6 +114,8 @@ def _body_features(program: Program) -> set[str]:
             found.add("clamp with min > max")
         if instr.op == "rand_like":
             found.add("dead value")
+        if instr.op == "seeded_rand_like":
+            found.add("seeded draw")
     if not program.grad_enabled:
         found.add("called under no_grad")
     if program.retain_graph:

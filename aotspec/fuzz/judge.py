@@ -227,7 +227,8 @@ def _aotspec_outcome(subject, backend: str, hooks: bool = True):
         fn = functions["stealing"]
         if backend != "torch-eager":
             fn = aotspec.compile(fn, backend=backend, steal=("acts",))
-        return call_and_backward(fn, named, [make_activations(subject), *args], **options)
+        acts = make_activations(subject, named)  # the caller keeps their leaves, as the oracles
+        return call_and_backward(fn, named, [acts, *args], **options)
     fn = functions["program"]
     if backend != "torch-eager":
         hooks_filter = subject.hooks_filter if isinstance(subject, Hooked) else "donated"

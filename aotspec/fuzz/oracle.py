@@ -259,6 +259,20 @@ class Bracket:
         return results
 
 
+class _BracketedBackwards(dict):
+    """A fast plan's backward codes for backwards that did not reach every output
+    (`r[autograd.unreached-outputs.terms]`): each is bracketed as the plan makes it, and the
+    bracket of the one made last is the backward's."""
+
+    def __init__(self, tracker: MemoryTracker, brackets: dict[str, Bracket]):
+        super().__init__()
+        self.tracker, self.brackets = tracker, brackets
+
+    def __setitem__(self, reached: tuple[bool, ...], code) -> None:
+        self.brackets["backward"] = bracket = Bracket(code, self.tracker)
+        super().__setitem__(reached, bracket)
+
+
 @frozen
 class Account:
     """One graph's run on one side, in labels: the alive labels after the nodes where both
@@ -434,6 +448,7 @@ def run_fast(case: FuzzCase, reference) -> Run:
     plan.forward = brackets["forward"]
     if plan.backward is not None:
         brackets["backward"] = plan.backward = Bracket(plan.backward, tracker)
+        plan.backwards_reaching = _BracketedBackwards(tracker, brackets)
     named, args, acts = case.inputs()
     refs = _stolen_refs(acts)
     tracker.track(acts or [])

@@ -438,6 +438,17 @@ def _doubles_a_returns_triple_b(a, b):
     return b * 3
 
 
+def _inf_world():
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    return {"x": x, "a": x * 1, "y": torch.tensor([float("inf"), 2.0, 3.0])}
+
+
+def _halves_a_then_multiplies_it_by_y(a, y):
+    half = a * 0.5
+    a.mul_(y)
+    return half
+
+
 def _multiplies_a_by_w(a, w):
     a.mul_(w)
     return a * 2
@@ -659,7 +670,29 @@ _CUSTOM_FUNCTIONS_COMPILED_ONLY = {
 }
 
 
+def _layer_norm_with_statistics(x):
+    return torch.ops.aten.native_layer_norm(x, [4], None, None, 1e-5)
+
+
 CASES = [
+    Case(
+        name="autograd.layer-norm-statistics-do-not-require-grad",
+        rules=["autograd.requires-grad.op-outputs", "autograd.requires-grad"],
+        setup=lambda: _leaves(x=_X),
+        args=["x"],
+        program=_layer_norm_with_statistics,
+        backward=True,
+        # derivatives.yaml: native_layer_norm's output_differentiability is [True, False, False];
+        # the mean and rstd add nothing to the backpropagated sum, so x.grad is the output's:
+        # the gradient of a sum of a normalized row is 0
+        expect=[
+            RequiresGrad("out0"),
+            RequiresGrad("out1", False),
+            RequiresGrad("out2", False),
+            History("out1", None),
+            Values("x.grad", torch.zeros(5, 4)),
+        ],
+    ),
     Case(
         name="autograd.grad-of-a-product",
         rules=["autograd.joint", "autograd.derivative-rules", "autograd.requires-grad"],
@@ -995,6 +1028,23 @@ CASES = [
             Values("a", [2.0, 4.0, 6.0]),
             Values("w.grad", [3.0, 3.0, 3.0]),
             Absent("x.grad"),
+        ],
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
+    ),
+    Case(
+        name="autograd.unreached-write-adds-no-term-times-inf",
+        rules=["autograd.unreached-outputs.terms", "autograd.input-writes"],
+        setup=_inf_world,
+        args=["a", "y"],
+        program=_halves_a_then_multiplies_it_by_y,
+        backward=True,
+        # x's gradient sums out0's term (0.5) and the term of a's new contents, which nothing
+        # reads after the call: eager runs no derivative of a.mul_(y), so x.grad is 0.5, not
+        # 0 * inf = NaN where y is inf
+        expect=[
+            Values("a", [float("inf"), 4.0, 9.0]),
+            Values("out0", [0.5, 1.0, 1.5]),
+            Values("x.grad", [0.5, 0.5, 0.5]),
         ],
         skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
     ),
@@ -2012,14 +2062,24 @@ CASES += [
         skip=COMPILED_ONLY,
     ),
     Case(
-        name="autograd.metadata-op-on-an-argument-taken-as-a-view-of-its-base-raises",
-        rules=["autograd.input-writes.synthetic-base", "boundary.failed-call"],
+        name="autograd.metadata-op-on-an-argument-taken-as-a-view-of-its-base",
+        rules=["autograd.input-writes.synthetic-base.metadata"],
         setup=_rows_of_a_non_leaf,
         args=["a", "b"],
         program=_double_row_unsqueeze_other,
-        # eager: b becomes shape (1, 2) with UnsqueezeBackward; out0 = [[2, 4]] + [[3, 4]]
-        expect=[Raises(UnsupportedError, rule="autograd.input-writes.synthetic-base")],
-        skip=COMPILED_ONLY,
+        backward=True,
+        # eager: a = 2 * [1, 2] is written into x's row 0; b becomes shape (1, 2), strides
+        # (2, 1), offset 2, with UnsqueezeBackward; out0 = [[2, 4]] + [[3, 4]] = [[5, 8]];
+        # d sum(out0) / d p = 2 on row 0, 1 on row 1
+        expect=[
+            Values("out0", [[5.0, 8.0]]),
+            Values("b", [[3.0, 4.0]]),
+            Layout("b", shape=(1, 2), strides=(2, 1), offset=2),
+            RequiresGrad("b"),
+            Values("x", [[2.0, 4.0], [3.0, 4.0]]),
+            Values("p.grad", [[2.0, 2.0], [1.0, 1.0]]),
+        ],
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
     ),
 ]
 

@@ -578,6 +578,24 @@ CASES.append(
 )
 
 
+def _returns_the_sum_as_a_number(x):
+    return x.sum().item()
+
+
+CASES.append(
+    Case(
+        name="capture.returned-item-raises",
+        rules=["capture.data-dependent.returned", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, -3.0])},
+        args=["x"],
+        program=_returns_the_sum_as_a_number,
+        # eager returns the float -2.0
+        expect=[Raises(UnsupportedError, rule="capture.data-dependent.returned")],
+        skip={"torch-eager": "eager returns the number"},
+    )
+)
+
+
 def _branch_on_the_sum(x):
     if x.sum() > 0:
         return x * 2
@@ -594,5 +612,157 @@ CASES.append(
         # eager: the sum is -2, so [-1, 3]
         expect=[Raises(UnsupportedError, rule="capture.data-dependent")],
         skip={"torch-eager": "eager runs Python that branches on values"},
+    )
+)
+
+
+def _zeros_sized_by_a_packed_sequence(x, lengths):
+    x.add_(1)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(x, lengths)
+    return torch.zeros(1, packed.batch_sizes[0], 3)  # as nn.LSTM starts from a packed sequence
+
+
+CASES.append(
+    Case(
+        name="capture.packed-sequence-raises",
+        rules=["capture.data-dependent", "boundary.failed-call"],
+        setup=lambda: {"x": torch.ones(3, 2, 4), "lengths": torch.tensor([3, 2])},
+        args=["x", "lengths"],
+        # eager: the packed data holds 5 steps, the batch sizes are [2, 2, 1]: zeros of sizes
+        # (1, 2, 3)
+        program=_zeros_sized_by_a_packed_sequence,
+        expect=[Raises(UnsupportedError, rule="capture.data-dependent")],
+        skip={"torch-eager": "eager packs the sequence by the lengths' values"},
+    )
+)
+
+
+def _split_by_a_tensor(x, indices):
+    x.add_(1)
+    return torch.tensor_split(x, indices)
+
+
+CASES.append(
+    Case(
+        name="capture.tensor-split-by-a-tensor-raises",
+        rules=["capture.data-dependent", "boundary.failed-call"],
+        setup=lambda: {"x": torch.arange(6.0), "indices": torch.tensor([1, 4], device="cpu")},
+        args=["x", "indices"],
+        on_cpu=["indices"],  # as eager's tensor_split wants them
+        # eager: pieces of 1, 3 and 2 elements, by the indices' values
+        program=_split_by_a_tensor,
+        expect=[Raises(UnsupportedError, rule="capture.data-dependent")],
+        skip={"torch-eager": "eager splits by the indices' values"},
+    )
+)
+
+
+def _put_at_a_mask(x, mask, value):
+    return torch.index_put(x, (mask,), value).sin()
+
+
+CASES.append(
+    Case(
+        name="capture.gradient-at-a-mask-raises",
+        rules=["capture.data-dependent", "boundary.failed-call"],
+        setup=lambda: {
+            "x": torch.ones(4, requires_grad=True),
+            "mask": torch.tensor([True, False, True, False]),
+            "value": torch.tensor(3.0, requires_grad=True),
+        },
+        args=["x", "mask", "value"],
+        # eager: value's gradient sums the output's gradient at the mask's two positions
+        program=_put_at_a_mask,
+        expect=[Raises(UnsupportedError, rule="capture.data-dependent", match="index_put")],
+        skip={
+            "torch-eager": "eager reads the gradient at the mask's positions",
+            "reference-eager": "the eager interpreter differentiates when the backward runs, "
+            "where tracing the rule fails on the mask (not yet refused by name)",
+        },
+    )
+)
+
+
+def _reseeded_world():
+    torch.manual_seed(5)  # the caller's generator, somewhere along its stream
+    torch.rand(7)
+    return {"x": torch.ones(3, requires_grad=True)}
+
+
+def _reseeds(x):
+    before = torch.rand(3)  # from the caller's state
+    torch.manual_seed(42)
+    return x * before, torch.randn(3)  # the second: eager's after the reseed, at every call
+
+
+def _reads_reseeds_and_restores(x):
+    state = torch.get_rng_state()
+    torch.random.manual_seed(42)
+    seeded = torch.randn(3)
+    torch.set_rng_state(state)
+    return x * torch.rand(3), seeded  # the first: the caller's stream, as if nothing happened
+
+
+def _draw_after_the_call(world: dict) -> None:
+    world["after"] = torch.rand(4)  # what the caller draws next sees the generator's state
+
+
+def _eager_reseeding(program) -> dict:
+    with torch.random.fork_rng():
+        world = _reseeded_world()
+        outputs = program(world["x"])
+        return {"out0": outputs[0].detach(), "out1": outputs[1], "after": torch.rand(4)}
+
+
+for _program in (_reseeds, _reads_reseeds_and_restores):
+    _expected = _eager_reseeding(_program)
+    CASES.append(
+        Case(
+            name=f"capture.rng-state-{_program.__name__[1:].replace('_', '-')}-as-eager",
+            rules=["capture.rng-state", "ops.random"],
+            setup=_reseeded_world,
+            args=["x"],
+            program=_program,
+            backward=True,
+            before_backward=_draw_after_the_call,
+            expect=[Values(name, _expected[name]) for name in ["out0", "out1", "after"]],
+        )
+    )
+
+
+def _thresholds_through_dynamo(x):
+    # dynamic=True: Dynamo passes the floats to its graph as 0-d tensors read with .item()
+    threshold = torch.compile(F.threshold, backend="aotspec", dynamic=True)
+    return threshold(x, 0.5, 2.0) + threshold(x * 2, 0.25, -1.0)
+
+
+def _threshold_world():
+    return {"x": torch.tensor([0.75, 0.5, 0.1, -1.0], requires_grad=True)}
+
+
+def _eager_thresholds():
+    x = _threshold_world()["x"]
+    out = F.threshold(x, 0.5, 2.0) + F.threshold(x * 2, 0.25, -1.0)
+    out.sum().backward()
+    return out.detach(), x.grad
+
+
+_THRESHOLDS, _THRESHOLDS_GRAD = _eager_thresholds()
+
+CASES.append(
+    Case(
+        name="capture.dynamo-numbers-are-the-users-values",
+        rules=["capture.dynamo-numbers"],
+        setup=_threshold_world,
+        args=["x"],
+        program=_thresholds_through_dynamo,
+        backward=True,
+        # the derivative compares x with each threshold: a symbol there raised
+        expect=[Values("out0", _THRESHOLDS), Values("x.grad", _THRESHOLDS_GRAD)],
+        skip={
+            name: "the program compiles itself with torch.compile(backend='aotspec'), which "
+            "torch-eager runs"
+            for name in ("reference", "fast", "reference-eager", "torch.compile")
+        },
     )
 )

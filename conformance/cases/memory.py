@@ -3,6 +3,8 @@
 Byte counts are worked out by hand from the rules: a float32 tensor of 4 elements is 16 bytes.
 """
 
+import math
+
 import torch
 
 from aotspec.errors import SpecViolation, UnsupportedError
@@ -28,6 +30,16 @@ set_ = torch.ops.aten.set_.source_Tensor
 def _chain_on_list(xs):
     a = xs[0].sin()
     return a.cos()
+
+
+def _exp_chain_on_list(xs):
+    a = xs[0].exp()  # exp saves its result, not the activation
+    return a.exp()
+
+
+def _activation_with_history():
+    leaf = torch.zeros(4, requires_grad=True)
+    return {"leaf": leaf, "xs": [leaf * 1]}
 
 
 def _write_into_list(xs):
@@ -194,6 +206,25 @@ CASES += [
             Values("out0", [1.0, 1.0, 1.0, 1.0]),
             Length("xs", 0),
             # the stolen input (16) dies right after sin (32 -> 16); cos makes 16 more: peak 32.
+            PeakBytes(32),
+        ],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="boxed.stolen-activation-with-grad-freed-at-last-use",
+        rules=["boxed.steal.freed-at-last-use", "autograd.saved-freed-in-backward"],
+        setup=_activation_with_history,
+        args=["xs"],
+        program=_exp_chain_on_list,
+        steal=["xs"],
+        backward=True,
+        expect=[
+            Values("out0", torch.full((4,), math.e)),
+            # d/dx exp(exp(x)) at 0: e * 1
+            Values("leaf.grad", torch.full((4,), math.e)),
+            Length("xs", 0),
+            # the stolen activation (16) dies right after the first exp (32 -> 16), which is
+            # saved; the second exp makes 16 more, also saved: peak 32.
             PeakBytes(32),
         ],
         skip=COMPILED_ONLY,

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from aotspec.errors import UnsupportedError
+from aotspec.versions import traces_generators
 
 from ..case import (
     COMPILED_ONLY,
@@ -18,6 +19,7 @@ from ..case import (
     Raises,
     Separate,
     Shares,
+    StorageBytes,
     Values,
     eager_only,
 )
@@ -129,6 +131,46 @@ def _conv(x, w):
     return F.conv1d(x * 2, w, padding=1)
 
 
+def _norms(x, y):
+    return torch.linalg.vector_norm(x, dim=1) + F.cosine_similarity(x, y) + x.std(dim=1)
+
+
+def _norms_world():
+    # x's first row is zero: the norm's backward zeroes its quotient 0 / 0 there (masked_fill_)
+    return {
+        "x": torch.cat([torch.zeros(1, 3), _M[1:] - 5.5]).requires_grad_(),
+        "y": _M.flip(0).clone().requires_grad_(),
+    }
+
+
+_NORMS = _eager(_norms, _norms_world(), ["x", "y"])
+
+
+def _transposed_losses(x, w, target):
+    # as nn.MultiheadAttention(batch_first=True) returns: a matmul's rows, viewed and transposed
+    h = (x @ w).view(3, 2, 4).transpose(0, 1)
+    losses = F.mse_loss(h, target) + F.smooth_l1_loss(h, target)
+    losses = losses + F.huber_loss(h, target, delta=0.5)
+    return losses + (F.elu(h) * target).sum() + (F.hardtanh(h) * target).sum()
+
+
+def _mean_squared(x, target):
+    return F.mse_loss(x * 2, target)
+
+
+def _transposed_losses_world():
+    return {
+        "x": torch.linspace(-2.0, 2.0, 30).view(6, 5).requires_grad_(),
+        "w": torch.linspace(1.0, -1.0, 20).view(5, 4).requires_grad_(),
+        "target": torch.linspace(-0.5, 0.5, 24).view(2, 3, 4),
+    }
+
+
+_TRANSPOSED_LOSSES = _eager(
+    _transposed_losses, _transposed_losses_world(), ["x", "w", "target"]
+)
+
+
 def _pack_bf16(x):
     return x.to(torch.bfloat16)
 
@@ -181,6 +223,22 @@ def _eager_transposed_draw():
 _TRANSPOSED_DRAW = _eager_transposed_draw()
 
 
+def _where_generators_trace(expect: list) -> list:
+    """`expect` where torch's tracer records a generator; else compiling refuses the program
+    (`r[ops.random.generator-capture]`)."""
+    if traces_generators():
+        return expect
+    return [Raises(UnsupportedError, rule="ops.random.generator-capture", match="Generator")]
+
+
+#: Eager draws on every torch: only a compiled program is refused where generators do not trace.
+_GENERATOR_SKIP = (
+    {}
+    if traces_generators()
+    else {"torch-eager": "eager draws from any generator; only capture depends on the torch"}
+)
+
+
 def _dropout_after_an_unused_draw(x):
     torch.rand(4)  # drawn, never read
     return F.dropout(x, 0.5, training=True) * 3
@@ -199,7 +257,264 @@ def _eager_dropout():
 _DROPOUT = _eager_dropout()
 
 
+_Z = torch.tensor([[1.0 + 2.0j, -0.5 + 1.0j], [2.0 - 1.0j, 0.25 + 0.5j]])
+_W = torch.tensor([[0.5 - 1.0j, 1.0 + 1.0j], [-1.0 + 0.5j, 2.0 + 0.0j]])
+
+
+def _complex_world():
+    return {"x": _Z.clone().requires_grad_(), "w": _W.clone().requires_grad_()}
+
+
+def _complex_chain(x, w):
+    # mm, mul, div, add, exp, sub and abs: table ops whose gradients conjugate
+    return ((x @ w) * w / (w + 2.0)).exp().sub(x, alpha=0.5 + 0.5j).abs()
+
+
+_COMPLEX_CHAIN = _eager(_complex_chain, _complex_world(), ["x", "w"])
+
+
+def _real_times_complex_world():
+    return {"x": torch.tensor([1.0, -2.0]).requires_grad_(), "w": _W[0].clone().requires_grad_()}
+
+
+def _real_times_complex(x, w):
+    return (x * w).abs()
+
+
+_REAL_TIMES_COMPLEX = _eager(_real_times_complex, _real_times_complex_world(), ["x", "w"])
+
+
+def _complex_spectrum(x):
+    # x's autocorrelation through its spectrum: fft, a conjugate view, ifft, the real parts
+    spectrum = torch.fft.fft(x)
+    return torch.fft.ifft(spectrum * spectrum.conj()).real
+
+
+def _signal_world():
+    return {"x": torch.tensor([1.0 + 1.0j, 2.0, 0.5 - 0.5j, -1.0]).requires_grad_()}
+
+
+_SPECTRUM = _eager(_complex_spectrum, _signal_world(), ["x"])
+
+
+def _svd_magnitudes(a):
+    u, s, vh = torch.linalg.svd(a)
+    return u.abs(), s, vh.abs()
+
+
+_EAGER_CHECKS_VALUES = "eager runs svd's check on the values (the loss here passes it)"
+
+
+def _write_through_real_views(x):
+    torch.view_as_real(x).mul_(2)
+    x.imag.add_(1)
+    return x * 1
+
+
+def _conjugate_view(x):
+    y = x.conj()
+    y[0, 0] = 1.0 + 1.0j
+    return y, y.imag
+def _lstm(x, h, c, w_ih, w_hh, b_ih, b_hh):
+    """One LSTM layer (`nn.LSTM`'s op): on CPU its kernel is mkldnn_rnn_layer, whose backward
+    reads the workspace its forward returns with grad mode on."""
+    out, _, _ = torch.lstm(x, (h, c), (w_ih, w_hh, b_ih, b_hh), True, 1, 0.0, True, False, False)
+    return out
+
+
+_LSTM_NAMES = ["x", "h", "c", "w_ih", "w_hh", "b_ih", "b_hh"]
+
+
+def _lstm_world():
+    generator = torch.Generator().manual_seed(0)
+    sizes = [(3, 2, 4), (1, 2, 5), (1, 2, 5), (20, 4), (20, 5), (20,), (20,)]
+    world = {
+        name: torch.randn(size, generator=generator, device="cpu")  # the runner moves them
+        for name, size in zip(_LSTM_NAMES, sizes, strict=True)
+    }
+    for name in _LSTM_NAMES[3:]:
+        world[name].requires_grad_()
+    return world
+
+
+def _lstm_with_grad(*tensors):
+    with torch.enable_grad():
+        return _lstm(*tensors)
+
+
+_LSTM = _eager(_lstm, _lstm_world(), _LSTM_NAMES)
+def _rrelu(x):
+    return F.rrelu(x, 0.0, 1.0, training=True)
+
+
+def _rrelu_world():
+    torch.manual_seed(5)  # the caller seeds the default generator before the call
+    return {"x": torch.tensor([-1.0, 2.0, -3.0, 4.0, -0.5, 0.25]).requires_grad_()}
+
+
+def _eager_rrelu():
+    with torch.random.fork_rng():
+        return _eager(_rrelu, _rrelu_world(), ["x"])
+
+
+_RRELU = _eager_rrelu()
+
+
+def _batch_norm_with_update(x, weight, bias, running_mean, running_var):
+    aten = torch.ops.aten
+    return aten._batch_norm_with_update(x, weight, bias, running_mean, running_var, 0.25, 1e-5)[0]
+
+
+_BATCH_NORM_WITH_UPDATE = _eager(_batch_norm_with_update, _batch_norm_world(), _BATCH_NORM_NAMES)
+
+
+def _batch_norm_in_eval(x, weight, bias, running_mean, running_var):
+    aten = torch.ops.aten
+    args = (x, weight, bias, running_mean, running_var)
+    return aten._native_batch_norm_legit(*args, False, 0.25, 1e-5)[0]
+
+
+_BATCH_NORM_IN_EVAL = _eager(_batch_norm_in_eval, _batch_norm_world(), _BATCH_NORM_NAMES)
+
+
+def _every_other_weighted(x):
+    return torch.as_strided_copy(x, (2,), (2,), 1) * torch.tensor([1.0, 2.0])
+
+
+def _svd_rebuilt(b):
+    u, s, vh = torch.linalg.svd(b, full_matrices=False)
+    return u @ torch.diag(s) @ vh
+
+
+def _svd_world():
+    return {"b": torch.tensor([[2.0, 1.0], [0.5, -1.0], [1.0, 3.0]], requires_grad=True)}
+
+
+_SVD = _eager(_svd_rebuilt, _svd_world(), ["b"])
+
+
+def _qr_rebuilt(a):
+    q, r = torch.linalg.qr(a)
+    return (q * torch.arange(1.0, 4.0)) @ r
+
+
+def _qr_world():
+    return {
+        "a": torch.tensor(
+            [[2.0, 1.0, 0.0], [1.0, 3.0, 1.0], [0.0, 1.0, 4.0], [1.0, 0.0, 1.0]]
+        ).requires_grad_()
+    }
+
+
+_QR = _eager(_qr_rebuilt, _qr_world(), ["a"])
+
+
 CASES = [
+    Case(
+        name="ops.complex-chain-values-and-conjugate-gradients-as-eager",
+        rules=["ops.complex.aten-values", "ops.complex.conjugate-grad", "memory.layout.complex"],
+        setup=_complex_world,
+        args=["x", "w"],
+        program=_complex_chain,
+        backward=True,
+        # eager's values and gradients; the gradients conjugate w, x @ w and exp's output
+        expect=[Values(name, _COMPLEX_CHAIN[name]) for name in ["out0", "x.grad", "w.grad"]],
+    ),
+    Case(
+        name="ops.complex-real-input-gets-the-real-part-of-its-gradient",
+        rules=["ops.complex.real-input-grad"],
+        setup=_real_times_complex_world,
+        args=["x", "w"],
+        program=_real_times_complex,
+        backward=True,
+        expect=[
+            Values(name, _REAL_TIMES_COMPLEX[name]) for name in ["out0", "x.grad", "w.grad"]
+        ]
+        + [Layout("x.grad", dtype=torch.float32), Layout("w.grad", dtype=torch.complex64)],
+    ),
+    Case(
+        name="ops.complex-fft-autocorrelation-as-eager",
+        rules=["ops.aten-values", "ops.aten-derivatives", "memory.layout.conj-neg"],
+        setup=_signal_world,
+        args=["x"],
+        program=_complex_spectrum,
+        backward=True,
+        # fft's derivative and conj() (a conjugate view the next op reads) as in eager
+        expect=[Values(name, _SPECTRUM[name]) for name in ["out0", "x.grad"]],
+    ),
+    Case(
+        name="ops.complex32-is-refused-by-name",
+        rules=["memory.layout.complex32"],
+        setup=lambda: {"x": torch.zeros(2, dtype=torch.complex64).to(torch.complex32)},
+        args=["x"],
+        program=lambda x: x + x,
+        expect=[Raises(UnsupportedError, rule="memory.layout.complex32", match="complex32")],
+        skip={"torch-eager": "eager PyTorch adds complex32 tensors"},
+    ),
+    Case(
+        name="ops.complex-svd-derivative-that-checks-values-is-refused",
+        rules=["ops.aten-derivatives.value-checks"],
+        setup=lambda: {"a": _Z.clone().requires_grad_()},
+        args=["a"],
+        program=_svd_magnitudes,
+        backward=True,
+        expect=[Raises(UnsupportedError, rule="ops.aten-derivatives.value-checks", match="svd")],
+        skip={"torch-eager": _EAGER_CHECKS_VALUES},
+    ),
+    Case(
+        name="ops.complex-argument-with-a-lazy-conjugate-is-refused",
+        rules=["memory.layout.conj-neg.inputs"],
+        setup=lambda: {"z": _Z.clone().conj()},
+        args=["z"],
+        program=lambda z: z * 2,
+        expect=[Raises(UnsupportedError, rule="memory.layout.conj-neg.inputs", match="input 0")],
+        skip={"torch-eager": "eager reads the conjugate"},
+    ),
+    Case(
+        name="ops.complex-views-of-an-input-alias-it-in-the-other-dtype",
+        rules=["memory.layout.complex", "ops.aten-views"],
+        setup=lambda: {"x": _Z.clone()},
+        args=["x"],
+        program=lambda x: (torch.view_as_real(x), x.imag),
+        expect=[
+            Values("out0", [[[1.0, 2.0], [-0.5, 1.0]], [[2.0, -1.0], [0.25, 0.5]]]),
+            # a complex64 element is two float32s: sizes, strides and offset count float32s
+            Layout("out0", dtype=torch.float32, shape=(2, 2, 2), strides=(4, 2, 1), offset=0),
+            Values("out1", [[2.0, 1.0], [-1.0, 0.5]]),
+            Layout("out1", dtype=torch.float32, shape=(2, 2), strides=(4, 2), offset=1),
+            Shares("x", "out0"),
+            Shares("x", "out1"),
+        ],
+    ),
+    Case(
+        name="ops.complex-writes-through-real-views-reach-the-complex-input",
+        rules=["functionalize.complex-views"],
+        setup=lambda: {"x": _Z.clone()},
+        args=["x"],
+        program=_write_through_real_views,
+        # doubled through view_as_real, then 1 added to each imaginary part
+        expect=[
+            Values("x", [[2.0 + 5.0j, -1.0 + 3.0j], [4.0 - 1.0j, 0.5 + 2.0j]]),
+            Values("out0", [[2.0 + 5.0j, -1.0 + 3.0j], [4.0 - 1.0j, 0.5 + 2.0j]]),
+            Separate("x", "out0"),
+        ],
+    ),
+    Case(
+        name="ops.complex-conjugate-view-reads-and-writes-conjugated",
+        rules=["memory.layout.conj-neg"],
+        setup=lambda: {"x": _Z.clone()},
+        args=["x"],
+        program=_conjugate_view,
+        # y = x.conj() reads x conjugated; y.imag is x's imaginary parts negated; writing 1 + 1j
+        # into y[0, 0] stores 1 - 1j in x
+        expect=[
+            Values("x", [[1.0 - 1.0j, -0.5 + 1.0j], [2.0 - 1.0j, 0.25 + 0.5j]]),
+            Values("out0", [[1.0 + 1.0j, -0.5 - 1.0j], [2.0 + 1.0j, 0.25 - 0.5j]]),
+            Values("out1", [[1.0, -1.0], [1.0, -0.5]]),
+            Shares("x", "out0"),
+            Shares("x", "out1"),
+        ],
+    ),
     Case(
         name="ops.bfloat16-sum-accumulates-in-float32",
         rules=["ops.opmath"],
@@ -382,21 +697,79 @@ CASES = [
         expect=[Values(name, _CONV[name]) for name in ["out0", "x.grad", "w.grad"]],
     ),
     Case(
+        name="ops.aten-lstm-workspace-reaches-the-backward",
+        rules=["ops.aten-values.grad-mode", "ops.aten-values.workspace", "ops.aten-derivatives"],
+        setup=_lstm_world,
+        args=_LSTM_NAMES,
+        # called under torch.no_grad(): the forward's kernel runs with grad mode on all the same
+        program=_lstm_with_grad,
+        grad_enabled=False,
+        backward=True,
+        expect=[Values(name, _LSTM[name]) for name in ["out0", *_LSTM_NAMES[3:]]]
+        + [Values(f"{name}.grad", _LSTM[f"{name}.grad"]) for name in _LSTM_NAMES[3:]],
+    ),
+    Case(
+        name="ops.aten-norm-gradients-write-nothing",
+        rules=[
+            "ops.aten-derivatives.functional",
+            "ops.aten-mutations.original-self",
+            "ops.aten-derivatives",
+        ],
+        setup=_norms_world,
+        args=["x", "y"],
+        program=_norms,
+        backward=True,
+        # eager's formulas write masked_fill_ into quotients they made; the values are eager's,
+        # a zero gradient for the zero row's norm included
+        expect=[Values(name, _NORMS[name]) for name in ["out0", "x.grad", "y.grad"]],
+    ),
+    Case(
+        name="ops.aten-loss-backward-of-a-transposed-view-keeps-the-meta-layout",
+        rules=["ops.fresh-output.meta-layout", "ops.aten-derivatives"],
+        setup=_transposed_losses_world,
+        args=["x", "w", "target"],
+        program=_transposed_losses,
+        backward=True,
+        # the losses' and activations' backward kernels return contiguous gradients where their
+        # meta kernels keep h's transposed order; the backward then views the gradient back as
+        # the matmul's rows
+        expect=[Values(name, _TRANSPOSED_LOSSES[name]) for name in ["out0", "x.grad", "w.grad"]],
+    ),
+    Case(
+        name="ops.aten-loss-mean-has-a-storage-of-its-own",
+        rules=["ops.fresh-output.meta-layout"],
+        setup=lambda: {"x": _M.clone(), "target": _M.flip(0).clone()},
+        args=["x", "target"],
+        program=_mean_squared,
+        # one float32, as the meta kernel says; (2x - flip(x))^2 averaged over the 9 terms
+        expect=[
+            StorageBytes("out0", 4),
+            Values("out0", ((_M * 2 - _M.flip(0)) ** 2).mean()),
+        ],
+        skip={"torch-eager": "eager's kernel returns the mean on a storage of its 9 terms (36 B)"},
+    ),
+    Case(
         name="ops.random-draws-from-the-callers-generator-in-order",
-        rules=["ops.random", "ops.aten-mutations"],
+        rules=["ops.random", "ops.aten-mutations", "ops.random.generator-capture"],
         setup=_draw_world,
         args=["x", "generator"],
         program=_draws,
-        expect=[Values("out0", _DRAWS[0]), Values("out1", _DRAWS[1]), Values("x", _DRAWS[2])],
+        expect=_where_generators_trace(
+            [Values("out0", _DRAWS[0]), Values("out1", _DRAWS[1]), Values("x", _DRAWS[2])]
+        ),
+        skip=_GENERATOR_SKIP,
     ),
     Case(
         name="ops.random-bernoulli-fills-a-transposed-tensor-as-eager",
-        rules=["ops.random"],
+        rules=["ops.random", "ops.random.generator-capture"],
         setup=_transposed_draw_world,
         args=["x", "generator"],
         program=_bernoulli_into,
         # eager draws in the order of x's memory: column by column of x
-        expect=[Values("x", _TRANSPOSED_DRAW), Layout("x", shape=(6, 4), strides=(1, 6))],
+        expect=_where_generators_trace(
+            [Values("x", _TRANSPOSED_DRAW), Layout("x", shape=(6, 4), strides=(1, 6))]
+        ),
+        skip=_GENERATOR_SKIP,
     ),
     Case(
         name="ops.random-dropout-draws-as-eager-after-an-unused-draw",
@@ -406,5 +779,71 @@ CASES = [
         program=_dropout_after_an_unused_draw,
         backward=True,
         expect=[Values("out0", _DROPOUT["out0"]), Values("x.grad", _DROPOUT["x.grad"])],
+    ),
+    Case(
+        name="ops.aten-rrelu-backward-reads-the-noise-it-drew",
+        rules=["ops.aten-mutations.state", "ops.random"],
+        setup=_rrelu_world,
+        args=["x"],
+        program=_rrelu,
+        backward=True,
+        # the gradient is the noise: the drawn slope where x < 0, 1 where x >= 0
+        expect=[Values("out0", _RRELU["out0"]), Values("x.grad", _RRELU["x.grad"])],
+    ),
+    Case(
+        name="ops.aten-batch-norm-with-update-backward-reads-the-updated-statistics",
+        rules=["ops.aten-mutations.state", "ops.aten-mutations"],
+        setup=_batch_norm_world,
+        args=_BATCH_NORM_NAMES,
+        program=_batch_norm_with_update,
+        backward=True,
+        expect=[
+            Values(name, _BATCH_NORM_WITH_UPDATE[name])
+            for name in ["out0", "running_mean", "running_var", "x.grad", "weight.grad"]
+        ],
+    ),
+    Case(
+        name="ops.aten-batch-norm-in-eval-writes-nothing",
+        rules=["ops.aten-mutations.batch-norm", "autograd.saved-inputs.version"],
+        setup=_batch_norm_world,
+        args=_BATCH_NORM_NAMES,
+        program=_batch_norm_in_eval,
+        backward=True,
+        # the running statistics stay zeros and ones, and the backward reads them
+        expect=[
+            Values(name, _BATCH_NORM_IN_EVAL[name])
+            for name in ["out0", "running_mean", "running_var", "x.grad", "weight.grad"]
+        ],
+    ),
+    Case(
+        name="ops.aten-derivative-writing-into-a-view-of-its-zeros",
+        rules=["ops.aten-derivatives.functional"],
+        setup=lambda: {"x": torch.arange(4.0).requires_grad_()},
+        args=["x"],
+        program=_every_other_weighted,
+        backward=True,
+        # out = [x[1] * 1, x[3] * 2]: eager's formula copies [1, 2] into elements 1 and 3 of zeros
+        expect=[Values("out0", [1.0, 6.0]), Values("x.grad", [0.0, 1.0, 0.0, 2.0])],
+    ),
+    Case(
+        name="ops.aten-derivative-filling-a-diagonal",
+        rules=["ops.aten-derivatives.functional"],
+        setup=_svd_world,
+        args=["b"],
+        program=_svd_rebuilt,
+        backward=True,
+        # U diag(S) Vh is b again, so the gradient of its sum is ones (eager's, rounded);
+        # svd's formula fills the diagonal of its 1 / (s_j^2 - s_i^2) denominators with 1
+        expect=[Values("out0", _SVD["out0"]), Values("b.grad", _SVD["b.grad"])],
+    ),
+    Case(
+        name="ops.aten-derivative-halving-a-diagonal",
+        rules=["ops.aten-derivatives.functional"],
+        setup=_qr_world,
+        args=["a"],
+        program=_qr_rebuilt,
+        backward=True,
+        # linalg_qr's formula halves the diagonal of a symmetric matrix with mul_
+        expect=[Values("out0", _QR["out0"]), Values("a.grad", _QR["a.grad"])],
     ),
 ]

@@ -54,9 +54,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: unpack hook turning a saved int64 tensor float (hooks.compiled.untraceable)",
 
     # test_aotdispatch_misc.py
-    ("test_complex_linear", "reference"): "unsupported: dtype complex64",
-    ("test_complex_linear", "fast"): "unsupported: dtype complex64",
-    ("test_complex_linear", "dynamo"): "unsupported: dtype complex64",
     ("test_embedding_bag_view_dynamic", "reference"):
         "unsupported: a sparse gradient (ops.aten-values)",
     ("test_sparse_csr_creation", "reference"):
@@ -67,8 +64,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: a sparse CSR tensor made inside (memory.layout.strided-only)",
     ("test_sparse_csr_creation_requires_grad_errors", "fast"):
         "unsupported: a sparse CSR tensor made inside (memory.layout.strided-only)",
-    ("test_layer_norm", "reference"):
-        "not bitwise: the reference computes layer_norm itself, within 3.6e-7 of eager's kernel",
 
     # test_aotdispatch_mutations.py
     ("test_set__and_data_mutation_good", "dynamo"):
@@ -79,12 +74,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "unsupported: _fused_moving_avg_obs_fq_helper resizes its state (ops.aten-mutations)",
     ("test_input_mutation_resize_", "dynamo"):
         "unsupported: _fused_moving_avg_obs_fq_helper resizes its state (ops.aten-mutations)",
-    ("test_input_mutation_aliases_bases_out_of_order", "reference"):
-        "unsupported: unsqueeze_ of an argument taken as a view of its base "
-        "(autograd.input-writes.synthetic-base)",
-    ("test_input_mutation_aliases_bases_out_of_order", "fast"):
-        "unsupported: unsqueeze_ of an argument taken as a view of its base "
-        "(autograd.input-writes.synthetic-base)",
 }
 # fmt: on
 

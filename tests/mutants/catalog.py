@@ -69,6 +69,7 @@ GUARDS = "tests/test_guards.py"
 CONFORMANCE = "tests/test_conformance.py"
 EPILOGUE = "tests/test_epilogue.py"
 AOTDISPATCH = "tests/aotdispatch"
+CALLING_PATTERNS = "tests/test_calling_patterns.py"
 
 #: Code generation and the fast runtime: the fast differential tests first.
 ON_FAST = (FAST, FUSION, CODEGEN, COMPILE)
@@ -324,13 +325,24 @@ MUTANTS: tuple[Mutant, ...] = (
         ON_SHARED,
     ),
     Mutant(
-        "runtime.stolen-grad-inputs-handed-over",
+        "runtime.stolen-grad-inputs-not-seen-by-autograd",
         "reference/runtime.py",
-        "handed_over = {i: inputs[i] for i in stolen if not inputs[i].requires_grad}",
-        "handed_over = {i: inputs[i] for i in stolen}",
-        "Every stolen input handed to the forward outside apply's arguments, those that require "
-        "grad too: autograd no longer sees them as inputs.",
+        "                inputs[i] = tensors[i] = _stand_in(inputs[i])\n",
+        "                inputs[i] = tensors[i] = None\n",
+        "Every stolen input handed to the forward outside apply's arguments, with no stand-in "
+        "for those that require grad: autograd no longer sees them as inputs.",
         ON_SHARED,
+    ),
+    Mutant(
+        "runtime.stolen-grad-inputs-through-apply",
+        "reference/runtime.py",
+        "                inputs[i] = tensors[i] = _stand_in(inputs[i])\n",
+        "                inputs[i] = tensors[i] = (\n"
+        "                    inputs[i] if inputs[i].requires_grad else None\n"
+        "                )\n",
+        "A stolen input that requires grad passed to apply itself, whose arguments hold it until "
+        "the forward returns: it outlives its last use.",
+        (CALLING_PATTERNS, *ON_SHARED),
     ),
     Mutant(
         "runtime.unreached-outputs-get-zeros",
@@ -352,8 +364,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "runtime.call-under-caller-grad-mode",
         "reference/runtime.py",
-        "with torch.enable_grad():\n            flats = list(_Forward.apply(",
-        "if True:\n            flats = list(_Forward.apply(",
+        "with torch.enable_grad():\n            for i in handed_over:\n",
+        "if True:\n            for i in handed_over:\n",
         "The node applied under the caller's grad mode: under torch.no_grad() no output records "
         "what the program computed under enable_grad().",
         ON_SHARED,

@@ -12,7 +12,10 @@ eager PyTorch accepts:
   chain of differentiable ops, writes to intermediates and buffers);
 - `stealing.py`: `stealing_programs()`, either kind after reading a stolen list of activations;
 - `pointwise.py`: `pointwise_programs()`, chains of pointwise ops over several dtypes, with
-  special values, for the fusion pass and its Triton kernels.
+  special values, for the fusion pass and its Triton kernels;
+- `complex.py`: `complex_programs()`, chains of complex ops (arithmetic, matmul, conjugate views,
+  views between complex and real, a write through `.imag`, the fft family, `polar`) on complex
+  tensors that require grad.
 
 Conventions: `lay` is a `Strided` layout, `v` a variable name, `obj` an index into the model's
 objects, `st` an index into its storages, `xs` a list of x.

@@ -33,12 +33,19 @@ counter):
   tensor that requires grad, no other tensor of its view family is used (tracing could not
   regenerate their histories: r[capture.metadata-views]);
 - log and fractional or negative powers read only values known to be positive;
+- losses (`mse_loss`, `smooth_l1_loss`, `huber_loss`, any reduction) of a value, often
+  transposed first, against a value of its sizes or a full tensor;
+- norms over one dim (`vector_norm`, `std` of two values or more, `F.normalize`): their
+  backward formulas write into tensors they made (r[ops.aten-derivatives.functional]);
 - custom autograd.Functions (functions.py beside this module) wrap a product, a scaling, exp
   or tanh with a hand-written backward (saving inputs, the result, a constant on ctx; one writes
   the gradient it receives in place, so a product with a scalar is the one reader of its
   output, one marks an output non-differentiable); one returns its
   input, which eager makes a view created inside a custom Function: nothing writes that storage
   afterwards.
+
+`as_strided_copy` of every other element of a value that fills its storage: an ATen-valued op
+whose eager formula writes into a view of zeros.
 
 Edges: non-finite constants and clamp with min > max or infinite bounds; `torch.rand_like` values
 nothing reads (they die where they are made); and an argument whose graph the caller freed
@@ -86,9 +93,10 @@ POSITIVE_SCALARS = {2.0, 0.5, 3.0}
 #: grad.
 SAVES_INPUTS = {"mul", "maximum", "abs", "log", "pow", "mm", "matmul", "amax", "mul_", "clamp"}
 SAVES_INPUTS |= {"enable_grad_mul", "nested_grad_mul", "fn_product", "fn_tanh"}
+SAVES_INPUTS |= {"vector_norm", "std", "normalize", "mse_loss", "smooth_l1_loss", "huber_loss"}
 #: Products under torch.enable_grad(): recorded whatever the caller's grad mode.
 GRAD_MODE_PRODUCTS = ["enable_grad_mul", "nested_grad_mul"]
-SAVES_RESULT = {"relu", "sigmoid", "tanh", "exp", "amax", "fn_exp"}
+SAVES_RESULT = {"relu", "sigmoid", "tanh", "exp", "amax", "fn_exp", "vector_norm", "std"}
 
 
 def _requires_grad(model: Model, v: str) -> bool:
@@ -391,6 +399,54 @@ def _g_reduce(draw, model: Model) -> list[Instr]:
     return [_compute(model, op, (Var(x), dims, draw(st.booleans())))]
 
 
+def _g_norm(draw, model: Model) -> list[Instr]:
+    """A vector norm, std or F.normalize over one dim: ATen-valued ops whose backward formulas
+    write into tensors they made (`masked_fill_` where a norm is 0), which the backward graph
+    holds as functional ops (r[ops.aten-derivatives.functional])."""
+    x = _recent(draw, [v for v in model.names if model.lay(v).sizes])
+    sizes = model.lay(x).sizes
+    d = draw(st.integers(0, len(sizes) - 1))
+    ops = ["vector_norm", "normalize"] + ["std"] * (sizes[d] > 1)  # std of one value: nan
+    op = draw(st.sampled_from(ops))
+    if op == "vector_norm":
+        ord = draw(st.sampled_from([2.0, 1.0, 3.0]))
+        return [_compute(model, op, (Var(x), ord, (d,), draw(st.booleans())))]
+    if op == "std":
+        return [_compute(model, op, (Var(x), d))]
+    return [_compute(model, op, (Var(x), 2.0, d))]
+
+
+def _g_loss(draw, model: Model) -> list[Instr]:
+    """`F.mse_loss` (or smooth_l1, huber) of a value, often transposed first, against a value of
+    its sizes or a full tensor: their backward kernels lay the gradient of a transposed input out
+    contiguously where the meta kernels keep its order, and the backward views it on
+    (r[ops.fresh-output.meta-layout])."""
+    x = _recent(draw, list(model.names))
+    body = []
+    if len(model.lay(x).sizes) >= 2 and draw(st.booleans()):
+        body = _view_of_op(model, x, "transpose", (0, 1))
+        x = body[0].outs[0]
+    sizes = model.lay(x).sizes
+    targets = [v for v in model.names if model.lay(v).sizes == sizes and v != x]
+    if targets and draw(st.booleans()):
+        target = draw(st.sampled_from(targets))
+    else:
+        full = _compute(model, "full", (sizes, draw(st.sampled_from(SCALARS))))
+        body.append(full)
+        target = full.outs[0]
+    op = draw(st.sampled_from(["mse_loss", "smooth_l1_loss", "huber_loss"]))
+    reduction = draw(st.sampled_from(["mean", "sum", "none"]))
+    return [*body, _compute(model, op, (Var(x), Var(target), reduction))]
+
+
+def _view_of_op(model: Model, v: str, op: str, args: tuple) -> list[Instr]:
+    """`v.op(*args)`, a view of `v`."""
+    (result,) = apply_view(op, model.lay(v), args)
+    out = model.new_name()
+    _bind_view(model, out, v, result)
+    return [Instr(op, (out,), (Var(v), *args))]
+
+
 def _g_cat(draw, model: Model) -> list[Instr]:
     x = _recent(draw, [v for v in model.names if model.lay(v).sizes])
     sizes = model.lay(x).sizes
@@ -437,6 +493,28 @@ def _g_special(draw, model: Model) -> list[Instr]:
         full = _compute(model, "full", (model.lay(x).sizes, other))
         return [full, _compute(model, op, (Var(x), Var(full.outs[0])))]
     return [_compute(model, op, (Var(x), other))]
+
+
+def _as_strided_copyable(model: Model) -> list[str]:
+    """Values laid out contiguously from the start of a storage of their own size: as_strided
+    addresses the storage, so every other element of such a value is in bounds."""
+    return [
+        v
+        for v in model.names
+        if model.lay(v) == Strided.contiguous(model.lay(v).sizes)
+        and 2 <= model.lay(v).numel
+        and model.storage(v).full == model.lay(v).extent_bytes
+    ]
+
+
+def _g_aten_formula(draw, model: Model) -> list[Instr]:
+    """`as_strided_copy` of every other element of a value: an ATen-valued op whose eager
+    formula copies the gradient into an as_strided view of zeros
+    (r[ops.aten-derivatives.functional])."""
+    x = _recent(draw, _as_strided_copyable(model))
+    offset = draw(st.integers(0, 1))
+    count = (model.lay(x).numel - offset + 1) // 2
+    return [_compute(model, "as_strided_copy", (Var(x), (count,), (2,), offset))]
 
 
 def _g_dead(draw, model: Model) -> list[Instr]:
@@ -560,6 +638,8 @@ GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("matmul", _g_matmul, lambda m: any(len(m.lay(v).sizes) == 2 for v in m.names)),
     ("reduce", _g_reduce, lambda m: True),
     ("cat", _g_cat, lambda m: any(m.lay(v).sizes for v in m.names)),
+    ("norm", _g_norm, lambda m: any(m.lay(v).sizes for v in m.names)),
+    ("loss", _g_loss, lambda m: True),
     ("where", _g_where, lambda m: True),
     ("no_grad", _g_no_grad, lambda m: True),
     ("grad_mode", _g_grad_mode, lambda m: True),
@@ -568,6 +648,7 @@ GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("no_grad_write", _g_no_grad_write, lambda m: bool(_no_grad_writable(m))),
     ("special", _g_special, lambda m: True),
     ("dead", _g_dead, lambda m: True),
+    ("aten_formula", _g_aten_formula, lambda m: bool(_as_strided_copyable(m))),
     # Writes come four times: the point of the exercise, and each is blocked often (saved).
     ("write", _g_write_intermediate, _writes_intermediates),
     ("write", _g_write_intermediate, _writes_intermediates),

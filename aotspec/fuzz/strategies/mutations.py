@@ -20,8 +20,9 @@ model letting the generator emit only:
   `as_strided_`) of tensors in bounds of their storage, arguments and views of them included, to
   layouts in bounds (eager's setStorage check raises otherwise).
 
-Scalars are non-finite one time in eight (`model.draw_scalar`), and `torch.rand_like` makes values
-nothing reads, which die where they are made.
+Scalars are non-finite one time in eight (`model.draw_scalar`), `torch.rand_like` makes values
+nothing reads, which die where they are made, and a `torch.manual_seed` then `torch.rand_like`
+makes values the program may return (the same at every call, `r[capture.rng-state]`).
 
 `programs(compiled=True)` draws only what `aotspec.compile` accepts on top of that: resizes only
 of argument objects that neither `set_` nor an in-place metadata op has moved, and no `set_` that
@@ -33,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import torch
 from hypothesis import strategies as st
 
 from .model import (
@@ -240,6 +242,17 @@ def _step_dead(draw, model: Model) -> list[Instr]:
     return [Instr("rand_like", (model.new_name(),), (Var(x),))]
 
 
+def _step_seeded_draw(draw, model: Model) -> list[Instr]:
+    """`torch.manual_seed(seed)` then `torch.rand_like(x)`, a value the program may return."""
+    x = draw(st.sampled_from(model.readable_names()))
+    seed = draw(st.integers(0, 2**16))
+    # rand_like lays out its result as empty_like does (preserve_format)
+    result = torch.empty_like(model.lay(x).meta())
+    out = model.new_name()
+    model.bind(out, model.new_storage(result.untyped_storage().nbytes()), Strided.of(result))
+    return [Instr("seeded_rand_like", (out,), (Var(x), seed))]
+
+
 # Each step kind, and when the model allows it. Order is shrink order: simplest first. Views
 # come twice: they are cheap, and eleven ops share the kind.
 STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
@@ -253,6 +266,7 @@ STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("pointwise", _step_pointwise, lambda m: bool(m.readable_names())),
     ("full", _step_full, lambda m: True),
     ("dead", _step_dead, lambda m: bool(m.readable_names())),
+    ("seeded draw", _step_seeded_draw, lambda m: bool(m.readable_names())),
 ]
 
 

@@ -168,9 +168,29 @@ def _render_cat(dim, *xs) -> str:
     return f"torch.cat([{', '.join(map(repr, xs))}], {dim})"
 
 
+def _loss(name: str) -> Op:
+    """`F.name(x, target, reduction=reduction)`: the reduction by keyword, as the losses take
+    size_average and reduce positionally."""
+    loss = getattr(torch.nn.functional, name)
+
+    def render(x, target, reduction) -> str:
+        return f"torch.nn.functional.{name}({x!r}, {target!r}, reduction={reduction!r})"
+
+    return Op(lambda x, target, reduction: loss(x, target, reduction=reduction), render)
+def _seeded_rand_like(x: torch.Tensor, seed: int) -> torch.Tensor:
+    torch.manual_seed(seed)
+    return torch.rand_like(x)
+
+
+def _render_seeded_rand_like(x, seed) -> str:
+    return f"(torch.manual_seed({seed!r}), torch.rand_like({x!r}))[1]"
+
+
 def _applied(function: type[torch.autograd.Function]) -> Op:
-    """`Function.apply(*args)` of a custom Function (aotspec/fuzz/strategies/functions.py)."""
-    return _call(f"{function.__name__}.apply", function.apply)
+    """`Function.apply(*args)` of a custom Function (aotspec/fuzz/strategies/functions.py),
+    `apply` looked up at each call as the rendered source does: from torch 2.14, a reference to
+    it taken beforehand is one capture does not see (`apply_references_intercepted`)."""
+    return _call(f"{function.__name__}.apply", lambda *args: function.apply(*args))
 
 
 OPS: dict[str, Op] = {
@@ -218,6 +238,13 @@ OPS: dict[str, Op] = {
         "torch.no_grad()(torch.Tensor.copy_)", torch.no_grad()(torch.Tensor.copy_)
     ),
     "where": _call("torch.where", torch.where),
+    # norms, whose backward formulas write into tensors they made (grad.py's `_g_norm`)
+    "vector_norm": _call("torch.linalg.vector_norm", torch.linalg.vector_norm),
+    "std": _method("std"),
+    "normalize": _call("torch.nn.functional.normalize", torch.nn.functional.normalize),
+    # losses, whose backward kernels lay a transposed input's gradient out otherwise than their
+    # meta kernels (grad.py's `_g_loss`)
+    **{name: _loss(name) for name in ("mse_loss", "smooth_l1_loss", "huber_loss")},
     # torch.cat([xs...], dim), with the dim first among the arguments
     "cat": Op(lambda dim, *xs: torch.cat(xs, dim), _render_cat),
     # custom autograd.Functions with their own backward (r[capture.custom-function])
@@ -225,11 +252,16 @@ OPS: dict[str, Op] = {
     # a value nobody reads, which dies where it is made (r[memory.eager.last-use]): random, so
     # dead code elimination keeps it
     "rand_like": _call("torch.rand_like", torch.rand_like),
+    # a draw after the program seeds the generator itself, which the program's result reads: the
+    # same values at every call whatever the caller's generator (r[capture.rng-state])
+    "seeded_rand_like": Op(_seeded_rand_like, _render_seeded_rand_like),
     # pointwise chains over several dtypes, for the fusion pass (pointwise.py)
     **{name: _method(name) for name in ("sin", "sqrt", "floor", "ceil", "reciprocal", "isnan")},
     **{name: _method(name) for name in ("le", "ge", "eq", "ne", "div", "to")},
     **{name: _method(name) for name in ("logical_not", "logical_and", "logical_or")},
     "minimum": _call("torch.minimum", torch.minimum),
+    # an ATen-valued op whose eager formula writes into a view of zeros (grad.py)
+    "as_strided_copy": _call("torch.as_strided_copy", torch.as_strided_copy),
     "add_alpha": _with_alpha("add"),
     "sub_alpha": _with_alpha("sub"),
 }

@@ -8,11 +8,9 @@ activation after its last use inside the call (`r[boxed.steal]`). The activation
 tensor), by a chain of pointwise ops whose result is the first output, so they die early in the
 call while the program's own work follows. With backward, one program in two steals activations
 that require grad, as a training step's are: each is `act{k}_leaf * 1` of a leaf the caller
-keeps, whose gradient flows through the stolen tensor. The caller keeps those activations too
-(`act{k}`): the runtime hands a stolen tensor that requires grad to autograd.Function.apply,
-whose arguments hold it until the forward returns, where the reference's ledger frees it at its
-last use (a disagreement with r[boxed.steal.freed-at-last-use], reported with issue 16), so
-their memory is left out of the comparison and their gradients are compared.
+keeps, whose gradient flows through the stolen tensor, and which dies at its last use inside the
+call like any stolen tensor (r[boxed.steal.freed-at-last-use]): their memory is compared, and
+their leaves' gradients.
 """
 
 from __future__ import annotations
@@ -61,9 +59,9 @@ def stealing_programs(draw, backward: bool = False) -> Stealing:
 def make_activations(
     stealing: Stealing, named: dict | None = None, dtype: torch.dtype = torch.float32
 ) -> list[torch.Tensor]:
-    """The caller's list: the only references to the activations, unless they require grad: then
-    each is made from a leaf, and both go in `named` (`act0_leaf`, `act0`, ...) when it is given
-    (see the module docstring). `dtype`: float64 only for the numeric oracle."""
+    """The caller's list: the only references to the activations; when they require grad, each
+    is made from a leaf, which goes in `named` (`act0_leaf`, ...) when it is given (see the module
+    docstring). `dtype`: float64 only for the numeric oracle."""
     if not stealing.requires_grad:
         return [torch.tensor(values, dtype=dtype) for values in stealing.activations]
     acts = []
@@ -71,7 +69,7 @@ def make_activations(
         leaf = torch.tensor(values, dtype=dtype, requires_grad=True)
         acts.append(leaf * 1)
         if named is not None:
-            named.update({f"act{k}_leaf": leaf, f"act{k}": acts[-1]})
+            named[f"act{k}_leaf"] = leaf
     return acts
 
 

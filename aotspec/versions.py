@@ -1,0 +1,216 @@
+"""What differs between the torch releases aotspec supports, in one place.
+
+aotspec runs on every torch release of `SUPPORTED_TORCH` (and the Triton each one brings). Code
+elsewhere never compares version numbers: where releases differ (an internal module's path, an
+op's schema, what Dynamo or fake tensors do, the functional collectives), it asks this module,
+and this module detects the difference by feature wherever a feature can be probed, by release
+only where nothing else tells.
+
+Each difference is one small named function or constant with a docstring saying which releases
+do what, and one test in `tests/test_versions.py` that fails if the detection is wrong on the
+torch the tests run on. A feature aotspec cannot support on some release raises a named
+`UnsupportedError` there, never a wrong result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+import traceback
+from collections.abc import Callable, Generator, Iterator
+
+import torch
+import torch.fx.proxy
+import torch.utils.checkpoint
+from torch.autograd.function import _SingleLevelFunction
+from torch.fx.experimental.proxy_tensor import make_fx
+
+#: The torch releases aotspec supports, as pyproject.toml's dependency says: 2.11 up to 2.15.
+SUPPORTED_TORCH = ">=2.11,<2.16"
+_OLDEST = (2, 11)
+_FIRST_UNSUPPORTED = (2, 16)
+
+
+def torch_release(version: str | None = None) -> tuple[int, int]:
+    """(major, minor) of a torch version string (`"2.13.0+cpu"`, `"2.16.0.dev20260101"`);
+    torch's own by default."""
+    text = str(torch.__version__ if version is None else version)
+    found = re.match(r"(\d+)\.(\d+)", text)
+    if found is None:
+        raise ImportError(f"aotspec cannot read the torch version {text!r}")
+    return int(found[1]), int(found[2])
+
+
+def check_torch(version: str | None = None) -> None:
+    """Raise ImportError, naming the supported range, for a torch release outside it.
+
+    A pre-release of the first unsupported release (2.16.0a0, a nightly) is outside too: what
+    differs there is not known yet."""
+    release = torch_release(version)
+    if not _OLDEST <= release < _FIRST_UNSUPPORTED:
+        found = torch.__version__ if version is None else version
+        raise ImportError(
+            f"aotspec supports torch {SUPPORTED_TORCH} (2.11 to 2.15), and this is torch "
+            f"{found}: install a supported release (`pip install 'torch{SUPPORTED_TORCH}'`)"
+        )
+
+
+# ---------------------------------------------------------------- tracing
+
+
+@contextlib.contextmanager
+def stack_traces_of(fn: Callable) -> Iterator[None]:
+    """Inside, `make_fx(..., record_stack_traces=True)` keeps the frames of `fn` in each node's
+    stack trace (`node.meta["stack_trace"]`, where `aotspec explain` finds the user's lines).
+
+    make_fx keeps only frames it knows for user code: those of a function named `forward`, and,
+    from torch 2.13, those of functions registered with
+    `torch.fx.proxy._register_stack_trace_anchor`, which is used where it exists. Before 2.13
+    (torch 2.11, 2.12) the tracer's frame filter is widened for the duration to keep `fn`'s
+    frames as well, as the registration does."""
+    register = getattr(torch.fx.proxy, "_register_stack_trace_anchor", None)
+    if register is not None:
+        register(fn)
+        yield
+        return
+    code = getattr(fn, "__code__", None)
+    tracer = torch.fx.proxy.TracerBase
+    original = tracer._filter_traceback_frames
+
+    def keeping_fn(self, summary: traceback.StackSummary) -> traceback.StackSummary:
+        kept = original(self, summary)
+        if code is None or not self._record_forward_stack_traces_only:
+            return kept
+        anchor = (code.co_filename, code.co_name)
+        return traceback.StackSummary.from_list(
+            [frame for frame in summary if frame in kept or (frame.filename, frame.name) == anchor]
+        )
+
+    tracer._filter_traceback_frames = keeping_fn
+    try:
+        yield
+    finally:
+        tracer._filter_traceback_frames = original
+
+
+
+@functools.cache
+def traces_generators() -> bool:
+    """Does make_fx record a `torch.Generator` the traced function reads (`generator=g`) as a
+    constant of the graph?
+
+    From torch 2.13 `torch.Generator` is an opaque reference type of torch's library, which the
+    tracer keeps as a graph attribute; torch 2.11's tracer raises NotImplementedError ("argument
+    of type: <class 'torch._C.Generator'>"), so such a program is refused there
+    (`r[ops.random.generator-capture]`)."""
+    from torch._library import opaque_object
+
+    is_reference = getattr(opaque_object, "is_opaque_reference_type", None)
+    return is_reference is not None and bool(is_reference(torch.Generator))
+
+
+
+def make_fx_keeping_detach(fn: Callable, **options) -> Callable[..., torch.fx.GraphModule]:
+    """`make_fx(fn, **options)` that records `aten.detach` as `aten.detach`.
+
+    From torch 2.14, make_fx given no decomposition table decomposes `aten.detach` into
+    `aten.alias` (a no-op decomposition, pytorch/pytorch#186845): the graph it returns lets a
+    gradient through where eager's detach stops it. An explicit table, even an empty one, keeps
+    detach on every release; aotspec's passes differentiate the graphs they trace, so they pass
+    one."""
+    return make_fx(fn, decomposition_table=options.pop("decomposition_table", {}), **options)
+
+
+def custom_function_apply_owner() -> type:
+    """The class on whose `apply` capture intercepts every custom autograd.Function's apply.
+
+    Through torch 2.13, `Function.apply` is Python: it binds the forward's defaults, leaves
+    functorch transforms to their own path, and calls autograd's C apply as `super().apply`, which
+    `_SingleLevelFunction`, next in every Function's MRO, can intercept. From torch 2.14,
+    `Function.apply` is the C apply itself, which does both: it is intercepted on `Function`."""
+    function = torch.autograd.Function
+    if function.__dict__.get("apply") is torch._C._FunctionBase.__dict__["apply"]:
+        return function
+    return _SingleLevelFunction
+
+
+@contextlib.contextmanager
+def checkpoint_generator_replaced(region: Callable[[Callable], Generator]) -> Iterator[None]:
+    """While active, `checkpoint(fn, ..., use_reentrant=False)` runs the generator
+    `region(context_fn)` around `fn` in place of its own, which enters saved_tensors_hooks.
+
+    Through torch 2.13, checkpoint calls `_checkpoint_without_reentrant_generator(fn,
+    preserve_rng_state, context_fn, determinism_check, debug, *args, **kwargs)`. From torch 2.14
+    it calls `_checkpoint_without_reentrant_generator_impl(fn, args, kwargs, *, context_fn, ...)`
+    (the old name stays for other callers), and replacing the old name alone leaves checkpoint
+    entering its hooks inside the captured function."""
+    module = torch.utils.checkpoint
+    name = "_checkpoint_without_reentrant_generator_impl"
+    if hasattr(module, name):
+
+        def generator(fn, args, kwargs, *, context_fn=module.noop_context_fn, **options):
+            return region(context_fn)
+
+    else:
+        name = "_checkpoint_without_reentrant_generator"
+
+        def generator(fn, preserve_rng_state=True, context_fn=module.noop_context_fn, *a, **k):
+            return region(context_fn)
+
+    original = getattr(module, name)
+    setattr(module, name, generator)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+
+
+def apply_references_intercepted() -> bool:
+    """Whether capture sees a custom Function applied through a reference to its `apply` taken
+    before capture (`op = MyFunction.apply`, as libraries write it); where it does not, such a
+    Function is refused (`r[capture.custom-function.refused]`).
+
+    Through torch 2.13 that reference is the Python `Function.apply`, which reaches the class
+    capture patches through `super().apply`. From torch 2.14 it is autograd's C apply bound to
+    the Function, which no patch of a class reaches."""
+    return custom_function_apply_owner() is not torch.autograd.Function
+
+
+# ---------------------------------------------------------------- Triton releases
+
+
+@functools.cache
+def interpreter_fma_rounds_once() -> bool:
+    """Does Triton's interpreter (TRITON_INTERPRET=1) round `tl.fma(x, y, z)` once, as the GPU
+    does? Triton 3.9 (torch 2.13's) does; Triton 3.6 (torch 2.11's) and 3.7 multiply and add in
+    float32, rounding twice, so a fused `x + alpha * y` may be one unit in the last place away
+    from eager's there. Only kernels run on CPU by the interpreter, in tests, see it.
+
+    Probed on the interpreter's own fma: (1 + 2**-12)**2 - (1 + 2**-11) is 2**-24, once rounded;
+    the float32 product alone rounds its 2**-24 away."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpreterBuilder, TensorHandle
+
+    def handle(value: float) -> TensorHandle:
+        return TensorHandle(np.array([value], np.float32), tl.float32)
+
+    builder = InterpreterBuilder.__new__(InterpreterBuilder)  # create_fma reads no state
+    fused = builder.create_fma(handle(1 + 2**-12), handle(1 + 2**-12), handle(-(1 + 2**-11)))
+    return bool(fused.data[0] == np.float32(2**-24))
+
+
+# ---------------------------------------------------------------- Python releases
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """`error.add_note(note)`, on Python 3.10 too.
+
+    Python 3.11 added `BaseException.add_note`, which appends to `error.__notes__` and prints
+    the notes under the traceback. On 3.10 the note goes into the same `__notes__` list, which
+    pytest and aotspec's differential tests print, though 3.10's own traceback does not."""
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    else:
+        error.__notes__ = [*getattr(error, "__notes__", ()), note]

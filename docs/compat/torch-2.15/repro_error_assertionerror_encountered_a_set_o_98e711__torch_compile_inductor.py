@@ -1,0 +1,63 @@
+"""aotspec fuzz repro: torch.compile:inductor disagrees with the oracles on the program below.
+
+Found by `aotspec fuzz --backend torch.compile:inductor --seed 0` (program 23, a mutation program).
+Signature: error AssertionError: Encountered a set_ on a graph input, but the input has other mutations t
+Run alone, from anywhere aotspec is installed:
+    python repro_error_assertionerror_encountered_a_set_o_98e711__torch_compile_inductor.py                  fails: torch.compile:inductor is wrong here
+    python repro_error_assertionerror_encountered_a_set_o_98e711__torch_compile_inductor.py torch-eager      passes: eager PyTorch is the oracle
+The oracles: eager PyTorch for values, input mutations, aliasing and gradients (numeric
+differences forgiven when no farther from a float64 run than eager's), the reference for memory
+facts (aotspec/fuzz/judge.py). When found:
+    the backend raised BackendCompilerFailed: backend='inductor' raised: AssertionError: Encountered a set_ on a graph input, but the input has other mutations that we cannot
+"""
+
+import base64
+import pickle
+import sys
+
+from aotspec.fuzz.judge import judge
+
+BACKEND = 'torch.compile:inductor'
+SUBJECT = pickle.loads(base64.b64decode('gASV+AUAAAAAAACMH2FvdHNwZWMuZnV6ei5zdHJhdGVnaWVzLnByb2dyYW2UjAdQcm9ncmFtlJOUKYGUfZQojAVzZXR1cJRoAIwFU2V0dXCUk5QpgZR9lCiMBWJhc2VzlGgAjARCYXNllJOUKYGUfZQojARuYW1llIwCYjCUjAVzaGFwZZRLAksCSwKHlIwGdmFsdWVzlChHwAwAAAAAAABHf/gAAAAAAABHv/gAAAAAAABHv+AAAAAAAABHP+AAAAAAAABHP/gAAAAAAABHQAQAAAAAAABHQAwAAAAAAAB0lIwGemVyb2VklIiMDXJlcXVpcmVzX2dyYWSUiYwIbm9uX2xlYWaUiYwFZHR5cGWUjAdmbG9hdDMylIwNaGlzdG9yeV9mcmVlZJSJdWJoDCmBlH2UKGgPjAJiMZRoEWgSaBMoR0AaAAAAAAAAR0AeAAAAAAAAR0AhAAAAAAAAR0AjAAAAAAAAR0AlAAAAAAAAR0AnAAAAAAAAR0ApAAAAAAAAR0ArAAAAAAAAdJRoFYloFoloF4loGGgZaBqJdWJoDCmBlH2UKGgPjAJiMpRoEUsDSwKGlGgTKEdAMYAAAAAAAEdAMoAAAAAAAEdAM4AAAAAAAEdANIAAAAAAAEdANYAAAAAAAEdANoAAAAAAAHSUaBWJaBaJaBeJaBhoGWgaiXVih5SMBXZpZXdzlChoAIwKQ2FsbGVyVmlld5STlCmBlH2UKGgPjAJhMJSMBGJhc2WUjAJiMJSMBXNpemVzlEsCSwJLAoeUjAdzdHJpZGVzlEsBSwRLAoeUjAZvZmZzZXSUSwCMCGRldGFjaGVklIl1YmgnKYGUfZQoaA+MAmExlGgrjAJiMZRoLUsCSwJLAoeUaC9LBEsBSwKHlGgxSwBoMol1YmgnKYGUfZQoaA+MAmEylGgrjAJiMZRoLUsCSwJLAoeUaC9LAksESwGHlGgxSwBoMol1YmgnKYGUfZQoaA+MAmEzlGgrjAJiMpRoLUsCSwNLAYeUaC9LA0sBSwGHlGgxSwBoMol1YmgnKYGUfZQoaA+MAmg0lGgrjAJiMpRoLUsBSwNLAoeUaC9LBksCSwGHlGgxSwBoMol1YmgnKYGUfZQoaA+MAmg1lGgrjAJiMpRoLUsDhZRoL0sChZRoMUsBaDKJdWJ0lIwEYXJnc5QoaDVoQWg1aDuMAmIylGgqdJR1YowEYm9keZQoaACMBUluc3RylJOUKYGUfZQojAJvcJSMCnVuc3F1ZWV6ZV+UjARvdXRzlCloUmgAjANWYXKUk5QpgZR9lGgPjAJ4MJRzYkr/////hpR1YmhXKYGUfZQoaFqMBGZ1bGyUaFyMAnYwlIWUaFJLAUsDhpRHQAgAAAAAAACGlHViaFcpgZR9lChoWowFY29weV+UaFwpaFJoXimBlH2UaA+MAngzlHNiaF4pgZR9lGgPaG9zYoaUdWJoVymBlH2UKGhajBVyZXNpemVfc3RvcmFnZV9ieXRlc1+UaFwpaFJoXimBlH2UaA+MAng1lHNiSyCGlHViaFcpgZR9lChoWowFZmlsbF+UaFwpaFJoXimBlH2UaA9oeHNiRz/gAAAAAAAAhpR1YmhXKYGUfZQoaFpofGhcKWhSaF4pgZR9lGgPaGFzYke/8AAAAAAAAIaUdWJoVymBlH2UKGhajARzZXRflGhcKWhSaF4pgZR9lGgPjAJ4MpRzYmheKYGUfZRoD2h4c2KGlHViaFcpgZR9lChoWmiHaFwpaFJoXimBlH2UaA+MAng0lHNiaF4pgZR9lGgPjAJ4MZRzYoaUdWJoVymBlH2UKGhaaGVoXIwCdjGUhZRoUksCSwOGlEdACAAAAAAAAIaUdWJoVymBlH2UKGhaaGVoXIwCdjKUhZRoUksFhZRH//AAAAAAAACGlHViaFcpgZR9lChoWmhsaFwpaFJoXimBlH2UaA9oZnNiaF4pgZR9lGgPaGZzYoaUdWJ0lIwHcmV0dXJuc5RomWh4aG+HlIwMZ3JhZF9lbmFibGVklIiMDHJldGFpbl9ncmFwaJSJdWIu'))
+
+# The program, as Python (SUBJECT holds it as data; the judge runs this rendering of it):
+# def make_inputs():
+#     b0 = torch.tensor([-3.5, float('nan'), -1.5, -0.5, 0.5, 1.5, 2.5, 3.5]).reshape((2, 2, 2))
+#     b1 = torch.tensor([6.5, 7.5, 8.5, 9.5, 10.5, 11.5, 12.5, 13.5]).reshape((2, 2, 2))
+#     b2 = torch.tensor([17.5, 18.5, 19.5, 20.5, 21.5, 22.5]).reshape((3, 2))
+#     a0 = b0.as_strided((2, 2, 2), (1, 4, 2), 0)
+#     a1 = b1.as_strided((2, 2, 2), (4, 1, 2), 0)
+#     a2 = b1.as_strided((2, 2, 2), (2, 4, 1), 0)
+#     a3 = b2.as_strided((2, 3, 1), (3, 1, 1), 0)
+#     h4 = b2.as_strided((1, 3, 2), (6, 2, 1), 0)
+#     h5 = b2.as_strided((3,), (2,), 1)
+#     torch.ops.inductor.resize_storage_bytes_(b0, 0)
+#     named = {'b0': b0, 'b1': b1, 'b2': b2, 'a0': a0, 'a1': a1, 'a2': a2, 'a3': a3, 'h4': h4, 'h5': h5}
+#     return named, [a1, a3, a1, a2, b2, a0]
+#
+#
+# def program(x0, x1, x2, x3, x4, x5):
+#     x0.unsqueeze_(-1)
+#     v0 = torch.full((1, 3), 3.0)
+#     x3.copy_(x3)
+#     torch.ops.inductor.resize_storage_bytes_(x5, 32)
+#     x5.fill_(0.5)
+#     x0.fill_(-1.0)
+#     torch.ops.aten.set_.source_Tensor(x2, x5)
+#     torch.ops.aten.set_.source_Tensor(x4, x1)
+#     v1 = torch.full((2, 3), 3.0)
+#     v2 = torch.full((5,), float('-inf'))
+#     v0.copy_(v0)
+#     return (v1, x5, x3,)
+#
+#
+# #: The caller's grad mode around the call; whether it backpropagates twice, the first
+# #: time with retain_graph=True.
+# GRAD_ENABLED = True
+# RETAIN_GRAPH = False
+
+if __name__ == "__main__":
+    backend = sys.argv[1] if len(sys.argv) > 1 else BACKEND
+    verdict = judge(SUBJECT, backend)
+    assert verdict.status == "pass", f"{backend}: " + "\n".join(verdict.found)
+    print(f"{backend} agrees with the oracles")

@@ -1,0 +1,49 @@
+"""aotspec fuzz repro: torch.compile:inductor disagrees with the oracles on the program below.
+
+Found by `aotspec fuzz --backend torch.compile:inductor --seed 0` (program 9, a mutation program).
+Signature: error AssertionError: expected size #==#, stride #==# at dim=#; expected size #==#, stride #==
+Run alone, from anywhere aotspec is installed:
+    python repro_error_assertionerror_expected_size_strid_a480a4__torch_compile_inductor.py                  fails: torch.compile:inductor is wrong here
+    python repro_error_assertionerror_expected_size_strid_a480a4__torch_compile_inductor.py torch-eager      passes: eager PyTorch is the oracle
+The oracles: eager PyTorch for values, input mutations, aliasing and gradients (numeric
+differences forgiven when no farther from a float64 run than eager's), the reference for memory
+facts (aotspec/fuzz/judge.py). When found:
+    the backend raised AssertionError: expected size 2==1, stride 3==8 at dim=0; expected size 3==8, stride 1==1 at dim=1 Error in op: input
+"""
+
+import base64
+import pickle
+import sys
+
+from aotspec.fuzz.judge import judge
+
+BACKEND = 'torch.compile:inductor'
+SUBJECT = pickle.loads(base64.b64decode('gASV/gIAAAAAAACMH2FvdHNwZWMuZnV6ei5zdHJhdGVnaWVzLnByb2dyYW2UjAdQcm9ncmFtlJOUKYGUfZQojAVzZXR1cJRoAIwFU2V0dXCUk5QpgZR9lCiMBWJhc2VzlGgAjARCYXNllJOUKYGUfZQojARuYW1llIwCYjCUjAVzaGFwZZRLAksDhpSMBnZhbHVlc5QoR8AEAAAAAAAAR7/4AAAAAAAAR7/gAAAAAAAARz/gAAAAAAAAR3/4AAAAAAAAR0AEAAAAAAAAdJSMBnplcm9lZJSIjA1yZXF1aXJlc19ncmFklImMCG5vbl9sZWFmlImMBWR0eXBllIwHZmxvYXQzMpSMDWhpc3RvcnlfZnJlZWSUiXViaAwpgZR9lChoD4wCYjGUaBFLAksCSwKHlGgTKEdAGgAAAAAAAEdAHgAAAAAAAEdAIQAAAAAAAEdAIwAAAAAAAEdAJQAAAAAAAEdAJwAAAAAAAEdAKQAAAAAAAEdAKwAAAAAAAHSUaBWJaBaJaBeJaBhoGWgaiXVihpSMBXZpZXdzlGgAjApDYWxsZXJWaWV3lJOUKYGUfZQoaA+MAmEwlIwEYmFzZZSMAmIxlIwFc2l6ZXOUSwFLCIaUjAdzdHJpZGVzlEsISwGGlIwGb2Zmc2V0lEsAjAhkZXRhY2hlZJSJdWJoIymBlH2UKGgPjAJoMZRoJ4wCYjCUaClLAksBSwOHlGgrSwNLA0sBh5RoLUsAaC6JdWKGlIwEYXJnc5SMAmIwlGgmhpR1YowEYm9keZRoAIwFSW5zdHKUk5QpgZR9lCiMAm9wlIwEc2V0X5SMBG91dHOUKWg2aACMA1ZhcpSTlCmBlH2UaA+MAngwlHNiaEIpgZR9lGgPjAJ4MZRzYoaUdWJoOymBlH2UKGg+jAVzbGljZZRoQIwCdjCUhZRoNihoQimBlH2UaA9oRXNiSwFLAUsBSwF0lHVihpSMB3JldHVybnOUaEWFlIwMZ3JhZF9lbmFibGVklIiMDHJldGFpbl9ncmFwaJSJdWIu'))
+
+# The program, as Python (SUBJECT holds it as data; the judge runs this rendering of it):
+# def make_inputs():
+#     b0 = torch.tensor([-2.5, -1.5, -0.5, 0.5, float('nan'), 2.5]).reshape((2, 3))
+#     b1 = torch.tensor([6.5, 7.5, 8.5, 9.5, 10.5, 11.5, 12.5, 13.5]).reshape((2, 2, 2))
+#     a0 = b1.as_strided((1, 8), (8, 1), 0)
+#     h1 = b0.as_strided((2, 1, 3), (3, 3, 1), 0)
+#     torch.ops.inductor.resize_storage_bytes_(b0, 0)
+#     named = {'b0': b0, 'b1': b1, 'a0': a0, 'h1': h1}
+#     return named, [b0, a0]
+#
+#
+# def program(x0, x1):
+#     torch.ops.aten.set_.source_Tensor(x0, x1)
+#     v0 = x0[:, 1:1:1]
+#     return (x0,)
+#
+#
+# #: The caller's grad mode around the call; whether it backpropagates twice, the first
+# #: time with retain_graph=True.
+# GRAD_ENABLED = True
+# RETAIN_GRAPH = False
+
+if __name__ == "__main__":
+    backend = sys.argv[1] if len(sys.argv) > 1 else BACKEND
+    verdict = judge(SUBJECT, backend)
+    assert verdict.status == "pass", f"{backend}: " + "\n".join(verdict.found)
+    print(f"{backend} agrees with the oracles")
