@@ -228,8 +228,12 @@ class CompiledFunction:
             stolen_list.clear()  # r[boxed.steal]: the caller's list is emptied by the call
         bases = compiled.bases  # r[autograd.input-writes.synthetic-base]
         if bases.groups:
-            stolen = frozenset(bases.program_index(i) for i in stolen)
             inputs = bases.inputs(tensors)
+            for i in stolen:
+                if bases.program_index(i) >= len(bases.groups):  # not a view of a base
+                    # r[boxed.steal.freed-at-last-use]: only the program's list holds it
+                    tensors[i] = None
+            stolen = frozenset(bases.program_index(i) for i in stolen)
             outputs = self._runtime.run(self, compiled, inputs, stolen, callers=tensors)
             outputs = bases.with_caller_objects(outputs, tensors)
         else:

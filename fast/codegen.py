@@ -125,9 +125,14 @@ def _meta_layout(node: torch.fx.Node) -> list[str]:
     source = node.args[0] if node.target is operator.getitem else node
     if not (isinstance(value, torch.Tensor) and isinstance(source.target, torch._ops.OpOverload)):
         return []  # not a tensor, or a fused kernel's output, laid out as its group says
+    if value.layout != torch.strided:
+        return []  # a sparse output (embedding_bag's gradient) has no strides or storage
     kind = lookup(source.target, where=source.name).kind
     strides = tuple(value.stride())
-    nbytes = value.untyped_storage().nbytes()
+    # The storage in the kernel's dtype: under autocast a kernel may keep float32 where the meta
+    # kernel says bfloat16 (r[ops.fresh-output.meta-layout] keeps the kernel's dtype)
+    elements = value.untyped_storage().nbytes() // value.element_size()
+    nbytes = f"{elements} * {node.name}.element_size()"
     relaid = f"        {node.name} = meta_strided({node.name}, {strides}, {nbytes})"
     if kind is OpKind.ATEN:
         # r[ops.aten-values.workspace]: an output whose sizes only the kernel knows (the meta

@@ -224,7 +224,12 @@ def test_generated_code_shows_the_pack_after_the_last_use():
     compiled = aotspec.compile(matmul_sin, backend="fast")
     call_and_grads(compiled, [a, b], (pack_bf16, unpack_f32))
     (plan,) = compiled.plans.values()
-    lines = [line.strip() for line in plan.forward.code.splitlines()]
+    # r[ops.fresh-output.meta-layout]'s relayout guards are the op's own lines: left out
+    lines = [
+        line.strip()
+        for line in plan.forward.code.splitlines()
+        if not (line.strip().startswith("if ") or "meta_strided(" in line)
+    ]
     sin = next(i for i, line in enumerate(lines) if line.startswith("sin = "))
     assert lines[sin + 1] == "mm_packed = aten._to_copy.default(mm, dtype=torch.bfloat16)"
     assert lines[sin + 2] == "del mm"  # the original's last reference goes right there
