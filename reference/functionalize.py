@@ -455,8 +455,14 @@ _WRITES_LOOKED_THROUGH = 8
 def _unwritten_since(cell: _Cell) -> bool:
     """r[functionalize.reads.unwritten]: the cell's value, from its last read or write, is still
     what its layout reads: every change of its storage since was a write through a layout that
-    touches none of its bytes (a write into another chunk of one result)."""
+    touches none of its bytes (a write into another chunk of one result).
+
+    Not on a caller's storage: a read there after a write is the input as the call leaves it
+    (`r[autograd.saved-inputs.final-contents]`), whose version the backward checks as of the
+    call's return, as eager's saved tensor holds the version of the write before it."""
     storage = cell.storage
+    if storage.caller is not None:
+        return False
     later = range(cell.version + 1, storage.version + 1)
     if len(later) > _WRITES_LOOKED_THROUGH:
         return False
