@@ -213,9 +213,16 @@ _WRITES_LOOKED_THROUGH = 8
 def _unwritten_since(cell: _Cell) -> bool:
     """r[functionalize.reads.unwritten]: the cell's value, from its last read or write, is still
     what its layout reads: every change of its storage since was a write through a layout that
-    touches none of its bytes (a write into another chunk of one result)."""
+    touches none of its bytes (a write into another chunk of one result).
+
+    On a caller's storage, only when nothing wrote it since: a read there after a write is the
+    input as the call leaves it (`r[autograd.saved-inputs.final-contents]`), whose version the
+    backward checks as of the call's return, as eager's saved tensor holds the version of the
+    write before it."""
     storage = cell.storage
     later = range(cell.version + 1, storage.version + 1)
+    if storage.caller is not None:
+        return not later
     if len(later) > _WRITES_LOOKED_THROUGH:
         return False
     return all(v in storage.writes and not storage.writes[v].overlaps(cell.layout) for v in later)

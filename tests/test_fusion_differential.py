@@ -80,6 +80,14 @@ class _Counted:
         return self.code(arguments)
 
 
+class _CountedWhenStored(dict):
+    """Stands in for a plan's `backwards_reaching` (the backward's code for a backward that did
+    not reach every output, made on first use) and counts the runs of each code it keeps."""
+
+    def __setitem__(self, reached, code: GeneratedCode) -> None:
+        super().__setitem__(reached, _Counted(code))
+
+
 @frozen
 class FusedRun:
     #: What differs from the reference; empty when the fused run agrees.
@@ -117,13 +125,14 @@ def fused_divergence(program: Program) -> FusedRun:
                 )
         graphs = {name: _Counted(getattr(plan, name)) for name in ("forward", "backward")}
         plan.forward, plan.backward = graphs["forward"], graphs["backward"]
+        plan.backwards_reaching = _CountedWhenStored()
         before = sum(triton_kernels.LAUNCHES.values())
         named, args = build_inputs(program.setup)
         actual = call_and_backward(fast, named, args, **options)
         launches = sum(triton_kernels.LAUNCHES.values()) - before
     kernels = [
         kernel
-        for counted in graphs.values()
+        for counted in [*graphs.values(), *plan.backwards_reaching.values()]
         if counted.code is not None
         for kernel in _kernels(counted.code.graph) * counted.runs
     ]

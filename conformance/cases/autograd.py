@@ -85,6 +85,12 @@ def _product_then_zero_w(x, w):
     return y
 
 
+def _views_w_writes_its_head_then_multiplies(x, w):
+    tail = w[1:]  # taken before the write, which touches none of its elements
+    w[:1].mul_(2.0)
+    return x * tail  # saves tail, at the version the write gave w
+
+
 def _product_then_free_w(x, w):
     y = x * w  # saves w for x's gradient
     torch.ops.inductor.resize_storage_bytes_(w, 0)  # FSDP's reshard after forward
@@ -1116,6 +1122,21 @@ CASES = [
             Values("w", [0.0, 0.0, 0.0]),
             BackwardRaises(RuntimeError, match="modified by an inplace operation"),
             Absent("x.grad"),
+        ],
+    ),
+    Case(
+        name="autograd.saved-input-read-after-the-program-writes-it-elsewhere",
+        rules=["autograd.saved-inputs.version", "functionalize.reads.unwritten"],
+        setup=lambda: {"x": torch.ones(2, requires_grad=True), "w": torch.tensor([1.0, 2.0, 3.0])},
+        args=["x", "w"],
+        program=_views_w_writes_its_head_then_multiplies,
+        backward=True,
+        # eager: mul saves w's tail after the write made w version 1, and nothing writes w
+        # after; the backward runs: x.grad = w[1:] = [2, 3]
+        expect=[
+            Values("out0", [2.0, 3.0]),
+            Values("w", [2.0, 2.0, 3.0]),
+            Values("x.grad", [2.0, 3.0]),
         ],
     ),
     Case(

@@ -112,6 +112,18 @@ class HalvedAndDoubled(torch.autograd.Function):
         return halved_grad * 0.5 + doubled_grad
 
 
+def mul_with_grad_inside_no_grad(x, c):
+    """x * c under torch.enable_grad() inside torch.no_grad(): recorded whatever the caller's
+    grad mode. Written with `with` blocks: Dynamo (torch 2.13) cannot capture the decorators
+    nested as one expression, `torch.no_grad()(torch.enable_grad()(torch.mul))`."""
+    with torch.no_grad():
+        with torch.enable_grad():
+            return torch.mul(x, c)
+
+
+#: Op name in programs -> the plain function it calls, printed with the program as Functions are.
+HELPERS = {"nested_grad_mul": mul_with_grad_inside_no_grad}
+
 #: Op name in programs -> the Function it applies.
 FUNCTIONS: dict[str, type[torch.autograd.Function]] = {
     "fn_scaled": Scaled,
@@ -125,5 +137,6 @@ FUNCTIONS: dict[str, type[torch.autograd.Function]] = {
 
 
 def functions_source(ops: set[str]) -> str:
-    """The source of the Functions these ops apply, to print with a program."""
-    return "\n\n".join(inspect.getsource(FUNCTIONS[op]) for op in sorted(ops) if op in FUNCTIONS)
+    """The source of the Functions and helpers these ops call, to print with a program."""
+    defined = {**FUNCTIONS, **HELPERS}
+    return "\n\n".join(inspect.getsource(defined[op]) for op in sorted(ops) if op in defined)

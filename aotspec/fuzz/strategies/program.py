@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from attrs import frozen
 
-from .functions import FUNCTIONS, functions_source
+from .functions import FUNCTIONS, functions_source, mul_with_grad_inside_no_grad
 
 resize_storage_bytes_ = torch.ops.inductor.resize_storage_bytes_
 set_source_tensor = torch.ops.aten.set_.source_Tensor
@@ -225,10 +225,7 @@ OPS: dict[str, Op] = {
     # x * y under torch.enable_grad(), alone or inside torch.no_grad(): recorded whatever the
     # caller's grad mode (r[autograd.grad-mode-inside])
     "enable_grad_mul": _call("torch.enable_grad()(torch.mul)", torch.enable_grad()(torch.mul)),
-    "nested_grad_mul": _call(
-        "torch.no_grad()(torch.enable_grad()(torch.mul))",
-        torch.no_grad()(torch.enable_grad()(torch.mul)),
-    ),
+    "nested_grad_mul": _call("mul_with_grad_inside_no_grad", mul_with_grad_inside_no_grad),
     # writes under torch.no_grad() into an argument that requires grad
     # (r[autograd.no-grad-input-writes])
     "no_grad_mul_": _call(
