@@ -455,12 +455,7 @@ def _backward_pass(
         grad = grads.pop(node)
         if node in stands_for:
             stand_in = stands_for[node]
-            layout = stand_in.layout
-            if layout is not None:
-                grad = aten.as_strided(
-                    grad, list(layout.sizes), list(layout.strides), layout.offset
-                )
-            _accumulate(grads, input_nodes[stand_in.input_index], grad)
+            _accumulate(grads, input_nodes[stand_in.input_index], _in_layout(grad, stand_in))
             continue
         if node in no_grad_writes:  # r[autograd.no-grad-writes]: the old contents' history
             _accumulate(grads, node.args[0], grad)
@@ -480,47 +475,61 @@ def _backward_pass(
         rule = None if refused(node.target) else derivative_of(node.target)
         if rule is None:
             if not refused(node.target):
-                refuse(
-                    UnsupportedError(
-                        f"op {qualified_name(node.target)} ({source_line(node)}) has no "
-                        "derivative rule",
-                        rule="autograd.derivative-rules",
-                        fix="add a @derivative rule beside the op in reference/ops.py, or compute "
-                        "this part under torch.no_grad()",
-                    ),
-                    node.target,
-                )
+                _refuse_without_rule(node)
             continue  # r[ops.unsupported-all]: while checking, no gradient goes through it
-        args = torch.fx.node.map_arg(node.args, env.__getitem__)
-        kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
-        regions.enter(node)  # r[checkpoint.saved]: what the region's derivatives read
-        bound_values = bind(node.target._schema, args, kwargs)
-        bound_nodes = bind(node.target._schema, node.args, node.kwargs)
-        needed = tuple(
-            isinstance(leaf, torch.fx.Node) and leaf in flows
-            for leaf, value in zip(
-                pytree.tree_leaves(bound_nodes), pytree.tree_leaves(bound_values), strict=True
-            )
-            if isinstance(value, torch.Tensor)
-        )
-        recorded = get_proxy_mode().tracer.graph.nodes
-        before = len(recorded)
-        try:
-            arg_grads_of = call_rule(rule, grad, env[node], bound_values, needed)
-        except VALUE_DEPENDENT as error:
-            _refuse_value_dependent_gradient(node, f"({type(error).__name__})")
-        for op in list(recorded)[before:]:
-            if has_value_dependent_sizes(op.meta.get("val")):
-                _refuse_value_dependent_gradient(node, f"by {op.target}")
-        for arg_nodes, arg_grads in zip(bound_nodes, arg_grads_of, strict=True):
-            for arg_node, arg_grad in _pairs(arg_nodes, arg_grads):
-                if (
-                    isinstance(arg_node, torch.fx.Node)
-                    and arg_node in flows
-                    and arg_grad is not None
-                ):
-                    _accumulate(grads, arg_node, arg_grad)
+        _apply_rule(rule, node, grad, env, flows, regions, grads)
     return grads
+
+
+def _apply_rule(rule, node: torch.fx.Node, grad, env, flows, regions: _RegionMarker, grads):
+    """The derivative rule of `node`'s op on its gradient: each input's gradient accumulates in
+    `grads`."""
+    args = torch.fx.node.map_arg(node.args, env.__getitem__)
+    kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+    regions.enter(node)  # r[checkpoint.saved]: what the region's derivatives read
+    bound_values = bind(node.target._schema, args, kwargs)
+    bound_nodes = bind(node.target._schema, node.args, node.kwargs)
+    needed = tuple(
+        isinstance(leaf, torch.fx.Node) and leaf in flows
+        for leaf, value in zip(
+            pytree.tree_leaves(bound_nodes), pytree.tree_leaves(bound_values), strict=True
+        )
+        if isinstance(value, torch.Tensor)
+    )
+    recorded = get_proxy_mode().tracer.graph.nodes
+    before = len(recorded)
+    try:
+        arg_grads_of = call_rule(rule, grad, env[node], bound_values, needed)
+    except VALUE_DEPENDENT as error:
+        _refuse_value_dependent_gradient(node, f"({type(error).__name__})")
+    for op in list(recorded)[before:]:
+        if has_value_dependent_sizes(op.meta.get("val")):
+            _refuse_value_dependent_gradient(node, f"by {op.target}")
+    for arg_nodes, arg_grads in zip(bound_nodes, arg_grads_of, strict=True):
+        for arg_node, arg_grad in _pairs(arg_nodes, arg_grads):
+            if isinstance(arg_node, torch.fx.Node) and arg_node in flows and arg_grad is not None:
+                _accumulate(grads, arg_node, arg_grad)
+
+
+def _in_layout(grad: torch.Tensor, stand_in: _StandsFor) -> torch.Tensor:
+    """The gradient of a value standing for an input, laid out as that input reads it."""
+    layout = stand_in.layout
+    if layout is None:
+        return grad
+    return aten.as_strided(grad, list(layout.sizes), list(layout.strides), layout.offset)
+
+
+def _refuse_without_rule(node: torch.fx.Node) -> None:
+    """r[autograd.derivative-rules]: an op the gradient flows through needs a rule."""
+    refuse(
+        UnsupportedError(
+            f"op {qualified_name(node.target)} ({source_line(node)}) has no derivative rule",
+            rule="autograd.derivative-rules",
+            fix="add a @derivative rule beside the op in reference/ops.py, or compute this part "
+            "under torch.no_grad()",
+        ),
+        node.target,
+    )
 
 
 def _refuse_value_dependent_gradient(node: torch.fx.Node, how: str) -> NoReturn:

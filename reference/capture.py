@@ -348,6 +348,46 @@ def _refuse_returned_numbers(out: list) -> None:
         )
 
 
+@contextlib.contextmanager
+def _tracing_errors_named():
+    """Tracing's errors for what the spec refuses, raised as `UnsupportedError`s naming the rule
+    and the user's line; other errors pass unchanged."""
+    try:
+        yield
+    except NotImplementedError as error:
+        if traces_generators() or "Generator" not in str(error):
+            raise
+        # r[ops.random.generator-capture]
+        raise UnsupportedError(
+            f"the function reads a torch.Generator, which torch {torch.__version__}'s tracer "
+            "cannot record in a graph",
+            rule="ops.random.generator-capture",
+            fix="draw from the default generator (seed it with torch.manual_seed) instead of "
+            "passing one, or use torch 2.13 or later",
+        ) from None
+    except _DATA_DEPENDENT as error:
+        # r[capture.data-dependent]
+        raise UnsupportedError(
+            f"the function's control flow or an output's shape depends on tensor values "
+            f"({_user_line(error)})",
+            rule="capture.data-dependent",
+            fix="compute on tensors only (torch.where for a branch, masks for a selection), or "
+            "take the decision outside the compiled function and pass its result in",
+        ) from None
+    except AssertionError as error:
+        if _NOT_AN_INPUT not in str(error):
+            raise
+        raise UnsupportedError(
+            f"the function reads a tensor that is not one of its inputs ({_op_of(error)}, "
+            f"{_user_line(error)}): "
+            "one reached other than through an argument, a closure variable, a global name or "
+            "a module attribute",
+            rule="capture.lift.unreachable",
+            fix="pass the tensor as an argument, or hold it in a closure variable, a global or "
+            "a module attribute",
+        ) from None
+
+
 def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     """Trace `fn(*args, **kwargs)` to an aten graph without touching the caller's tensors."""
     kwargs = {} if kwargs is None else kwargs
@@ -395,48 +435,15 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
         return outputs
 
     generator_before = torch.default_generator.get_state()
-    try:
-        # make_fx keeps stack traces only for frames it knows are user code: tell it `fn`'s.
-        with stack_traces_of(fn):
-            graph_module = make_fx(
-                flat_fn,
-                decomposition_table=_decompositions(),  # r[capture.aten-graph]
-                # r[capture.no-side-effects]: the caller's tensors are not run on
-                tracing_mode="fake",
-                record_stack_traces=True,
-            )(*tensors)
-    except NotImplementedError as error:
-        if traces_generators() or "Generator" not in str(error):
-            raise
-        # r[ops.random.generator-capture]
-        raise UnsupportedError(
-            f"the function reads a torch.Generator, which torch {torch.__version__}'s tracer "
-            "cannot record in a graph",
-            rule="ops.random.generator-capture",
-            fix="draw from the default generator (seed it with torch.manual_seed) instead of "
-            "passing one, or use torch 2.13 or later",
-        ) from None
-    except _DATA_DEPENDENT as error:
-        # r[capture.data-dependent]
-        raise UnsupportedError(
-            f"the function's control flow or an output's shape depends on tensor values "
-            f"({_user_line(error)})",
-            rule="capture.data-dependent",
-            fix="compute on tensors only (torch.where for a branch, masks for a selection), or "
-            "take the decision outside the compiled function and pass its result in",
-        ) from None
-    except AssertionError as error:
-        if _NOT_AN_INPUT not in str(error):
-            raise
-        raise UnsupportedError(
-            f"the function reads a tensor that is not one of its inputs ({_op_of(error)}, "
-            f"{_user_line(error)}): "
-            "one reached other than through an argument, a closure variable, a global name or "
-            "a module attribute",
-            rule="capture.lift.unreachable",
-            fix="pass the tensor as an argument, or hold it in a closure variable, a global or "
-            "a module attribute",
-        ) from None
+    # make_fx keeps stack traces only for frames it knows are user code: tell it `fn`'s.
+    with _tracing_errors_named(), stack_traces_of(fn):
+        graph_module = make_fx(
+            flat_fn,
+            decomposition_table=_decompositions(),  # r[capture.aten-graph]
+            # r[capture.no-side-effects]: the caller's tensors are not run on
+            tracing_mode="fake",
+            record_stack_traces=True,
+        )(*tensors)
     _refuse_other_generator_changes(generator_before)
     grad_modes.annotate(graph_module.graph)
     regions.annotate(graph_module.graph)

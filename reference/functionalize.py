@@ -279,15 +279,7 @@ def _write(
             "single memory location. Please clone() the tensor before performing the operation."
         )
     _check_in_bounds(cell, "write", name)
-    if new.dtype != layout.dtype:
-        new = aten._to_copy(new, dtype=layout.dtype)
-    if tuple(new.shape) != layout.sizes:
-        new = aten.expand(new, list(layout.sizes))
-    # r[memory.layout.conj-neg]: a conjugating or negating layout stores the values so
-    if layout.conj:
-        new = aten.conj_physical(new)
-    if layout.neg:
-        new = aten.neg(new)
+    new = _as_stored(new, layout)
     storage = cell.storage
     # r[autograd.detach]: a write through a detached alias records no history.
     with_grad = replay.grad_enabled and not cell.detached
@@ -337,6 +329,20 @@ def _write(
         # r[functionalize.reads.unwritten]: what the cell reads now is what was written, with
         # the write's history, until a write touches its bytes
         cell.value, cell.version = new, storage.version
+
+
+def _as_stored(new: torch.Tensor, layout: Layout) -> torch.Tensor:
+    """The values `new` as a write through `layout` stores them: in its dtype and sizes."""
+    if new.dtype != layout.dtype:
+        new = aten._to_copy(new, dtype=layout.dtype)
+    if tuple(new.shape) != layout.sizes:
+        new = aten.expand(new, list(layout.sizes))
+    # r[memory.layout.conj-neg]: a conjugating or negating layout stores the values so
+    if layout.conj:
+        new = aten.conj_physical(new)
+    if layout.neg:
+        new = aten.neg(new)
+    return new
 
 
 def _replaces(new: torch.Tensor, layout: Layout, storage: _Storage) -> bool:
@@ -439,6 +445,10 @@ class _Replay:
     stale_histories: set[torch.fx.Node] = field(factory=set)
     #: Caller storages, by first input (`FunctionalProgram.relocated`).
     relocated: set[int] = field(factory=set)
+    #: The functional graph's outputs, as the replay's end assembles them, and where among them
+    #: each storage's contents are (by the storage's id).
+    graph_outputs: list[torch.Tensor] = field(factory=list)
+    output_index_of: dict[int, int] = field(factory=dict)
 
     def run(self, values: list[torch.Tensor]):
         storages: dict[int, _Storage] = {}
@@ -792,6 +802,70 @@ class _Replay:
             )
         return pytree.tree_map(self.fresh, node.target(*read_all(args), **read_all(kwargs)))
 
+    # ------------------------------------------------------------ the replay's end: its records
+
+    def graph_storage(self, storage: _Storage) -> int:
+        """The index among the graph's outputs of the storage's contents, added on first use."""
+        if id(storage) not in self.output_index_of:
+            self.output_index_of[id(storage)] = len(self.graph_outputs)
+            # r[functionalize.outputs]: a storage no op wrote or resized is returned as the
+            # result that made it, so an output laid out like that result is the result itself.
+            contents = storage.origin if storage.flat is None else _flat(storage, self)
+            self.graph_outputs.append(contents)
+        return self.output_index_of[id(storage)]
+
+    def where(self, storage: _Storage) -> CallerStorage | GraphStorage:
+        if storage.caller is not None:
+            return CallerStorage(storage.caller)
+        return GraphStorage(self.graph_storage(storage))
+
+    def epilogue(self) -> list[WriteBack | Resize | Relayout | Rebind]:
+        """What the runtime does to the caller's tensors after the graph, in order."""
+        epilogue: list[WriteBack | Resize | Relayout | Rebind] = []
+        for storage in self.caller_storages:
+            if storage.nbytes != storage.entry_nbytes:
+                # r[resize.compiled.epilogue]: resized up or down overall: the caller's storage
+                # follows.
+                epilogue.append(Resize(storage.caller, storage.nbytes))
+        objects = list({id(cell): cell for cell in self.placeholder_cells}.values())
+        for cell in objects:
+            if not cell.rebound:  # r[functionalize.epilogue.metadata]: before the writes
+                epilogue += cell.relayouts
+        for storage in self.caller_storages:
+            if storage.nbytes > 0 and storage.written:
+                epilogue.append(WriteBack(storage.caller, self.graph_storage(storage)))
+        for cell in objects:
+            i = cell.input_index
+            entry = self.inputs[i]
+            moved = cell.storage.caller != entry.storage or cell.layout != entry.layout
+            if cell.rebound and moved:
+                epilogue.append(Rebind(i, self.where(cell.storage), cell.layout))
+        return epilogue
+
+    def output_records(self, output_cells: list[_Cell]) -> list[OutputIsInput | OutputView]:
+        """How the runtime makes each of the program's outputs from the graph's."""
+        outputs: list[OutputIsInput | OutputView] = []
+        carriers: dict[int, int] = {}
+        for cell in output_cells:
+            if cell.input_index is not None and cell is self.placeholder_cells[cell.input_index]:
+                outputs.append(OutputIsInput(cell.input_index))
+                continue
+            if cell.stale_history is not None:  # r[autograd.no-grad-metadata]
+                self.stale_histories.add(node_of(cell.stale_history))
+            outputs.append(
+                OutputView(
+                    self.where(cell.storage),
+                    cell.layout,
+                    cell.root,
+                    made_with_grad=not cell.viewed_without_grad,
+                    detached=cell.detached,
+                    view_of_detached=cell.view_of_detached,
+                    multi_output=cell.multi_output,
+                    gradient_from=_gradient_carrier(cell, self.graph_outputs, carriers, self),
+                )
+            )
+        return outputs
+
 
 def _read_only_here(cell: _Cell, made_by: torch.fx.Node, reader: torch.fx.Node) -> bool:
     """`cell`, which node `made_by` made, is a whole storage the program made, unwritten, that
@@ -858,67 +932,14 @@ def functionalize(
     def replay(*values):
         state = _Replay(program, inputs, grad_modes, regions, backwards)
         output_cells = state.run(list(values))
-        graph_outputs: list[torch.Tensor] = []
-        index_of: dict[int, int] = {}
-
-        def graph_storage(storage: _Storage) -> int:
-            if id(storage) not in index_of:
-                index_of[id(storage)] = len(graph_outputs)
-                # r[functionalize.outputs]: a storage no op wrote or resized is returned as the
-                # result that made it, so an output laid out like that result is the result itself.
-                contents = storage.origin if storage.flat is None else _flat(storage, state)
-                graph_outputs.append(contents)
-            return index_of[id(storage)]
-
-        def where(storage: _Storage):
-            if storage.caller is not None:
-                return CallerStorage(storage.caller)
-            return GraphStorage(graph_storage(storage))
-
-        epilogue: list = []
-        for storage in state.caller_storages:
-            if storage.nbytes != storage.entry_nbytes:
-                # r[resize.compiled.epilogue]: resized up or down overall: the caller's storage
-                # follows.
-                epilogue.append(Resize(storage.caller, storage.nbytes))
-        objects = list({id(cell): cell for cell in state.placeholder_cells}.values())
-        for cell in objects:
-            if not cell.rebound:  # r[functionalize.epilogue.metadata]: before the writes
-                epilogue += cell.relayouts
-        for storage in state.caller_storages:
-            if storage.nbytes > 0 and storage.written:
-                epilogue.append(WriteBack(storage.caller, graph_storage(storage)))
-        for cell in objects:
-            i = cell.input_index
-            moved = cell.storage.caller != inputs[i].storage or cell.layout != inputs[i].layout
-            if cell.rebound and moved:
-                epilogue.append(Rebind(i, where(cell.storage), cell.layout))
-        outputs = []
-        carriers: dict[int, int] = {}
-        for cell in output_cells:
-            if cell.input_index is not None and cell is state.placeholder_cells[cell.input_index]:
-                outputs.append(OutputIsInput(cell.input_index))
-            else:
-                if cell.stale_history is not None:  # r[autograd.no-grad-metadata]
-                    state.stale_histories.add(node_of(cell.stale_history))
-                outputs.append(
-                    OutputView(
-                        where(cell.storage),
-                        cell.layout,
-                        cell.root,
-                        made_with_grad=not cell.viewed_without_grad,
-                        detached=cell.detached,
-                        view_of_detached=cell.view_of_detached,
-                        multi_output=cell.multi_output,
-                        gradient_from=_gradient_carrier(cell, graph_outputs, carriers, state),
-                    )
-                )
+        epilogue = state.epilogue()
+        outputs = state.output_records(output_cells)
         if values_out:
-            first = len(graph_outputs)
-            graph_outputs.extend(_read(cell, "output", state) for cell in output_cells)
-            replayed.output_values = tuple(range(first, len(graph_outputs)))
+            first = len(state.graph_outputs)
+            state.graph_outputs.extend(_read(cell, "output", state) for cell in output_cells)
+            replayed.output_values = tuple(range(first, len(state.graph_outputs)))
         replayed.custom_calls = {
-            custom.node: _custom_call(custom, state, backwards, epilogue, index_of)
+            custom.node: _custom_call(custom, state, backwards, epilogue, state.output_index_of)
             for custom in state.custom_nodes
         }
         replayed.state = state
@@ -929,7 +950,7 @@ def functionalize(
             for storage in state.caller_storages
             if storage.last_contents is not None
         }
-        return graph_outputs
+        return state.graph_outputs
 
     # r[capture.constants]: the program's constants are real tensors; the functional graph
     # reads them as constants too.
