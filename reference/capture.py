@@ -399,6 +399,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
         if t.layout != torch.strided:
             refuse_layout(f"flat input {i}", f"has layout {t.layout}")
         refuse_lazy_bits(i, t)
+    on_cuda = any(t.is_cuda for t in tensors)
     returned = _Returned()
     grad_modes = GradModes()
     regions = CheckpointRegions()
@@ -420,6 +421,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
             intercepting_apply(interception),
             _checkpoint_regions_noted(regions),
             _rng_state_recorded(),
+            _kernels_with_cpu_variants(on_cuda),
         ):
             result = fn(*call_args, **call_kwargs)
         out, out_spec = pytree.tree_flatten(result)
@@ -473,6 +475,25 @@ def _op_of(error: AssertionError) -> str:
     """The op FakeTensorMode names in `error`: `aten.mul.Tensor`."""
     found = re.search(r"Found in (\S+?)\(", str(error))
     return f"read by {found.group(1)}" if found else "read by an op"
+
+
+@contextlib.contextmanager
+def _kernels_with_cpu_variants(on_cuda: bool):
+    """r[ops.aten-values.device-choices]: on CUDA inputs, the kernels eager picks there that
+    have no CPU kernel are not picked: cuDNN is off (batch norm and RNNs trace their native
+    ops) and attention traces its math; on CPU nothing changes."""
+    if not on_cuda:
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    cudnn_enabled = torch.backends.cudnn.enabled
+    torch._C._set_cudnn_enabled(False)
+    try:
+        with sdpa_kernel([SDPBackend.MATH]):
+            yield
+    finally:
+        torch._C._set_cudnn_enabled(cudnn_enabled)
 
 
 @contextlib.contextmanager

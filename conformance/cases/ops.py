@@ -343,6 +343,33 @@ def _lstm_with_grad(*tensors):
 
 
 _LSTM = _eager(_lstm, _lstm_world(), _LSTM_NAMES)
+def _device_choices(x, h, w_ih, w_hh, b_ih, b_hh, q, scale, shift):
+    """Batch norm in training, one GRU layer and attention: on CUDA, eager runs cuDNN and a fused
+    attention kernel, none of which has a CPU kernel (`r[ops.aten-values.device-choices]`)."""
+    normed = F.batch_norm(x, None, None, scale, shift, training=True)
+    rnn, _ = torch.gru(x, h, (w_ih, w_hh, b_ih, b_hh), True, 1, 0.0, True, False, False)
+    attended = F.scaled_dot_product_attention(q, q, q)
+    return torch.cat([normed.flatten(), rnn.flatten(), attended.flatten()])
+
+
+_DEVICE_CHOICES_NAMES = ["x", "h", "w_ih", "w_hh", "b_ih", "b_hh", "q", "scale", "shift"]
+
+
+def _device_choices_world():
+    generator = torch.Generator().manual_seed(0)
+    sizes = [(3, 2, 4), (1, 2, 5), (15, 4), (15, 5), (15,), (15,), (2, 2, 3, 4), (2,), (2,)]
+    world = {
+        name: torch.randn(size, generator=generator, device="cpu")  # the runner moves them
+        for name, size in zip(_DEVICE_CHOICES_NAMES, sizes, strict=True)
+    }
+    for name in ["x", "w_ih", "w_hh", "b_ih", "b_hh", "q", "scale", "shift"]:
+        world[name].requires_grad_()
+    return world
+
+
+_DEVICE_CHOICES = _eager(_device_choices, _device_choices_world(), _DEVICE_CHOICES_NAMES)
+
+
 def _rrelu(x):
     return F.rrelu(x, 0.0, 1.0, training=True)
 
@@ -707,6 +734,26 @@ CASES = [
         backward=True,
         expect=[Values(name, _LSTM[name]) for name in ["out0", *_LSTM_NAMES[3:]]]
         + [Values(f"{name}.grad", _LSTM[f"{name}.grad"]) for name in _LSTM_NAMES[3:]],
+    ),
+    Case(
+        name="ops.aten-device-only-kernels-are-not-picked",
+        rules=["ops.aten-values.device-choices", "ops.aten-values"],
+        setup=_device_choices_world,
+        args=_DEVICE_CHOICES_NAMES,
+        program=_device_choices,
+        backward=True,
+        # eager's values and gradients (on CPU; within tolerance of eager's on CUDA, whose cuDNN
+        # and fused attention kernels round otherwise)
+        expect=[Values("out0", _DEVICE_CHOICES["out0"])]
+        + [
+            Values(f"{name}.grad", _DEVICE_CHOICES[f"{name}.grad"])
+            for name in ["x", "w_ih", "w_hh", "b_ih", "b_hh", "q", "scale", "shift"]
+        ],
+        skip={
+            "reference-eager": "the eager interpreter counts versions per storage: a GRU cell's "
+            "in-place sigmoid_ on one chunk of unsafe_split fails the check of a sibling chunk "
+            "(eager's chunks, not views for autograd, count apart); issue 23"
+        },
     ),
     Case(
         name="ops.aten-norm-gradients-write-nothing",
