@@ -13,6 +13,7 @@ from aotspec.versions import traces_generators
 
 from ..case import (
     COMPILED_ONLY,
+    BackwardRaises,
     Case,
     Identical,
     Layout,
@@ -304,6 +305,32 @@ def _svd_magnitudes(a):
 
 _EAGER_CHECKS_VALUES = "eager runs svd's check on the values (the loss here passes it)"
 
+# A real matrix with a pair of complex eigenvalues, so complex eigenvectors.
+_A = torch.tensor([[1.0, 2.0, 0.5], [-1.0, 0.5, 1.0], [0.25, -0.5, 2.0]])
+_HERMITIAN = torch.tensor([[2.0, 1.0 + 1.0j], [1.0 - 1.0j, 3.0]])
+
+
+def _eigenvector_magnitudes(a):
+    # |V| and the eigenvalues' real parts: a loss that ignores the eigenvectors' phases
+    eigenvalues, eigenvectors = torch.linalg.eig(a)
+    return eigenvectors.abs() + eigenvalues.real.unsqueeze(0)
+
+
+def _eigenvector_real_parts(a):
+    # Re V changes when a column is multiplied by e^{i phi}: eager's backward refuses the loss
+    return torch.linalg.eig(a)[1].real
+
+
+def _hermitian_eigenvector_real_parts(h):
+    return torch.linalg.eigh(h)[1].real
+
+
+def _eig_world():
+    return {"a": _A.clone().requires_grad_()}
+
+
+_EIGENVECTOR_MAGNITUDES = _eager(_eigenvector_magnitudes, _eig_world(), ["a"])
+
 
 def _write_through_real_views(x):
     torch.view_as_real(x).mul_(2)
@@ -460,6 +487,33 @@ CASES = [
         backward=True,
         expect=[Raises(UnsupportedError, rule="ops.aten-derivatives.value-checks", match="svd")],
         skip={"torch-eager": _EAGER_CHECKS_VALUES},
+    ),
+    Case(
+        name="ops.eig-derivative-checks-the-phases-when-the-backward-runs",
+        rules=["ops.aten-derivatives.value-checks.phases"],
+        setup=_eig_world,
+        args=["a"],
+        program=_eigenvector_real_parts,
+        backward=True,
+        expect=[BackwardRaises(RuntimeError, match="linalg_eig_backward: The eigenvectors")],
+    ),
+    Case(
+        name="ops.eigh-derivative-checks-the-phases-when-the-backward-runs",
+        rules=["ops.aten-derivatives.value-checks.phases"],
+        setup=lambda: {"h": _HERMITIAN.clone().requires_grad_()},
+        args=["h"],
+        program=_hermitian_eigenvector_real_parts,
+        backward=True,
+        expect=[BackwardRaises(RuntimeError, match="linalg_eigh_backward: The eigenvectors")],
+    ),
+    Case(
+        name="ops.eig-derivative-of-a-loss-that-ignores-the-phases",
+        rules=["ops.aten-derivatives.value-checks.phases"],
+        setup=_eig_world,
+        args=["a"],
+        program=_eigenvector_magnitudes,
+        backward=True,
+        expect=[Values(name, _EIGENVECTOR_MAGNITUDES[name]) for name in ["out0", "a.grad"]],
     ),
     Case(
         name="ops.complex-argument-with-a-lazy-conjugate-is-refused",
