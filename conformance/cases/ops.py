@@ -408,6 +408,24 @@ def _every_other_weighted(x):
     return torch.as_strided_copy(x, (2,), (2,), 1) * torch.tensor([1.0, 2.0])
 
 
+def _scatter_every_other(x, src):
+    return torch.as_strided_scatter(x, src, (2,), (2,), 1) * torch.arange(1.0, 5.0)
+
+
+def _write_every_other(x, src):
+    # the write as_strided_scatter stands for, which eager differentiates as the spec does
+    out = x.clone()
+    out.as_strided((2,), (2,), 1).copy_(src)
+    return out * torch.arange(1.0, 5.0)
+
+
+def _scatter_world():
+    return {"x": torch.zeros(4).requires_grad_(), "src": torch.zeros(2).requires_grad_()}
+
+
+_WRITE_EVERY_OTHER = _eager(_write_every_other, _scatter_world(), ["x", "src"])
+
+
 def _svd_rebuilt(b):
     u, s, vh = torch.linalg.svd(b, full_matrices=False)
     return u @ torch.diag(s) @ vh
@@ -878,6 +896,17 @@ CASES = [
         backward=True,
         # out = [x[1] * 1, x[3] * 2]: eager's formula copies [1, 2] into elements 1 and 3 of zeros
         expect=[Values("out0", [1.0, 6.0]), Values("x.grad", [0.0, 1.0, 0.0, 2.0])],
+    ),
+    Case(
+        name="ops.as-strided-scatter-gives-the-overwritten-window-no-gradient",
+        rules=["ops.as-strided-scatter.derivative"],
+        setup=_scatter_world,
+        args=["x", "src"],
+        program=_scatter_every_other,
+        backward=True,
+        # eager's write through the window: x.grad [1, 0, 3, 0], src.grad [2, 4]
+        expect=[Values(n, _WRITE_EVERY_OTHER[n]) for n in ["out0", "x.grad", "src.grad"]],
+        skip={"torch-eager": "eager's formula gives x the gradient inside the window instead"},
     ),
     Case(
         name="ops.aten-derivative-filling-a-diagonal",
