@@ -22,6 +22,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+import torch
 
 from aotspec import UnsupportedError, opdb
 from aotspec.rules import all_rules
@@ -170,6 +171,28 @@ def test_harness_sees_wrong_values_requires_grad_writes_and_a_second_call():
     statuses = {name: status for name, (status, _) in found.items()}
     assert {name: "wrong" for name in found} == statuses
     assert [] == [name for name, (_, reason) in found.items() if name not in reason]
+
+
+def test_harness_judges_rounding_by_the_float64_run():
+    """Values beyond the tolerances pass when they are as close to the program run in float64 as
+    eager's are (another kernel's rounding), never when further, nor when eager is so far from the
+    float64 run that it computed something else."""
+    exact = torch.tensor([1.0, 0.5], dtype=torch.float64)
+    eager = (exact + torch.tensor([5e-5, 0.0], dtype=torch.float64)).float()
+
+    def found(compiled, float64=exact):
+        observed = [opdb.Observation(out, (), None, (), None, None) for out in (eager, compiled)]
+        wide = opdb.Observation(float64, (), None, (), None, None)
+        return opdb.differences(*observed, exact=wide)
+
+    other_rounding = (exact - torch.tensor([2e-5, 0.0], dtype=torch.float64)).float()
+    assert [] != opdb.differences(
+        opdb.Observation(eager, (), None, (), None, None),
+        opdb.Observation(other_rounding, (), None, (), None, None),
+    )
+    assert [] == found(other_rounding)
+    assert [] != found((exact + torch.tensor([2e-4, 0.0], dtype=torch.float64)).float())
+    assert [] != found(other_rounding, float64=exact + 1.0)
 
 
 def test_harness_tells_refusals_from_crashes():
