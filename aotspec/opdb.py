@@ -16,6 +16,21 @@ compiled, and what a user sees must agree. This module does the same for aotspec
    program specialized on the data of its first call is caught), observed the same way; skipped
    when eager itself fails on them (a perturbed matrix may no longer be invertible).
 
+Floating values that differ by more than those tolerances are judged against the program run in
+float64 (floating inputs widened, the same cotangents): the compiled value passes when it is
+within the tolerances of that value widened by eager's own largest error, where that error is
+float32's rounding (`FLOAT64_JUDGES_UP_TO`). A compiler may compute an op with another kernel
+than eager's (the reference's table ops are numpy's: another summation order in `mm` and `bmm`,
+numpy's `exp` in `softmax`), and on an ill-conditioned sample a few units in the last place per
+op grow past 1e-5: the reference's gradients of `ormqr` and of multi-head attention on the second
+call, where they are closer to float64 than eager's. PyTorch's own exhaustive test of
+AOTAutograd needs no such judge, since `aot_eager` runs eager's kernels.
+
+Where the spec defines an op's derivative otherwise than eager's formula, because that formula
+is not the op's derivative (`SPEC_EQUIVALENTS`: `as_strided_scatter`, whose formula keeps the
+gradient of `self` inside the overwritten window), eager runs the composite the rule defines the
+op by, and its observations are the oracle; the compiled program still calls the op.
+
 Each op gets one status per backend: `pass`, `wrong` (an observation differs), `refused`
 (`aotspec.UnsupportedError`: the program is outside the spec; its rule is the reason) or `crash`
 (any other exception, a timeout included). Both calls start from the same seed of the global
@@ -66,6 +81,19 @@ DTYPES = {
 UNSPECIFIED_VALUES = frozenset(
     {"empty", "empty_like", "empty_strided", "empty_permuted", "new_empty", "new_empty_strided"}
 )
+
+
+def _write_through_window(x, src, size, stride, storage_offset=None):
+    out = x.clone()
+    out.as_strided(size, stride, storage_offset).copy_(src)
+    return out
+
+
+#: Ops whose derivative the spec defines otherwise than eager's formula: the rule, and the
+#: composite eager runs for the oracle (eager differentiates it as the rule says).
+SPEC_EQUIVALENTS: dict[str, tuple[str, Callable]] = {
+    "as_strided_scatter": ("ops.as-strided-scatter.derivative", _write_through_window),
+}
 
 
 @frozen
@@ -145,11 +173,12 @@ def compiler(backend: str) -> Callable[[Callable], Callable]:
     raise ValueError(f"unknown backend {backend!r}: one of {', '.join(BACKENDS)}")
 
 
-def _program(op, sample) -> tuple[Callable, list[torch.Tensor]]:
-    """The sample's call as a function of its tensors alone (the other arguments constants)."""
+def _program(op, sample, function=None) -> tuple[Callable, list[torch.Tensor]]:
+    """The sample's call of `function` (the op's, by default) as a function of its tensors alone
+    (the other arguments constants)."""
     leaves, spec = pytree.tree_flatten((sample.input, sample.args, sample.kwargs))
     where = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
-    function = op.op
+    function = function or op.op
 
     def program(*tensors):
         filled = list(leaves)
@@ -192,8 +221,13 @@ class Observation:
     grad_error: BaseException | None
 
 
-def observe(fn: Callable, tensors: list[torch.Tensor], seed: int = 0) -> Observation:
-    """Call `fn` on `tensors` and record what a user sees (module docstring)."""
+def observe(
+    fn: Callable, tensors: list[torch.Tensor], seed: int = 0, rounded_to: list | None = None
+) -> Observation:
+    """Call `fn` on `tensors` and record what a user sees (module docstring). The cotangents are
+    drawn from `seed`, rounded to `rounded_to` (a dtype per output that requires grad), when
+    given, before they take the output's dtype: a widened run gets the cotangents of the run it
+    widens."""
     torch.manual_seed(seed)
     try:
         outputs = fn(*tensors)
@@ -209,9 +243,10 @@ def observe(fn: Callable, tensors: list[torch.Tensor], seed: int = 0) -> Observa
     wrt = [t for t in tensors if t.requires_grad]
     if differentiable and wrt:
         generator = torch.Generator().manual_seed(seed + 1)
+        dtypes = rounded_to or [t.dtype for t in differentiable]
         cotangents = [
-            torch.randn(t.shape, generator=generator, dtype=torch.float64).to(t.dtype)
-            for t in differentiable
+            torch.randn(t.shape, generator=generator, dtype=torch.float64).to(dtype).to(t.dtype)
+            for t, dtype in zip(differentiable, dtypes, strict=True)
         ]
         try:
             found = torch.autograd.grad(differentiable, wrt, cotangents, allow_unused=True)
@@ -228,6 +263,30 @@ def _snapshot(tensors: list[torch.Tensor]) -> tuple:
     return tuple(t.detach().clone() if t.layout == torch.strided else t for t in tensors)
 
 
+#: The dtype a floating tensor is widened to for the float64 run.
+WIDER = {
+    torch.float16: torch.float64,
+    torch.bfloat16: torch.float64,
+    torch.float32: torch.float64,
+    torch.complex64: torch.complex128,
+}
+
+
+def _widened(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """`tensors` with floating values in float64 (complex128), leaves requiring grad as they do."""
+    return [
+        t.detach().to(WIDER[t.dtype]).requires_grad_(t.requires_grad)
+        if t.layout == torch.strided and t.dtype in WIDER
+        else t
+        for t in tensors
+    ]
+
+
+def _differentiable_dtypes(obs: Observation) -> list:
+    leaves = [leaf for leaf in pytree.tree_leaves(obs.outputs) if isinstance(leaf, torch.Tensor)]
+    return [t.dtype for t, wanted in zip(leaves, obs.requires_grad, strict=True) if wanted]
+
+
 # ---------------------------------------------------------------- comparing
 
 
@@ -240,27 +299,43 @@ def refusal(error: BaseException | None) -> UnsupportedError | None:
     return None
 
 
-def differences(expected: Observation, actual: Observation, values: bool = True) -> list[str]:
+def differences(
+    expected: Observation,
+    actual: Observation,
+    values: bool = True,
+    exact: Observation | None = None,
+) -> list[str]:
     """What differs between eager's observation and the compiled one's, first things first
-    (the outputs' values only when `values`)."""
+    (the outputs' values only when `values`); floating values beyond the tolerances are judged
+    against `exact`, the program run in float64, when given (module docstring)."""
     if expected.error is not None or actual.error is not None:
         if type(expected.error) is not type(actual.error):
             return [f"eager raised {_short(expected.error)}, compiled {_short(actual.error)}"]
         return []
-    found = _compare_trees(expected.outputs, actual.outputs, "output", values=values)
+    exact = exact or Observation(None, (), None, None, None, None)
+    found = _compare_trees(
+        expected.outputs, actual.outputs, "output", values=values, exact=exact.outputs
+    )
     if expected.requires_grad != actual.requires_grad:
         found.append(
             f"outputs' requires_grad: eager {expected.requires_grad}, "
             f"compiled {actual.requires_grad}"
         )
-    found += _compare_trees(expected.inputs_after, actual.inputs_after, "input after the call")
+    found += _compare_trees(
+        expected.inputs_after,
+        actual.inputs_after,
+        "input after the call",
+        exact=exact.inputs_after,
+    )
     if (expected.grad_error is None) != (actual.grad_error is None):
         found.append(
             f"backward: eager raised {_short(expected.grad_error)}, "
             f"compiled {_short(actual.grad_error)}"
         )
     elif expected.grads is not None or actual.grads is not None:
-        found += _compare_trees(expected.grads, actual.grads, "gradient", strides=False)
+        found += _compare_trees(
+            expected.grads, actual.grads, "gradient", strides=False, exact=exact.grads
+        )
     return found
 
 
@@ -271,20 +346,25 @@ def _short(error: BaseException | None) -> str:
     return f"{type(error).__name__}({first[:120]})"
 
 
-def _compare_trees(expected, actual, what: str, strides=True, values=True) -> list[str]:
+def _compare_trees(
+    expected, actual, what: str, strides=True, values=True, exact=None
+) -> list[str]:
     expected_leaves, expected_spec = pytree.tree_flatten(expected)
     actual_leaves, actual_spec = pytree.tree_flatten(actual)
     if expected_spec != actual_spec:
         return [f"{what}s: eager gives {expected_spec}, compiled {actual_spec}"]
+    exact_leaves, exact_spec = pytree.tree_flatten(exact)
+    if exact_spec != expected_spec:
+        exact_leaves = [None] * len(expected_leaves)
     found = []
-    for i, (e, a) in enumerate(zip(expected_leaves, actual_leaves, strict=True)):
-        difference = _compare_leaf(e, a, strides, values)
+    for i, (e, a, x) in enumerate(zip(expected_leaves, actual_leaves, exact_leaves, strict=True)):
+        difference = _compare_leaf(e, a, strides, values, x)
         if difference:
             found.append(f"{what} {i}: {difference}")
     return found
 
 
-def _compare_leaf(e, a, strides: bool, values: bool) -> str | None:
+def _compare_leaf(e, a, strides: bool, values: bool, in_float64=None) -> str | None:
     if not isinstance(e, torch.Tensor) or not isinstance(a, torch.Tensor):
         if isinstance(e, torch.Tensor) or isinstance(a, torch.Tensor):
             return f"eager gives {type(e).__name__}, compiled {type(a).__name__}"
@@ -297,15 +377,45 @@ def _compare_leaf(e, a, strides: bool, values: bool) -> str | None:
         return f"strides: eager {e.stride()}, compiled {a.stride()}"
     if not values:
         return None
-    exact = not (e.is_floating_point() or e.is_complex())
+    integral = not (e.is_floating_point() or e.is_complex())
     try:
         torch.testing.assert_close(
-            a, e, equal_nan=True, rtol=0 if exact else None, atol=0 if exact else None
+            a, e, equal_nan=True, rtol=0 if integral else None, atol=0 if integral else None
         )
     except AssertionError as error:
+        if _as_close_to_float64_as_eager(e, a, in_float64):
+            return None
         lines = [line.strip() for line in str(error).splitlines() if "Greatest" in line]
         return "values differ" + (f" ({'; '.join(lines)})" if lines else "")
     return None
+
+
+#: The largest error of eager's value from the float64 run, relative to the value's largest
+#: magnitude, for which the float64 run judges: ~1000 units in the last place of float32.
+#: Beyond it the float64 run computed something else (a random op that draws otherwise in
+#: float64), and judging by it would pass anything.
+FLOAT64_JUDGES_UP_TO = 1e-4
+
+
+def _as_close_to_float64_as_eager(e, a, exact) -> bool:
+    """Whether the compiled value `a` is within the default tolerances of the float64 value
+    `exact`, widened by eager's largest error `|e - exact|` (module docstring)."""
+    if not isinstance(exact, torch.Tensor) or exact.shape != e.shape or exact.dtype == e.dtype:
+        return False
+    if not (exact.is_floating_point() or exact.is_complex()) or e.numel() == 0:
+        return False
+    rtol, atol = torch.testing._comparison.default_tolerances(e)
+    eager_error = (e.to(exact.dtype) - exact).abs().nan_to_num(0.0).amax().item()
+    largest = exact.abs().nan_to_num(0.0, 0.0, 0.0).amax().item()
+    if eager_error > FLOAT64_JUDGES_UP_TO * max(largest, 1.0):
+        return False
+    try:
+        torch.testing.assert_close(
+            a.to(exact.dtype), exact, rtol=rtol, atol=atol + eager_error, equal_nan=True
+        )
+    except AssertionError:
+        return False
+    return True
 
 
 def _same_constant(e, a) -> bool:
@@ -368,8 +478,11 @@ def check_sample(op, sample, compile_fn: Callable[[Callable], Callable]) -> tupl
     """(status, reason) of one sample: the program compiled by `compile_fn`, called twice."""
     program, tensors = _program(op, sample)
     compiled = compile_fn(program)
+    oracle = program
+    if op.name in SPEC_EQUIVALENTS:
+        oracle, _ = _program(op, sample, SPEC_EQUIVALENTS[op.name][1])
     for call, perturb in (("first call", False), ("second call", True)):
-        expected = observe(program, _copies(tensors, perturb))
+        expected = observe(oracle, _copies(tensors, perturb))
         if perturb and (expected.error is not None or expected.grad_error is not None):
             break  # eager fails on the new values: nothing to compare
         actual = observe(compiled, _copies(tensors, perturb))
@@ -377,7 +490,16 @@ def check_sample(op, sample, compile_fn: Callable[[Callable], Callable]) -> tupl
             refused = refusal(error)
             if refused is not None:
                 return "refused", refusal_rules(refused)
-        found = differences(expected, actual, values=op.name not in UNSPECIFIED_VALUES)
+        values = op.name not in UNSPECIFIED_VALUES
+        found = differences(expected, actual, values)
+        if any("values differ" in difference for difference in found):
+            exact = observe(
+                oracle,
+                _widened(_copies(tensors, perturb)),
+                rounded_to=_differentiable_dtypes(expected),
+            )
+            if exact.error is None and exact.grad_error is None:
+                found = differences(expected, actual, values, exact)
         if found:
             errors = [e for e in (actual.error, actual.grad_error) if e is not None]
             if errors and not any(e is not None for e in (expected.error, expected.grad_error)):

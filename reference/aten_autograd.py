@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections.abc import Callable
 from operator import getitem
 
 import torch
@@ -112,6 +113,40 @@ def output_gradients(overload, bound, needed: tuple[bool, ...]) -> tuple[bool, .
     return differentiable_outputs(overload, *signature(bound), needed)
 
 
+def _eigenvector_phase_check(formula: str) -> Callable:
+    """r[ops.aten-derivatives.value-checks.phases]: eager's check, in `formula`, that the loss
+    does not depend on the phases of complex eigenvectors: the imaginary part of the diagonal of
+    Vᴴ·gV within 1e-2 of 0 (an `allclose`), which eager skips on tensor subclasses, fake tensors
+    included, so that tracing the formula records no check."""
+
+    def check(outs, grads) -> None:
+        vectors, grad_vectors = outs[1], grads[1]
+        if grad_vectors is None or not vectors.is_complex():
+            return
+        projected = torch.matmul(vectors.mH, grad_vectors).diagonal(0, -2, -1).imag
+        # allclose(projected, 0, rtol=1e-2, atol=1e-2); NaN is close to nothing
+        passes = (projected.abs() <= 1e-2).all()
+        # r[ops.aten-derivatives.value-checks.phases]
+        aten._assert_async.msg(passes, PHASE_CHECK_MESSAGE.format(formula=formula))
+
+    return check
+
+
+#: Eager's message when the eigenvector phase check fails, as `linalg_eig_backward` words it.
+PHASE_CHECK_MESSAGE = (
+    "{formula}: The eigenvectors in the complex case are specified up to multiplication by "
+    "e^{{i phi}}. The specified loss function depends on this quantity, so it is ill-defined."
+)
+
+#: Ops whose eager derivative checks values but skips the check on tensor subclasses, with the
+#: check made again on the values when the backward runs; svd's check raises when traced
+#: (r[ops.aten-derivatives.value-checks]).
+VALUE_CHECKS_SKIPPED_BY_TRACING: dict[torch._ops.OpOverload, Callable] = {
+    aten.linalg_eig.default: _eigenvector_phase_check("linalg_eig_backward"),
+    aten._linalg_eigh.default: _eigenvector_phase_check("linalg_eigh_backward"),
+}
+
+
 @frozen
 class _Backward:
     """The op's backward for one signature, as eager autograd traced it."""
@@ -160,6 +195,9 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
                 allow_unused=True,
             )
         gives.extend(k for k, r in zip(wanted, results, strict=True) if r is not None)
+        check = VALUE_CHECKS_SKIPPED_BY_TRACING.get(overload)
+        if check is not None:
+            check(outs, grad_of)
         return [r for r in results if r is not None]
 
     examples = [example(g) for g in grads if g is not None] + [example(s.layout) for s in slots]

@@ -653,7 +653,8 @@ def partition(
     saved = _recompute_checkpointed(saved, forward_nodes)
     saved, reread = _read_contents_from_inputs(saved, primals, final_contents)
     forward = _extract(joint_module, primals, forward_outputs + saved, keep=draws)
-    backward = _extract(joint_module, saved + tangents, list(grads), reread)
+    checks = _backward_checks(joint, tangents)
+    backward = _extract(joint_module, saved + tangents, list(grads), reread, keep=checks)
     _recompute_at_first_unpack(backward)
     read_after_call = {
         primals.index(primal): node.meta["val"].nbytes for node, primal in reread.items()
@@ -798,6 +799,20 @@ def _forward_effects(joint: torch.fx.Graph, tangents: list[torch.fx.Node]) -> li
             from_tangents.add(node)
         elif _draws(node) or communicates(node):
             found.append(node)
+    return found
+
+
+def _backward_checks(joint: torch.fx.Graph, tangents: list[torch.fx.Node]) -> list:
+    """r[ops.aten-derivatives.value-checks.phases]: the checks of the values that a derivative
+    makes in the backward (the nodes computed from a tangent that assert), which run although no
+    gradient reads them."""
+    from_tangents = set(tangents)
+    found = []
+    for node in joint.nodes:
+        if any(used in from_tangents for used in node.all_input_nodes):
+            from_tangents.add(node)
+            if node.target is aten._assert_async.msg:
+                found.append(node)
     return found
 
 

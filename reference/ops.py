@@ -814,6 +814,7 @@ def as_strided_scatter_backward(grad, out, x, src, size, stride, storage_offset)
     # (its values were overwritten), src's is grad read through the window. PyTorch 2.13's formula
     # for x instead keeps only the window (as_strided_scatter_backward in FunctionsManual.cpp).
     flat = grad.clone(memory_format=torch.contiguous_format)
+    # r[ops.as-strided-scatter.derivative]
     x_grad = aten.as_strided_scatter(flat, grad.new_zeros(size), size, stride, storage_offset)
     src_grad = flat.as_strided(size, stride, storage_offset)
     return _grad_like(x_grad, x), _grad_like(src_grad, src), None, None, None

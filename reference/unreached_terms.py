@@ -51,9 +51,15 @@ def without_unreached_terms(
                 zeros.meta = dict(term.meta)
                 node.replace_input_with(term, zeros)
     for node in list(reversed(graph.nodes)):
-        if (node in unreached or node in dropped) and not node.users and not is_impure(node):
+        zero = node in unreached or node in dropped
+        # r[ops.aten-derivatives.value-checks.phases]: eager checks only gradients it was given
+        if zero and not node.users and (not is_impure(node) or _checks_values(node)):
             graph.erase_node(node)
     return GraphProgram.of(torch.fx.GraphModule(backward.graph_module, graph))
+
+
+def _checks_values(node: torch.fx.Node) -> bool:
+    return node.target is aten._assert_async.msg
 
 
 def _other_term(node: torch.fx.Node, unreached: set) -> torch.fx.Node | None:

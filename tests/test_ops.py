@@ -1564,6 +1564,39 @@ def test_every_unsupported_op_is_in_one_error():
     torch.testing.assert_close(x, torch.zeros(2, 2))
 
 
+def _eigenvalues_and_eigenvector_real_parts(a):
+    eigenvalues, eigenvectors = torch.linalg.eig(a)
+    return eigenvalues.real, eigenvectors.real
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+@pytest.mark.parametrize("reached", ["eigenvalues", "both"])
+def test_eig_checks_the_phases_only_where_the_eigenvectors_get_a_gradient(backend, reached):
+    """r[ops.aten-derivatives.value-checks.phases]: Re V depends on the eigenvectors' phases;
+    eager's backward raises its check when V gets a gradient, and makes none when the backward
+    reaches only the eigenvalues (the compiled backward then runs without the check's nodes)."""
+    a = torch.tensor([[1.0, 2.0, 0.5], [-1.0, 0.5, 1.0], [0.25, -0.5, 2.0]])
+    outcomes = []
+    for fn in (
+        _eigenvalues_and_eigenvector_real_parts,
+        aotspec.compile(_eigenvalues_and_eigenvector_real_parts, backend=backend),
+    ):
+        leaf = a.clone().requires_grad_()
+        values, vectors = fn(leaf)
+        loss = values.sum() if reached == "eigenvalues" else values.sum() + vectors.sum()
+        try:
+            loss.backward()
+            outcomes.append(leaf.grad)
+        except RuntimeError as error:
+            outcomes.append(str(error))
+    eager, compiled = outcomes
+    if reached == "both":
+        assert isinstance(eager, str) and eager.startswith("linalg_eig_backward: The eigenvectors")
+        assert eager == compiled
+    else:
+        torch.testing.assert_close(compiled, eager)
+
+
 def test_check_lists_the_backwards_refusals_after_the_forwards():
     """r[ops.unsupported-all]: `aotspec.check` goes on past the ops capture refuses (prims.sin)
     to the backward, and lists what it refuses there too (complex svd's derivative, which checks

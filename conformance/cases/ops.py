@@ -13,6 +13,7 @@ from aotspec.versions import traces_generators
 
 from ..case import (
     COMPILED_ONLY,
+    BackwardRaises,
     Case,
     Identical,
     Layout,
@@ -304,6 +305,32 @@ def _svd_magnitudes(a):
 
 _EAGER_CHECKS_VALUES = "eager runs svd's check on the values (the loss here passes it)"
 
+# A real matrix with a pair of complex eigenvalues, so complex eigenvectors.
+_A = torch.tensor([[1.0, 2.0, 0.5], [-1.0, 0.5, 1.0], [0.25, -0.5, 2.0]])
+_HERMITIAN = torch.tensor([[2.0, 1.0 + 1.0j], [1.0 - 1.0j, 3.0]])
+
+
+def _eigenvector_magnitudes(a):
+    # |V| and the eigenvalues' real parts: a loss that ignores the eigenvectors' phases
+    eigenvalues, eigenvectors = torch.linalg.eig(a)
+    return eigenvectors.abs() + eigenvalues.real.unsqueeze(0)
+
+
+def _eigenvector_real_parts(a):
+    # Re V changes when a column is multiplied by e^{i phi}: eager's backward refuses the loss
+    return torch.linalg.eig(a)[1].real
+
+
+def _hermitian_eigenvector_real_parts(h):
+    return torch.linalg.eigh(h)[1].real
+
+
+def _eig_world():
+    return {"a": _A.clone().requires_grad_()}
+
+
+_EIGENVECTOR_MAGNITUDES = _eager(_eigenvector_magnitudes, _eig_world(), ["a"])
+
 
 def _write_through_real_views(x):
     torch.view_as_real(x).mul_(2)
@@ -408,6 +435,24 @@ def _every_other_weighted(x):
     return torch.as_strided_copy(x, (2,), (2,), 1) * torch.tensor([1.0, 2.0])
 
 
+def _scatter_every_other(x, src):
+    return torch.as_strided_scatter(x, src, (2,), (2,), 1) * torch.arange(1.0, 5.0)
+
+
+def _write_every_other(x, src):
+    # the write as_strided_scatter stands for, which eager differentiates as the spec does
+    out = x.clone()
+    out.as_strided((2,), (2,), 1).copy_(src)
+    return out * torch.arange(1.0, 5.0)
+
+
+def _scatter_world():
+    return {"x": torch.zeros(4).requires_grad_(), "src": torch.zeros(2).requires_grad_()}
+
+
+_WRITE_EVERY_OTHER = _eager(_write_every_other, _scatter_world(), ["x", "src"])
+
+
 def _svd_rebuilt(b):
     u, s, vh = torch.linalg.svd(b, full_matrices=False)
     return u @ torch.diag(s) @ vh
@@ -487,6 +532,33 @@ CASES = [
         backward=True,
         expect=[Raises(UnsupportedError, rule="ops.aten-derivatives.value-checks", match="svd")],
         skip={"torch-eager": _EAGER_CHECKS_VALUES},
+    ),
+    Case(
+        name="ops.eig-derivative-checks-the-phases-when-the-backward-runs",
+        rules=["ops.aten-derivatives.value-checks.phases"],
+        setup=_eig_world,
+        args=["a"],
+        program=_eigenvector_real_parts,
+        backward=True,
+        expect=[BackwardRaises(RuntimeError, match="linalg_eig_backward: The eigenvectors")],
+    ),
+    Case(
+        name="ops.eigh-derivative-checks-the-phases-when-the-backward-runs",
+        rules=["ops.aten-derivatives.value-checks.phases"],
+        setup=lambda: {"h": _HERMITIAN.clone().requires_grad_()},
+        args=["h"],
+        program=_hermitian_eigenvector_real_parts,
+        backward=True,
+        expect=[BackwardRaises(RuntimeError, match="linalg_eigh_backward: The eigenvectors")],
+    ),
+    Case(
+        name="ops.eig-derivative-of-a-loss-that-ignores-the-phases",
+        rules=["ops.aten-derivatives.value-checks.phases"],
+        setup=_eig_world,
+        args=["a"],
+        program=_eigenvector_magnitudes,
+        backward=True,
+        expect=[Values(name, _EIGENVECTOR_MAGNITUDES[name]) for name in ["out0", "a.grad"]],
     ),
     Case(
         name="ops.complex-argument-with-a-lazy-conjugate-is-refused",
@@ -871,6 +943,17 @@ CASES = [
         backward=True,
         # out = [x[1] * 1, x[3] * 2]: eager's formula copies [1, 2] into elements 1 and 3 of zeros
         expect=[Values("out0", [1.0, 6.0]), Values("x.grad", [0.0, 1.0, 0.0, 2.0])],
+    ),
+    Case(
+        name="ops.as-strided-scatter-gives-the-overwritten-window-no-gradient",
+        rules=["ops.as-strided-scatter.derivative"],
+        setup=_scatter_world,
+        args=["x", "src"],
+        program=_scatter_every_other,
+        backward=True,
+        # eager's write through the window: x.grad [1, 0, 3, 0], src.grad [2, 4]
+        expect=[Values(n, _WRITE_EVERY_OTHER[n]) for n in ["out0", "x.grad", "src.grad"]],
+        skip={"torch-eager": "eager's formula gives x the gradient inside the window instead"},
     ),
     Case(
         name="ops.aten-derivative-filling-a-diagonal",
