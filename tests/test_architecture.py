@@ -241,3 +241,23 @@ def test_importing_aotspec_loads_no_triton():
         "assert 'triton' not in sys.modules, sorted(m for m in sys.modules if 'triton' in m)\n"
     )
     subprocess.run([sys.executable, "-c", program], check=True, timeout=120)
+
+
+#: The longest a library function may be (issue 24): past it a function does more than one thing.
+LONGEST_FUNCTION = 80
+
+
+def test_no_library_function_is_longer_than_the_limit():
+    """Functions of aotspec/, reference/, fast/ and conformance/ (tests and tools aside) fit in
+    `LONGEST_FUNCTION` lines, decorators and docstring included."""
+    too_long = []
+    for folder in ("aotspec", "reference", "fast", "conformance"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                    lines = node.end_lineno - first + 1
+                    if lines > LONGEST_FUNCTION:
+                        where = path.relative_to(ROOT)
+                        too_long.append(f"{where}:{node.lineno} {node.name} ({lines} lines)")
+    assert not too_long, "split these functions:\n" + "\n".join(too_long)
