@@ -1728,7 +1728,7 @@ def _square_non_leaf_and_ones():
     return {"p": p, "x": p * 1, "y": torch.ones(2, 2)}
 
 
-def _set_then_transpose(x, y):
+def _set_without_grad_then_transpose(x, y):
     with torch.no_grad():
         x.set_(y)
     x.t_()
@@ -1959,7 +1959,7 @@ CASES += [
         rules=["functionalize.metadata.set"],
         setup=_square_non_leaf_and_ones,
         args=["x", "y"],
-        program=_set_then_transpose,
+        program=_set_without_grad_then_transpose,
         expect=[Raises(UnsupportedError, rule="functionalize.metadata.set")],
         skip=COMPILED_ONLY,
     ),
