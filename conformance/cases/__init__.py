@@ -1,16 +1,38 @@
-"""Every conformance case, gathered from the modules of this package (one module per chapter)."""
+"""Every conformance case, gathered from the modules of this package: one module per chapter of
+`specs/` (`autograd.md` has one per section), each case in the module of its first rule."""
 
-from . import aliasing, autograd, capture, collectives, hooks, memory, ops, resize
+from . import (
+    aliasing,
+    autograd,
+    autograd_custom_functions,
+    autograd_input_writes,
+    autograd_metadata,
+    boxed_calls,
+    capture,
+    checkpoint,
+    collectives,
+    functionalization,
+    hooks,
+    memory,
+    ops,
+    resize,
+)
 
 ALL_CASES = [
     *memory.CASES,
     *capture.CASES,
     *ops.CASES,
+    *collectives.CASES,
     *aliasing.CASES,
     *resize.CASES,
+    *functionalization.CASES,
     *autograd.CASES,
+    *autograd_custom_functions.CASES,
+    *autograd_input_writes.CASES,
+    *autograd_metadata.CASES,
+    *checkpoint.CASES,
     *hooks.CASES,
-    *collectives.CASES,
+    *boxed_calls.CASES,
 ]
 
 _names = [case.name for case in ALL_CASES]

@@ -6,15 +6,25 @@ from aotspec.errors import UnsupportedError
 
 from ..case import (
     COMPILED_ONLY,
+    Absent,
     Case,
+    History,
     Identical,
     Layout,
     Raises,
+    RequiresGrad,
     Separate,
     Shares,
     StorageBytes,
     Values,
     eager_only,
+)
+from ._autograd_common import (
+    _EAGER_INTERPRETER_KEEPS_HISTORIES,
+    _FSDP,
+    _regather,
+    _resize,
+    _sharded_world,
 )
 
 set_ = torch.ops.aten.set_.source_Tensor
@@ -217,36 +227,7 @@ CASES.append(
 )
 
 
-def _ones_and_alias():
-    x = torch.ones(4)
-    return {"x": x, "x_alias": x.view(2, 2), "y": torch.arange(4.0)}
-
-
-def _mutate_then_set(x, y):
-    x.mul_(2)
-    set_(x, y)
-
-
 CASES += [
-    Case(
-        name="aliasing.mutation-before-set-is-kept",
-        rules=[
-            "functionalize.set.rebinds-cell",
-            "functionalize.epilogue.data",
-            "functionalize.epilogue.set",
-        ],
-        # PyTorch 2.13's aot_function drops the mul_ (docs/torch-2.13.md section 3.2); eager keeps
-        # it in the old storage.
-        setup=_ones_and_alias,
-        args=["x", "y"],
-        program=_mutate_then_set,
-        expect=[
-            Values("x_alias", [[2.0, 2.0], [2.0, 2.0]]),
-            Values("x", [0.0, 1.0, 2.0, 3.0]),
-            Shares("x", "y"),
-            Separate("x", "x_alias"),
-        ],
-    ),
     Case(
         name="aliasing.compiled-set-may-not-grow-a-storage",
         rules=["aliasing.set.grows-storage", "functionalize.errors-before-running"],
@@ -292,40 +273,6 @@ def _zero_storage():
 
 def _unsqueeze_(x):
     x.unsqueeze_(0)
-
-
-def _transpose_then_write_a_row(x):
-    x.t_()
-    x[0].mul_(10)  # row 0 of the transpose: elements 0 and 3 of the storage
-
-
-def _two_views_of_one_base():
-    base = torch.arange(4.0)
-    return {"base": base, "a": base.view(2, 2), "b": base.view(2, 2)}
-
-
-def _transpose_one(a, b):
-    a.t_()
-    return a + b
-
-
-def _zeros_and_two_by_three():
-    return {"x": torch.zeros(4), "y": torch.arange(6.0).reshape(2, 3).clone()}
-
-
-def _set_then_transpose(x, y):
-    set_(x, y)
-    x.t_()
-
-
-def _one_storage_two_objects():
-    x = torch.arange(4.0)
-    return {"x": x, "v": x.view(4)}
-
-
-def _unsqueeze_then_free(v, x):
-    v.unsqueeze_(0)
-    resize_storage_bytes_(x, 0)
 
 
 CASES += [
@@ -374,62 +321,89 @@ CASES += [
         # eager: setStorage: sizes [1, 4], ... out of bounds for storage of size 0
         expect=[Raises(RuntimeError, match="out of bounds")],
     ),
+]
+
+
+def _fsdp_layer_with_fsdp_copy(x, w, gathered):
+    """The same layer with the copy FSDP itself uses (r[aliasing.copy.fsdp])."""
+    _resize(w, gathered.numel() * gathered.element_size())
+    with torch.no_grad():
+        torch.ops.fsdp.copy_(w, gathered)
+    y = x @ w
+    _resize(w, 0)
+    return y
+
+
+def _sharded_world_with_fsdp():
+    import torch.distributed.fsdp._fully_shard._fsdp_param  # noqa: F401  (defines fsdp.copy_)
+
+    return _sharded_world()
+
+
+def _non_leaf_and_scale():
+    p = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    return {"p": p, "x": p * 1, "w": torch.tensor([1.0, 10.0, 100.0], requires_grad=True)}
+
+
+def _detach_argument(x, w):
+    x.detach_()
+    return x * w
+
+
+def _detach_transposed_intermediate(x, w):
+    out = x.view(3, 1) * 3
+    out.t_()
+    out.detach_()
+    return out, x * w
+
+
+CASES += [
     Case(
-        name="aliasing.write-through-a-transposed-argument",
+        name="autograd.fsdp-copy-gather-use-reshard",
         rules=[
-            "functionalize.metadata.cell",
-            "functionalize.epilogue.metadata",
-            "functionalize.epilogue.data",
+            "aliasing.copy.fsdp",
+            "autograd.no-grad-input-writes",
+            "autograd.saved-inputs.final-contents",
         ],
-        setup=_two_by_three_and_alias,
-        args=["x"],
-        program=_transpose_then_write_a_row,
-        expect=[
-            Values("x_alias", [0.0, 1.0, 2.0, 30.0, 4.0, 5.0]),
-            Values("x", [[0.0, 30.0], [1.0, 4.0], [2.0, 5.0]]),
-            Layout("x", shape=(3, 2), strides=(1, 3), offset=0),
-        ],
+        setup=_sharded_world_with_fsdp,
+        args=["x", "w", "gathered"],
+        program=_fsdp_layer_with_fsdp_copy,
+        backward=True,
+        before_backward=_regather,
+        # fsdp.copy_ is copy_: eager's values of the case above
+        expect=[Values(name, _FSDP[name]) for name in ("out0", "x.grad", "w.grad", "w")],
     ),
     Case(
-        name="aliasing.metadata-op-on-one-of-two-aliased-arguments",
-        rules=["functionalize.metadata.cell", "aliasing.inputs.shared-storage"],
-        setup=_two_views_of_one_base,
-        args=["a", "b"],
-        program=_transpose_one,
-        # a reads [[0, 2], [1, 3]], b still [[0, 1], [2, 3]]
+        name="autograd.detach-in-place-of-an-argument",
+        rules=["aliasing.metadata.detach", "capture.detach-in-place"],
+        setup=_non_leaf_and_scale,
+        args=["x", "w"],
+        program=_detach_argument,
+        backward=True,
+        # eager: x is a leaf without history afterwards; only w gets a gradient, x's values
         expect=[
-            Values("out0", [[0.0, 3.0], [3.0, 6.0]]),
-            Layout("a", shape=(2, 2), strides=(1, 2)),
-            Layout("b", shape=(2, 2), strides=(2, 1)),
-            Shares("a", "b"),
-            Shares("a", "base"),
+            RequiresGrad("x", False),
+            History("x", None),
+            Values("out0", [1.0, 20.0, 300.0]),
+            Values("w.grad", [1.0, 2.0, 3.0]),
+            Absent("p.grad"),
         ],
+        skip=_EAGER_INTERPRETER_KEEPS_HISTORIES,
     ),
     Case(
-        name="aliasing.metadata-op-after-set-is-part-of-the-rebinding",
-        rules=["functionalize.epilogue.set", "aliasing.metadata.relayout"],
-        setup=_zeros_and_two_by_three,
-        args=["x", "y"],
-        program=_set_then_transpose,
+        name="autograd.detach-in-place-of-a-transposed-intermediate",
+        rules=["aliasing.metadata.detach", "capture.detach-in-place", "autograd.metadata"],
+        setup=_non_leaf_and_scale,
+        args=["x", "w"],
+        program=_detach_transposed_intermediate,
+        backward=True,
+        # out0 = 3x as a row, without history; d sum(x * w) / d p = w
         expect=[
-            Shares("x", "y"),
-            Layout("x", shape=(3, 2), strides=(1, 3), offset=0),
-            Values("x", [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]),
-            Layout("y", shape=(2, 3), strides=(3, 1), offset=0),
-        ],
-    ),
-    Case(
-        name="aliasing.metadata-op-then-the-storage-freed",
-        rules=["functionalize.epilogue.metadata", "resize.compiled.epilogue"],
-        setup=_one_storage_two_objects,
-        args=["v", "x"],
-        program=_unsqueeze_then_free,
-        # the unsqueeze_ ran while the storage held 16 bytes; the caller's v is relaid out all
-        # the same (the epilogue resizes first)
-        expect=[
-            StorageBytes("x", 0),
-            Layout("v", shape=(1, 4), strides=(4, 1), offset=0),
-            Layout("x", shape=(4,), strides=(1,), offset=0),
+            Values("out0", [[3.0, 6.0, 9.0]]),
+            Layout("out0", shape=(1, 3), strides=(1, 1)),
+            RequiresGrad("out0", False),
+            History("out0", None),
+            Values("p.grad", [1.0, 10.0, 100.0]),
         ],
     ),
 ]

@@ -18,6 +18,7 @@ from ..case import (
     Shares,
     Values,
 )
+from ._autograd_common import _aliased_views_world, _leaves, _non_leaf_and_weight
 
 _X = torch.tensor([[1.0, 2.0, 3.0, 4.0], [0.5, -1.0, 0.0, 2.0]])
 
@@ -142,6 +143,8 @@ def _writes_a_constant(x):
     c = torch.tensor([7.0, 8.0])
     c.add_(x)
     return c
+
+
 def _caller_writes_out0(world):
     world["out0"].mul_(2)
 
@@ -766,3 +769,84 @@ CASES.append(
         },
     )
 )
+
+
+def _scaled_by_a_constant_copy(x):
+    with torch.no_grad():
+        y = x * 2  # a constant for autograd
+    return (x * y).sum()
+
+
+def _no_grad_write_into_a_view_input(v):
+    with torch.no_grad():
+        v.mul_(2)
+    return v.view(3) * 1
+
+
+def _view_input_world():
+    b = torch.ones(3, requires_grad=True)
+    return {"b": b, "v": b.as_strided((3,), (1,), 0)}
+
+
+def _no_grad_write_and_read(v):
+    with torch.no_grad():
+        v.mul_(2)
+        return v * 2
+
+
+def _view_before_transpose(x, w):
+    y = x * 2
+    flat = y.view(6)
+    y.t_()
+    return flat * 1  # autograd regenerates flat's history from y, now transposed
+
+
+CASES += [
+    Case(
+        name="autograd.no-grad-region-carries-no-gradient",
+        rules=["capture.grad-mode", "autograd.requires-grad"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, -2.0, 3.0])),
+        args=["x"],
+        program=_scaled_by_a_constant_copy,
+        backward=True,
+        # sum(x * y) with y = 2x held constant: the gradient is y = 2x, not 4x
+        expect=[Values("out0", 28.0), Values("x.grad", [2.0, -4.0, 6.0])],
+    ),
+    Case(
+        name="capture.views-made-without-grad-written-without-grad",
+        rules=["capture.custom-function.refused", "capture.grad-mode"],
+        setup=lambda: _aliased_views_world(made_without_grad=True),
+        args=["v"],
+        program=_no_grad_write_and_read,
+        # autograd refuses to rebuild v's history now (made under no_grad, its base written
+        # since); eager reads it nowhere, and neither may capture
+        expect=[
+            Values("out0", [4.0, 8.0, 12.0, 16.0]),
+            Values("x", [2.0, 4.0, 6.0, 8.0]),
+            Values("m", [[2.0, 4.0], [6.0, 8.0]]),
+        ],
+    ),
+    Case(
+        name="autograd.no-grad-write-into-a-view-input",
+        rules=["capture.view-replays", "autograd.no-grad-writes"],
+        setup=_view_input_world,
+        args=["v"],
+        program=_no_grad_write_into_a_view_input,
+        backward=True,
+        # b reads [2, 2, 2] through its view; the output's gradient (ones) reaches b through v
+        expect=[
+            Values("out0", [2.0, 2.0, 2.0]),
+            Values("b", [2.0, 2.0, 2.0]),
+            Values("b.grad", [1.0, 1.0, 1.0]),
+        ],
+    ),
+    Case(
+        name="autograd.view-taken-before-a-metadata-op-raises",
+        rules=["capture.metadata-views"],
+        setup=_non_leaf_and_weight,
+        args=["x", "w"],
+        program=_view_before_transpose,
+        expect=[Raises(UnsupportedError, rule="capture.metadata-views")],
+        skip={"torch-eager": "eager regenerates the view's history by address, and runs it"},
+    ),
+]

@@ -3,18 +3,14 @@
 Byte counts are worked out by hand from the rules: a float32 tensor of 4 elements is 16 bytes.
 """
 
-import math
-
 import torch
 
 from aotspec.errors import SpecViolation, UnsupportedError
 
 from ..case import (
-    COMPILED_ONLY,
     EAGER_LEDGER,
     Case,
     Layout,
-    Length,
     LiveBytesAfter,
     PeakBytes,
     Raises,
@@ -25,26 +21,6 @@ from ..case import (
 
 resize = torch.ops.inductor.resize_storage_bytes_
 set_ = torch.ops.aten.set_.source_Tensor
-
-
-def _chain_on_list(xs):
-    a = xs[0].sin()
-    return a.cos()
-
-
-def _exp_chain_on_list(xs):
-    a = xs[0].exp()  # exp saves its result, not the activation
-    return a.exp()
-
-
-def _activation_with_history():
-    leaf = torch.zeros(4, requires_grad=True)
-    return {"leaf": leaf, "xs": [leaf * 1]}
-
-
-def _write_into_list(xs):
-    xs[0].add_(1.0)
-    return xs[0].sin()
 
 
 def _chain(x):
@@ -75,14 +51,6 @@ def _zero_storage_world():
 def _rebind(x, y):
     set_(x, y)
     return x + 1
-
-
-def _activations_in_place(x):
-    y = x.sin()
-    y.relu_()  # an op of the table: relu, written into y's storage
-    z = y.cos()
-    z.exp2_()  # an ATen-valued op: captured as exp2, then a copy_ of its result into z
-    return z * 2
 
 
 def _shrink_to_zero(x):
@@ -176,114 +144,6 @@ CASES = [
 ]
 
 
-def _list_held_elsewhere():
-    x = torch.zeros(4)
-    return {"x": x, "xs": [x]}
-
-
-CASES += [
-    Case(
-        name="boxed.caller-held-input-stays-alive",
-        rules=["boxed.args-cleared", "memory.peak"],
-        setup=_list_held_elsewhere,
-        args=["xs"],
-        program=_chain_on_list,
-        expect=[
-            Values("out0", [1.0, 1.0, 1.0, 1.0]),
-            Length("xs", 1),
-            # x 16 (the caller keeps it); sin 16 more; cos 16 more, then sin's dies: peak 48.
-            PeakBytes(48),
-        ],
-    ),
-    Case(
-        name="boxed.stolen-list-freed-at-last-use",
-        rules=["boxed.steal", "boxed.steal.freed-at-last-use", "boxed.args-cleared"],
-        setup=lambda: {"xs": [torch.zeros(4)]},
-        args=["xs"],
-        program=_chain_on_list,
-        steal=["xs"],
-        expect=[
-            Values("out0", [1.0, 1.0, 1.0, 1.0]),
-            Length("xs", 0),
-            # the stolen input (16) dies right after sin (32 -> 16); cos makes 16 more: peak 32.
-            PeakBytes(32),
-        ],
-        skip=COMPILED_ONLY,
-    ),
-    Case(
-        name="boxed.stolen-activation-with-grad-freed-at-last-use",
-        rules=["boxed.steal.freed-at-last-use", "autograd.saved-freed-in-backward"],
-        setup=_activation_with_history,
-        args=["xs"],
-        program=_exp_chain_on_list,
-        steal=["xs"],
-        backward=True,
-        expect=[
-            Values("out0", torch.full((4,), math.e)),
-            # d/dx exp(exp(x)) at 0: e * 1
-            Values("leaf.grad", torch.full((4,), math.e)),
-            Length("xs", 0),
-            # the stolen activation (16) dies right after the first exp (32 -> 16), which is
-            # saved; the second exp makes 16 more, also saved: peak 32.
-            PeakBytes(32),
-        ],
-        skip=COMPILED_ONLY,
-    ),
-    Case(
-        name="boxed.stolen-tensor-written-is-rejected",
-        rules=["boxed.steal.read-only", "boundary.failed-call"],
-        setup=lambda: {"xs": [torch.zeros(4)]},
-        args=["xs"],
-        program=_write_into_list,
-        steal=["xs"],
-        # the spec refuses before the call: the list and its tensor are left as they were
-        expect=[Raises(UnsupportedError, rule="boxed.steal.read-only")],
-        skip=COMPILED_ONLY,
-    ),
-    Case(
-        name="boxed.steal-of-a-tuple-is-rejected",
-        rules=["boxed.steal.lists-only"],
-        setup=lambda: {"xs": (torch.zeros(4),)},
-        args=["xs"],
-        program=_chain_on_list,
-        steal=["xs"],
-        expect=[
-            Raises(TypeError, rule="boxed.steal.lists-only", match="must be a list of tensors")
-        ],
-        skip=COMPILED_ONLY,
-    ),
-]
-
-_ANGLES = torch.tensor([-0.5, 0.5, 1.0, 1.5])
-
-CASES.append(
-    Case(
-        name="memory.in-place-activation-holds-one-storage",
-        rules=["functionalize.writes.whole-private", "memory.live"],
-        setup=lambda: {"x": _ANGLES.clone().requires_grad_()},
-        args=["x"],
-        program=_activations_in_place,
-        backward=True,
-        expect=[
-            # d/dx 2 * 2^cos(relu(sin x)) = 2 * 2^c ln 2 * -sin(relu(sin x)) [sin x > 0] cos x,
-            # with c = cos(relu(sin x))
-            Values(
-                "x.grad",
-                2
-                * torch.exp2(_ANGLES.sin().relu().cos())
-                * torch.log(torch.tensor(2.0))
-                * -_ANGLES.sin().relu().sin()
-                * (_ANGLES.sin() > 0)
-                * _ANGLES.cos(),
-            ),
-            # x 16; y 16, which relu_'s derivative saves (its result) and cos's (its input);
-            # z 16, which exp2_'s derivative saves (its result); the output 16. The written
-            # values are each storage's contents, never held beside a copy.
-            LiveBytesAfter("mul", 64),
-        ],
-    )
-)
-
 CASES.append(
     Case(
         name="memory.size-one-strides-are-not-observed",
@@ -311,6 +171,7 @@ def _dense_doubled(s):
 
 _EAGER_RUNS_SPARSE = {"torch-eager": "eager PyTorch runs sparse tensors"}
 
+
 CASES += [
     Case(
         name="memory.sparse-tensor-made-inside-raises",
@@ -333,80 +194,3 @@ CASES += [
         skip=_EAGER_RUNS_SPARSE,
     ),
 ]
-
-
-def _activations_of_two_chunks(x):
-    g = x * 1
-    r, n = g.unsafe_chunk(2)  # two rows of one storage, as a GRU cell's gates
-    r.sigmoid_()
-    n.tanh_()
-    return r * n
-
-
-_ROWS = torch.tensor([[-1.0, 0.0, 1.0, 2.0], [0.5, -0.5, 1.5, -1.5]])
-
-CASES.append(
-    Case(
-        name="memory.in-place-activations-of-chunks-hold-no-copy",
-        rules=["functionalize.reads.unwritten", "memory.live"],
-        setup=lambda: {"x": _ROWS.clone().requires_grad_()},
-        args=["x"],
-        program=_activations_of_two_chunks,
-        backward=True,
-        expect=[
-            Values("out0", (_ROWS[0].sigmoid() * _ROWS[1].tanh())[None]),
-            # d/dx0 = s (1 - s) tanh(x1); d/dx1 = s (1 - tanh(x1)^2), with s = sigmoid(x0)
-            Values(
-                "x.grad",
-                torch.stack(
-                    [
-                        _ROWS[0].sigmoid() * (1 - _ROWS[0].sigmoid()) * _ROWS[1].tanh(),
-                        _ROWS[0].sigmoid() * (1 - _ROWS[1].tanh() ** 2),
-                    ]
-                ),
-            ),
-            # after r * n: x 32; the two activations 16 + 16, which sigmoid_'s and tanh_'s
-            # derivatives save and the product reads; the output 16. Eager holds the same 80:
-            # x, the one 32-byte storage of g, and the output; no copy of g is kept per write.
-            LiveBytesAfter("mul_1", 80),
-        ],
-        skip={
-            "reference-eager": "the eager interpreter gives unsafe_split's outputs one version "
-            "counter, where eager gives each its own, so its backward refuses sigmoid_'s result"
-        },
-    )
-)
-
-
-def _second_chunk_scaled_in_place(x, s):
-    g = x * 1
-    a, b = g.unsafe_chunk(2)
-    b.mul_(s)  # mul's derivative reads b's old values, for s's gradient
-    return a + b
-
-
-_SCALE = torch.tensor([2.0, -1.0, 0.5, 3.0])
-
-CASES.append(
-    Case(
-        name="memory.in-place-op-on-a-chunk-saves-a-copy-of-the-chunk",
-        rules=["functionalize.writes.original-part", "memory.live"],
-        setup=lambda: {"x": _ROWS.clone().requires_grad_(), "s": _SCALE.clone().requires_grad_()},
-        args=["x", "s"],
-        program=_second_chunk_scaled_in_place,
-        backward=True,
-        expect=[
-            Values("out0", (_ROWS[0] + _ROWS[1] * _SCALE)[None]),
-            Values("x.grad", torch.stack([torch.ones(4), _SCALE])),
-            Values("s.grad", _ROWS[1]),
-            # once the sum is made: x 32, s 16, the copy of the second row that mul_'s
-            # derivative saves 16, the output 16. Eager holds the same 80 once the call returns:
-            # g's 32-byte storage, which the saved copy does not keep, is freed.
-            LiveBytesAfter("add", 80),
-        ],
-        skip={
-            "reference-eager": "the eager interpreter gives unsafe_split's outputs one version "
-            "counter, where eager gives each its own"
-        },
-    )
-)

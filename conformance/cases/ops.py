@@ -12,7 +12,6 @@ from aotspec.errors import UnsupportedError
 from aotspec.versions import traces_generators
 
 from ..case import (
-    COMPILED_ONLY,
     BackwardRaises,
     Case,
     Identical,
@@ -332,16 +331,12 @@ def _eig_world():
 _EIGENVECTOR_MAGNITUDES = _eager(_eigenvector_magnitudes, _eig_world(), ["a"])
 
 
-def _write_through_real_views(x):
-    torch.view_as_real(x).mul_(2)
-    x.imag.add_(1)
-    return x * 1
-
-
 def _conjugate_view(x):
     y = x.conj()
     y[0, 0] = 1.0 + 1.0j
     return y, y.imag
+
+
 def _lstm(x, h, c, w_ih, w_hh, b_ih, b_hh):
     """One LSTM layer (`nn.LSTM`'s op): on CPU its kernel is mkldnn_rnn_layer, whose backward
     reads the workspace its forward returns with grad mode on."""
@@ -370,6 +365,8 @@ def _lstm_with_grad(*tensors):
 
 
 _LSTM = _eager(_lstm, _lstm_world(), _LSTM_NAMES)
+
+
 def _device_choices(x, h, w_ih, w_hh, b_ih, b_hh, q, scale, shift):
     """Batch norm in training, one GRU layer and attention: on CUDA, eager runs cuDNN and a fused
     attention kernel, none of which has a CPU kernel (`r[ops.aten-values.device-choices]`)."""
@@ -586,19 +583,6 @@ CASES = [
         ],
     ),
     Case(
-        name="ops.complex-writes-through-real-views-reach-the-complex-input",
-        rules=["functionalize.complex-views"],
-        setup=lambda: {"x": _Z.clone()},
-        args=["x"],
-        program=_write_through_real_views,
-        # doubled through view_as_real, then 1 added to each imaginary part
-        expect=[
-            Values("x", [[2.0 + 5.0j, -1.0 + 3.0j], [4.0 - 1.0j, 0.5 + 2.0j]]),
-            Values("out0", [[2.0 + 5.0j, -1.0 + 3.0j], [4.0 - 1.0j, 0.5 + 2.0j]]),
-            Separate("x", "out0"),
-        ],
-    ),
-    Case(
         name="ops.complex-conjugate-view-reads-and-writes-conjugated",
         rules=["memory.layout.conj-neg"],
         setup=lambda: {"x": _Z.clone()},
@@ -664,17 +648,6 @@ CASES = [
             Separate("x", "out0"),
         ],
         skip=eager_only("compiled programs reject mutating custom ops (the next case)"),
-    ),
-    Case(
-        name="ops.compiled-rejects-a-mutating-custom-op",
-        rules=["functionalize.opaque-functional-only", "functionalize.errors-before-running"],
-        setup=lambda: {"x": torch.arange(3.0)},
-        args=["x"],
-        program=_opaque_program,
-        expect=[
-            Raises(UnsupportedError, rule="functionalize.opaque-functional-only", match="scale_")
-        ],
-        skip=COMPILED_ONLY,
     ),
     Case(
         name="ops.functional-custom-op",

@@ -1,0 +1,407 @@
+"""Cases for specs/functionalization.md: writes replayed on private values, reads after writes,
+metadata ops, the epilogue that writes a caller's tensors back, and what is refused before running.
+
+Expected observables come from the rules and from eager PyTorch.
+"""
+
+import torch
+
+from aotspec.errors import UnsupportedError
+
+from ..case import (
+    COMPILED_ONLY,
+    Case,
+    Layout,
+    LiveBytesAfter,
+    PeakBytes,
+    Raises,
+    Separate,
+    Shares,
+    StorageBytes,
+    Values,
+)
+from ._autograd_common import _leaves
+from .aliasing import _two_by_three_and_alias, resize_storage_bytes_, set_
+from .ops import _Z, _opaque_program
+from .resize import resize
+
+
+def _activations_in_place(x):
+    y = x.sin()
+    y.relu_()  # an op of the table: relu, written into y's storage
+    z = y.cos()
+    z.exp2_()  # an ATen-valued op: captured as exp2, then a copy_ of its result into z
+    return z * 2
+
+
+_ANGLES = torch.tensor([-0.5, 0.5, 1.0, 1.5])
+
+
+def _activations_of_two_chunks(x):
+    g = x * 1
+    r, n = g.unsafe_chunk(2)  # two rows of one storage, as a GRU cell's gates
+    r.sigmoid_()
+    n.tanh_()
+    return r * n
+
+
+_ROWS = torch.tensor([[-1.0, 0.0, 1.0, 2.0], [0.5, -0.5, 1.5, -1.5]])
+
+
+def _second_chunk_scaled_in_place(x, s):
+    g = x * 1
+    a, b = g.unsafe_chunk(2)
+    b.mul_(s)  # mul's derivative reads b's old values, for s's gradient
+    return a + b
+
+
+_SCALE = torch.tensor([2.0, -1.0, 0.5, 3.0])
+
+
+def _write_through_real_views(x):
+    torch.view_as_real(x).mul_(2)
+    x.imag.add_(1)
+    return x * 1
+
+
+def _ones_and_alias():
+    x = torch.ones(4)
+    return {"x": x, "x_alias": x.view(2, 2), "y": torch.arange(4.0)}
+
+
+def _mutate_then_set(x, y):
+    x.mul_(2)
+    set_(x, y)
+
+
+def _transpose_then_write_a_row(x):
+    x.t_()
+    x[0].mul_(10)  # row 0 of the transpose: elements 0 and 3 of the storage
+
+
+def _two_views_of_one_base():
+    base = torch.arange(4.0)
+    return {"base": base, "a": base.view(2, 2), "b": base.view(2, 2)}
+
+
+def _transpose_one(a, b):
+    a.t_()
+    return a + b
+
+
+def _zeros_and_two_by_three():
+    return {"x": torch.zeros(4), "y": torch.arange(6.0).reshape(2, 3).clone()}
+
+
+def _set_then_transpose(x, y):
+    set_(x, y)
+    x.t_()
+
+
+def _one_storage_two_objects():
+    x = torch.arange(4.0)
+    return {"x": x, "v": x.view(4)}
+
+
+def _unsqueeze_then_free(v, x):
+    v.unsqueeze_(0)
+    resize_storage_bytes_(x, 0)
+
+
+def _gather_sum_free(w, src):
+    resize(w, 64)
+    w.copy_(src)
+    total = w.sum()
+    resize(w, 0)
+    return total
+
+
+def _zero_storage_vector():
+    w = torch.zeros(16)
+    resize(w, 0)
+    return {"w": w, "src": torch.arange(16.0)}
+
+
+def _write_then_first_read_without_grad(x):
+    v = torch.cat([x, x])
+    v.mul_(2)
+    with torch.no_grad():
+        v * 2  # the first read of v after the write
+    return v.neg()
+
+
+def _leaf_x_and_y():
+    return {**_leaves(x=torch.tensor([1.0, 2.0, 3.0])), "y": torch.tensor([4.0, 5.0, 6.0])}
+
+
+def _copy_over_a_result(x, y):
+    t = x * 2
+    t.copy_(y * 1)  # replaces all of t's storage
+    return (t * 3,)
+
+
+def _copy_over_part_of_a_result(x, y):
+    t = x * 2
+    head = t[:2]
+    head.copy_(y[:2])  # then read through the tensor written
+    return (head * 3,)
+
+
+def _square_non_leaf_and_ones():
+    p = torch.arange(4.0).reshape(2, 2).requires_grad_()
+    return {"p": p, "x": p * 1, "y": torch.ones(2, 2)}
+
+
+def _set_without_grad_then_transpose(x, y):
+    with torch.no_grad():
+        x.set_(y)
+    x.t_()
+    return x * 2
+
+
+CASES = [
+    Case(
+        name="ops.complex-writes-through-real-views-reach-the-complex-input",
+        rules=["functionalize.complex-views"],
+        setup=lambda: {"x": _Z.clone()},
+        args=["x"],
+        program=_write_through_real_views,
+        # doubled through view_as_real, then 1 added to each imaginary part
+        expect=[
+            Values("x", [[2.0 + 5.0j, -1.0 + 3.0j], [4.0 - 1.0j, 0.5 + 2.0j]]),
+            Values("out0", [[2.0 + 5.0j, -1.0 + 3.0j], [4.0 - 1.0j, 0.5 + 2.0j]]),
+            Separate("x", "out0"),
+        ],
+    ),
+    Case(
+        name="ops.compiled-rejects-a-mutating-custom-op",
+        rules=["functionalize.opaque-functional-only", "functionalize.errors-before-running"],
+        setup=lambda: {"x": torch.arange(3.0)},
+        args=["x"],
+        program=_opaque_program,
+        expect=[
+            Raises(UnsupportedError, rule="functionalize.opaque-functional-only", match="scale_")
+        ],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="aliasing.mutation-before-set-is-kept",
+        rules=[
+            "functionalize.set.rebinds-cell",
+            "functionalize.epilogue.data",
+            "functionalize.epilogue.set",
+        ],
+        # PyTorch 2.13's aot_function drops the mul_ (docs/torch-2.13.md section 3.2); eager keeps
+        # it in the old storage.
+        setup=_ones_and_alias,
+        args=["x", "y"],
+        program=_mutate_then_set,
+        expect=[
+            Values("x_alias", [[2.0, 2.0], [2.0, 2.0]]),
+            Values("x", [0.0, 1.0, 2.0, 3.0]),
+            Shares("x", "y"),
+            Separate("x", "x_alias"),
+        ],
+    ),
+    Case(
+        name="aliasing.write-through-a-transposed-argument",
+        rules=[
+            "functionalize.metadata.cell",
+            "functionalize.epilogue.metadata",
+            "functionalize.epilogue.data",
+        ],
+        setup=_two_by_three_and_alias,
+        args=["x"],
+        program=_transpose_then_write_a_row,
+        expect=[
+            Values("x_alias", [0.0, 1.0, 2.0, 30.0, 4.0, 5.0]),
+            Values("x", [[0.0, 30.0], [1.0, 4.0], [2.0, 5.0]]),
+            Layout("x", shape=(3, 2), strides=(1, 3), offset=0),
+        ],
+    ),
+    Case(
+        name="aliasing.metadata-op-on-one-of-two-aliased-arguments",
+        rules=["functionalize.metadata.cell", "aliasing.inputs.shared-storage"],
+        setup=_two_views_of_one_base,
+        args=["a", "b"],
+        program=_transpose_one,
+        # a reads [[0, 2], [1, 3]], b still [[0, 1], [2, 3]]
+        expect=[
+            Values("out0", [[0.0, 3.0], [3.0, 6.0]]),
+            Layout("a", shape=(2, 2), strides=(1, 2)),
+            Layout("b", shape=(2, 2), strides=(2, 1)),
+            Shares("a", "b"),
+            Shares("a", "base"),
+        ],
+    ),
+    Case(
+        name="aliasing.metadata-op-after-set-is-part-of-the-rebinding",
+        rules=["functionalize.epilogue.set", "aliasing.metadata.relayout"],
+        setup=_zeros_and_two_by_three,
+        args=["x", "y"],
+        program=_set_then_transpose,
+        expect=[
+            Shares("x", "y"),
+            Layout("x", shape=(3, 2), strides=(1, 3), offset=0),
+            Values("x", [[0.0, 3.0], [1.0, 4.0], [2.0, 5.0]]),
+            Layout("y", shape=(2, 3), strides=(3, 1), offset=0),
+        ],
+    ),
+    Case(
+        name="aliasing.metadata-op-then-the-storage-freed",
+        rules=["functionalize.epilogue.metadata", "resize.compiled.epilogue"],
+        setup=_one_storage_two_objects,
+        args=["v", "x"],
+        program=_unsqueeze_then_free,
+        # the unsqueeze_ ran while the storage held 16 bytes; the caller's v is relaid out all
+        # the same (the epilogue resizes first)
+        expect=[
+            StorageBytes("x", 0),
+            Layout("v", shape=(1, 4), strides=(4, 1), offset=0),
+            Layout("x", shape=(4,), strides=(1,), offset=0),
+        ],
+    ),
+    Case(
+        name="resize.gather-holds-the-storage-once",
+        rules=["functionalize.writes.whole-after-resize", "memory.peak"],
+        setup=_zero_storage_vector,
+        args=["w", "src"],
+        program=_gather_sum_free,
+        expect=[
+            Values("out0", 120.0),
+            StorageBytes("w", 0),
+            # src 64 + w's 64 gathered bytes + sum's 4; never the resize's 64 and the copy's 64 at
+            # once
+            PeakBytes(132),
+        ],
+    ),
+    Case(
+        name="autograd.copy-over-a-result-keeps-its-history",
+        rules=["functionalize.writes.copied", "functionalize.writes.whole-private"],
+        setup=_leaf_x_and_y,
+        args=["x", "y"],
+        program=_copy_over_a_result,
+        backward=True,
+        # t requires grad after the copy_, through its old value x * 2, whose gradient is 0
+        expect=[Values("out0", [12.0, 15.0, 18.0]), Values("x.grad", [0.0, 0.0, 0.0])],
+    ),
+    Case(
+        name="autograd.copy-over-part-of-a-result-keeps-its-history",
+        rules=["functionalize.writes.copied", "functionalize.reads.unwritten"],
+        setup=_leaf_x_and_y,
+        args=["x", "y"],
+        program=_copy_over_part_of_a_result,
+        backward=True,
+        # head requires grad after the copy_, through its old value (x * 2)[:2]: a gradient of 0
+        expect=[Values("out0", [12.0, 15.0]), Values("x.grad", [0.0, 0.0, 0.0])],
+    ),
+    Case(
+        name="autograd.first-read-after-a-write-is-under-no-grad",
+        rules=["functionalize.reads.grad-mode", "capture.grad-mode"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0])),
+        args=["x"],
+        program=_write_then_first_read_without_grad,
+        backward=True,
+        # out = -2 [x, x]: each x element reaches two outputs, each with d out / d x = -2
+        expect=[
+            Values("out0", [-2.0, -4.0, -6.0, -2.0, -4.0, -6.0]),
+            Values("x.grad", [-4.0, -4.0, -4.0]),
+        ],
+    ),
+    Case(
+        name="autograd.set-then-metadata-op-with-grad-raises",
+        rules=["functionalize.metadata.set"],
+        setup=_square_non_leaf_and_ones,
+        args=["x", "y"],
+        program=_set_without_grad_then_transpose,
+        expect=[Raises(UnsupportedError, rule="functionalize.metadata.set")],
+        skip=COMPILED_ONLY,
+    ),
+]
+
+
+CASES.append(
+    Case(
+        name="memory.in-place-activation-holds-one-storage",
+        rules=["functionalize.writes.whole-private", "memory.live"],
+        setup=lambda: {"x": _ANGLES.clone().requires_grad_()},
+        args=["x"],
+        program=_activations_in_place,
+        backward=True,
+        expect=[
+            # d/dx 2 * 2^cos(relu(sin x)) = 2 * 2^c ln 2 * -sin(relu(sin x)) [sin x > 0] cos x,
+            # with c = cos(relu(sin x))
+            Values(
+                "x.grad",
+                2
+                * torch.exp2(_ANGLES.sin().relu().cos())
+                * torch.log(torch.tensor(2.0))
+                * -_ANGLES.sin().relu().sin()
+                * (_ANGLES.sin() > 0)
+                * _ANGLES.cos(),
+            ),
+            # x 16; y 16, which relu_'s derivative saves (its result) and cos's (its input);
+            # z 16, which exp2_'s derivative saves (its result); the output 16. The written
+            # values are each storage's contents, never held beside a copy.
+            LiveBytesAfter("mul", 64),
+        ],
+    )
+)
+
+
+CASES.append(
+    Case(
+        name="memory.in-place-activations-of-chunks-hold-no-copy",
+        rules=["functionalize.reads.unwritten", "memory.live"],
+        setup=lambda: {"x": _ROWS.clone().requires_grad_()},
+        args=["x"],
+        program=_activations_of_two_chunks,
+        backward=True,
+        expect=[
+            Values("out0", (_ROWS[0].sigmoid() * _ROWS[1].tanh())[None]),
+            # d/dx0 = s (1 - s) tanh(x1); d/dx1 = s (1 - tanh(x1)^2), with s = sigmoid(x0)
+            Values(
+                "x.grad",
+                torch.stack(
+                    [
+                        _ROWS[0].sigmoid() * (1 - _ROWS[0].sigmoid()) * _ROWS[1].tanh(),
+                        _ROWS[0].sigmoid() * (1 - _ROWS[1].tanh() ** 2),
+                    ]
+                ),
+            ),
+            # after r * n: x 32; the two activations 16 + 16, which sigmoid_'s and tanh_'s
+            # derivatives save and the product reads; the output 16. Eager holds the same 80:
+            # x, the one 32-byte storage of g, and the output; no copy of g is kept per write.
+            LiveBytesAfter("mul_1", 80),
+        ],
+        skip={
+            "reference-eager": "the eager interpreter gives unsafe_split's outputs one version "
+            "counter, where eager gives each its own, so its backward refuses sigmoid_'s result"
+        },
+    )
+)
+
+
+CASES.append(
+    Case(
+        name="memory.in-place-op-on-a-chunk-saves-a-copy-of-the-chunk",
+        rules=["functionalize.writes.original-part", "memory.live"],
+        setup=lambda: {"x": _ROWS.clone().requires_grad_(), "s": _SCALE.clone().requires_grad_()},
+        args=["x", "s"],
+        program=_second_chunk_scaled_in_place,
+        backward=True,
+        expect=[
+            Values("out0", (_ROWS[0] + _ROWS[1] * _SCALE)[None]),
+            Values("x.grad", torch.stack([torch.ones(4), _SCALE])),
+            Values("s.grad", _ROWS[1]),
+            # once the sum is made: x 32, s 16, the copy of the second row that mul_'s
+            # derivative saves 16, the output 16. Eager holds the same 80 once the call returns:
+            # g's 32-byte storage, which the saved copy does not keep, is freed.
+            LiveBytesAfter("add", 80),
+        ],
+        skip={
+            "reference-eager": "the eager interpreter gives unsafe_split's outputs one version "
+            "counter, where eager gives each its own"
+        },
+    )
+)
