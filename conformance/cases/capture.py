@@ -657,22 +657,24 @@ CASES.append(
 )
 
 
-def _put_at_a_mask(x, mask, value):
-    return torch.index_put(x, (mask,), value).sin()
+def _put_at_a_mask_and_columns(x, mask, columns, value):
+    return torch.index_put(x, (mask, columns), value).sin()
 
 
 CASES.append(
     Case(
-        name="capture.gradient-at-a-mask-raises",
+        name="capture.gradient-at-a-mask-and-integer-indices-raises",
         rules=["capture.data-dependent", "boundary.failed-call"],
         setup=lambda: {
-            "x": torch.ones(4, requires_grad=True),
+            "x": torch.ones(4, 2, requires_grad=True),
             "mask": torch.tensor([True, False, True, False]),
+            "columns": torch.tensor([0, 1]),
             "value": torch.tensor(3.0, requires_grad=True),
         },
-        args=["x", "mask", "value"],
-        # eager: value's gradient sums the output's gradient at the mask's two positions
-        program=_put_at_a_mask,
+        args=["x", "mask", "columns", "value"],
+        # eager: value's gradient sums the output's gradient at (0, 0) and (2, 1), the mask's
+        # rows paired with the columns: as many positions as the mask holds
+        program=_put_at_a_mask_and_columns,
         expect=[Raises(UnsupportedError, rule="capture.data-dependent", match="index_put")],
         skip={
             "torch-eager": "eager reads the gradient at the mask's positions",
