@@ -365,10 +365,24 @@ def _is_read_number(leaf) -> bool:
     return isinstance(leaf, torch.SymInt | torch.SymFloat | torch.SymBool)
 
 
+def _copy_where_read(graph: torch.fx.Graph, read: torch.fx.Node) -> torch.fx.Node:
+    """A copy of the tensor `read` reads a number from, taken where it reads it (later writes
+    into the tensor do not change the number), detached (the number carries no gradient)."""
+    tensor = read.args[0]
+    with graph.inserting_after(read):
+        detached = graph.call_function(torch.ops.aten.detach.default, (tensor,))
+    with graph.inserting_after(detached):
+        copy = graph.call_function(torch.ops.aten.clone.default, (detached,))
+    detached.meta = {**read.meta, "val": tensor.meta["val"].detach()}
+    copy.meta = {**read.meta, "val": detached.meta["val"].clone()}
+    return copy
+
+
 def _return_tensors_read(graph_module: torch.fx.GraphModule, numbers: list) -> None:
-    """r[capture.data-dependent.returned]: the graph returns, after its tensor outputs, the tensor
-    each returned number is read from (detached: the number carries no gradient), for the call to
-    read it when it returns."""
+    """r[capture.data-dependent.returned]: the graph returns, after its tensor outputs, a copy of
+    the tensor each returned number is read from, for the call to read it when it returns."""
+    if not numbers:
+        return
     graph = graph_module.graph
     reads = {
         node.meta["val"].node.expr: node
@@ -388,10 +402,7 @@ def _return_tensors_read(graph_module: torch.fx.GraphModule, numbers: list) -> N
                 fix="compute on the tensor and return the number read from the result "
                 "((x.sum() * 2).item() rather than x.sum().item() * 2)",
             )
-        with graph.inserting_before(output):
-            detached = graph.call_function(torch.ops.aten.detach.default, (read.args[0],))
-        detached.meta = {**read.meta, "val": read.args[0].meta["val"].detach()}
-        read_from.append(detached)
+        read_from.append(_copy_where_read(graph, read))
     output.args = ([*output.args[0], *read_from],)
     for read in reads.values():
         if not read.users:

@@ -605,6 +605,25 @@ CASES.append(
 )
 
 
+def _reads_then_writes(x):
+    first = x[0].item()
+    x.add_(1)
+    return first, x[0].item()
+
+
+CASES.append(
+    Case(
+        name="capture.returned-number-is-read-where-the-function-reads-it",
+        rules=["capture.data-dependent.returned"],
+        setup=lambda: {"x": torch.tensor([1.0, -3.0])},
+        args=["x"],
+        program=_reads_then_writes,
+        # eager: 1.0 before the write, 2.0 after it
+        expect=[Number("out0", 1.0), Number("out1", 2.0), Values("x", [2.0, -2.0])],
+    )
+)
+
+
 def _returns_twice_the_sum_as_a_number(x):
     return x.sum().item() * 2
 
