@@ -866,7 +866,8 @@ def _gathered_at_masks(grad, indices, values):
         indices,
         torch.arange(n, device=grad.device).view(values.shape),
     )
-    sums = grad.new_zeros(n + 1).index_add(0, written_from.reshape(-1), grad.reshape(-1))
+    positions = [written_from.reshape(-1)]
+    sums = aten.index_put(grad.new_zeros(n + 1), positions, grad.reshape(-1), True)
     return sums[:n].view(values.shape)
 
 
