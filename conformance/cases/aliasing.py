@@ -351,6 +351,11 @@ def _grow_an_input(x):
     x[2].fill_(7.0)
 
 
+def _grow_a_detached_alias(w, d):
+    d.resize_(3, 3)
+    return w * 2
+
+
 CASES += [
     Case(
         name="aliasing.resize-relays-out-the-argument",
@@ -388,28 +393,29 @@ CASES += [
         ],
     ),
     Case(
-        name="aliasing.resize-grows-an-input-storage-in-eager",
-        rules=["aliasing.resize.grows-storage"],
-        setup=lambda: {"x": torch.arange(6.0)},
+        name="aliasing.resize-grows-an-input-storage",
+        rules=["aliasing.resize.grows-storage", "resize.compiled.grows-inputs"],
+        setup=lambda: (lambda x: {"x": x, "x_alias": x[1:4]})(torch.arange(6.0)),
         args=["x"],
         program=_grow_an_input,
-        # eager: x's storage grows from 24 to 36 bytes (9 float32), keeping its 6 values
+        # eager: x's storage grows from 24 to 36 bytes (9 float32), keeping its 6 values, and
+        # the alias the caller kept sees the one storage, its layout unchanged
         expect=[
             Layout("x", shape=(3, 3), strides=(3, 1), offset=0),
             Values("x", [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0], [7.0, 7.0, 7.0]]),
             StorageBytes("x", 36),
+            Shares("x", "x_alias"),
+            Layout("x_alias", shape=(3,), strides=(1,), offset=1),
+            Values("x_alias", [1.0, 2.0, 3.0]),
         ],
-        skip={
-            "reference": "a compiled program grows an input's storage only from 0 bytes",
-            "fast": "a compiled program grows an input's storage only from 0 bytes",
-        },
     ),
     Case(
-        name="aliasing.resize-growing-an-input-storage-is-refused",
-        rules=["aliasing.resize.grows-storage", "resize.compiled.zero-only"],
-        setup=lambda: {"x": torch.arange(6.0)},
-        args=["x"],
-        program=_grow_an_input,
+        name="aliasing.resize-growing-a-storage-an-input-requiring-grad-reads-is-refused",
+        rules=["resize.compiled.grows-inputs", "resize.compiled.zero-only"],
+        setup=lambda: (lambda w: {"w": w, "d": w.detach()})(torch.ones(6, requires_grad=True)),
+        args=["w", "d"],
+        program=_grow_a_detached_alias,
+        # eager: d's storage, which w reads, grows from 24 to 36 bytes
         expect=[Raises(UnsupportedError, rule="resize.compiled.zero-only", match="24 to 36")],
         skip=COMPILED_ONLY,
     ),
