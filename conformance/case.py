@@ -296,6 +296,23 @@ class Length(Expectation):
 
 
 @frozen
+class Number(Expectation):
+    """The non-tensor value `name` of the caller's world (a returned number) is `expected`, and
+    of its type (`-2.0` is not `-2`, `True` is not `1`)."""
+
+    name: str
+    expected: float | int | bool
+
+    def check(self, outcome):
+        if outcome.error is not None:
+            return f"the call raised {type(outcome.error).__name__}: {outcome.error}"
+        got = outcome.world.get(self.name)
+        if type(got) is not type(self.expected) or got != self.expected:
+            return f"{self.name}: expected {self.expected!r}, got {got!r}"
+        return None
+
+
+@frozen
 class Identical(Expectation):
     """`a` and `b` are the very same tensor object (an output that is an argument)."""
 

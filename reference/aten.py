@@ -326,6 +326,31 @@ def _bernoulli_(self, p=0.5, *, generator=None):
     return self
 
 
+def _resize_(self, size, memory_format=None):
+    """r[aliasing.resize.relayout]: `t.resize_(size)` relays `t` out contiguously (in
+    `memory_format`) at its storage offset, on its own storage, which first grows to the new
+    layout's extent where it is smaller (`r[aliasing.resize.grows-storage]`), as eager's kernel
+    grows the storage and then restrides: a storage resize and `as_strided_`."""
+    if memory_format in (torch.channels_last, torch.channels_last_3d):
+        strides = torch._prims_common.make_channels_last_strides_for(size)
+    else:
+        strides = torch._prims_common.make_contiguous_strides_for(size)
+    offset = self.storage_offset()
+    layout = Layout(self.dtype, tuple(size), tuple(strides), offset)
+    if layout.extent_bytes() > self.untyped_storage().nbytes():
+        # r[aliasing.resize.grows-storage]
+        torch.ops.inductor.resize_storage_bytes_(self, layout.extent_bytes())
+    return aten.as_strided_(self, size, strides, offset)  # r[aliasing.resize.relayout]
+
+
+def _resize_as_(self, the_template, memory_format=None):
+    """r[aliasing.resize.relayout]: `resize_` to the template's sizes (its memory format only
+    when asked for with `torch.preserve_format`)."""
+    if memory_format is torch.preserve_format:
+        memory_format = torch._prims_common.suggest_memory_format(the_template)
+    return _resize_(self, the_template.shape, memory_format)
+
+
 def _resizes_arguments(overload):
     """r[ops.aten-mutations]: an op whose kernel resizes the arguments it writes, which its
     schema and meta kernel do not say."""
@@ -355,6 +380,8 @@ def mutation_decompositions() -> dict[torch._ops.OpOverload, Callable]:
         aten.native_batch_norm.default: _native_batch_norm,
         aten._native_batch_norm_legit.default: _native_batch_norm_legit,
         aten.bernoulli_.float: _bernoulli_,
+        aten.resize_.default: _resize_,
+        aten.resize_as_.default: _resize_as_,
         observer: _resizes_arguments(observer),
     }
     for schema in torch._C._jit_get_all_schemas():

@@ -534,8 +534,8 @@ def _refuse_without_rule(node: torch.fx.Node) -> None:
 
 def _refuse_value_dependent_gradient(node: torch.fx.Node, how: str) -> NoReturn:
     """r[capture.data-dependent]: `node`'s derivative rule computes a value whose sizes depend
-    on tensor values (`index_put`'s gradient for its values reads the gradient at a boolean
-    mask's positions: as many as the mask holds), `how` says how."""
+    on tensor values (`index_put`'s gradient for its values at a boolean mask and integer
+    indices reads the gradient at as many positions as the mask holds), `how` says how."""
     raise UnsupportedError(
         f"the gradient of {qualified_name(node.target)} ({source_line(node)}) computes a value "
         f"whose sizes depend on tensor values, {how}",

@@ -30,7 +30,7 @@ import torch._higher_order_ops.wrap
 import torch.fx
 import torch.utils._pytree as pytree
 import torch.utils.checkpoint
-from attrs import define, frozen
+from attrs import define, field, frozen
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
@@ -63,7 +63,7 @@ from .custom_functions import (
 )
 from .graph import source_line
 from .optable import DERIVATIVES, METADATA_OPS, OpEntry, lookup
-from .program_records import TENSOR, CapturedProgram, refuse_layout, refuse_lazy_bits
+from .program_records import NUMBER, TENSOR, CapturedProgram, refuse_layout, refuse_lazy_bits
 
 aten = torch.ops.aten
 
@@ -215,6 +215,8 @@ class _WatchGradMode(TorchFunctionMode):
         if self.paused:
             return func(*args, **kwargs)
         self._note(func, args, kwargs)
+        if func in _VALUE_COMPARISONS:
+            return _VALUE_COMPARISONS[func](*args, **kwargs)
         try:
             result = func(*args, **kwargs)
         except (RuntimeError, ValueError) as error:
@@ -272,6 +274,29 @@ class _WatchGradMode(TorchFunctionMode):
             ) from None
 
 
+def _equal(a: torch.Tensor, b: torch.Tensor):
+    """r[capture.data-dependent.comparisons]: `torch.equal` as eager's kernel decides it, the
+    sizes at capture, the values as a number read from a tensor."""
+    if a.shape != b.shape:
+        return False
+    return torch.eq(a, b).all().item()
+
+
+def _allclose(a: torch.Tensor, b: torch.Tensor, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """r[capture.data-dependent.comparisons]: `torch.allclose`, eager's `isclose` of every
+    element, as a number read from a tensor."""
+    return torch.isclose(a, b, rtol, atol, equal_nan).all().item()
+
+
+#: The comparisons that return a bool read from tensor values, as functions and methods.
+_VALUE_COMPARISONS = {
+    torch._C._VariableFunctions.equal: _equal,
+    torch._C.TensorBase.equal: _equal,
+    torch._C._VariableFunctions.allclose: _allclose,
+    torch._C.TensorBase.allclose: _allclose,
+}
+
+
 #: What PyTorch raises when C++ code reads the values of a traced tensor, which has none.
 _UNALLOCATED = "its data is not allocated yet"
 
@@ -327,25 +352,71 @@ class _Returned:
 
     spec: pytree.TreeSpec | None = None
     leaves: tuple[Any, ...] = ()
+    #: The returned numbers read from tensor values, in order.
+    numbers: list = field(factory=list)
+
+    def note(self, out: list, spec: pytree.TreeSpec) -> None:
+        """The flat return value `out`: tensors, numbers read from tensor values, constants."""
+        self.spec = spec
+        self.leaves = tuple(
+            TENSOR if _is_tensor(leaf) else NUMBER if _is_read_number(leaf) else leaf
+            for leaf in out
+        )
+        self.numbers = [leaf for leaf in out if _is_read_number(leaf)]
 
 
 def _is_tensor(leaf) -> bool:
     return isinstance(leaf, torch.Tensor)
 
 
-def _refuse_returned_numbers(out: list) -> None:
-    """r[capture.data-dependent.returned]: a returned number read from tensor values is a symbol
-    of the trace, not a constant the compiled program could return."""
-    numbers = [
-        leaf for leaf in out if isinstance(leaf, torch.SymInt | torch.SymFloat | torch.SymBool)
-    ]
-    if numbers:
-        raise UnsupportedError(
-            f"the function returns a number read from tensor values ({numbers[0]} at capture, "
-            "from .item(), .tolist() or arithmetic on them)",
-            rule="capture.data-dependent.returned",
-            fix="return the tensor and call .item() on it after the compiled call",
-        )
+def _is_read_number(leaf) -> bool:
+    """Whether `leaf` is a number read from tensor values: a symbol of the trace."""
+    return isinstance(leaf, torch.SymInt | torch.SymFloat | torch.SymBool)
+
+
+def _copy_where_read(graph: torch.fx.Graph, read: torch.fx.Node) -> torch.fx.Node:
+    """A copy of the tensor `read` reads a number from, taken where it reads it (later writes
+    into the tensor do not change the number), detached (the number carries no gradient)."""
+    tensor = read.args[0]
+    with graph.inserting_after(read):
+        detached = graph.call_function(torch.ops.aten.detach.default, (tensor,))
+    with graph.inserting_after(detached):
+        copy = graph.call_function(torch.ops.aten.clone.default, (detached,))
+    detached.meta = {**read.meta, "val": tensor.meta["val"].detach()}
+    copy.meta = {**read.meta, "val": detached.meta["val"].clone()}
+    return copy
+
+
+def _return_tensors_read(graph_module: torch.fx.GraphModule, numbers: list) -> None:
+    """r[capture.data-dependent.returned]: the graph returns, after its tensor outputs, a copy of
+    the tensor each returned number is read from, for the call to read it when it returns."""
+    if not numbers:
+        return
+    graph = graph_module.graph
+    reads = {
+        node.meta["val"].node.expr: node
+        for node in graph.nodes
+        if node.target is torch.ops.aten._local_scalar_dense.default
+    }
+    output = graph.output_node()
+    read_from = []
+    for number in numbers:
+        read = reads.get(number.node.expr)
+        if read is None:
+            # r[capture.data-dependent.returned-arithmetic]
+            raise UnsupportedError(
+                f"the function returns a number computed from numbers read from tensor values "
+                f"({number} at capture)",
+                rule="capture.data-dependent.returned-arithmetic",
+                fix="compute on the tensor and return the number read from the result "
+                "((x.sum() * 2).item() rather than x.sum().item() * 2)",
+            )
+        read_from.append(_copy_where_read(graph, read))
+    output.args = ([*output.args[0], *read_from],)
+    for read in reads.values():
+        if not read.users:
+            graph.erase_node(read)  # the call reads the number, the graph does not
+    graph_module.recompile()
 
 
 @contextlib.contextmanager
@@ -428,9 +499,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
         outputs = [leaf for leaf in out if _is_tensor(leaf)]
         histories_after = [_history(t) for t in [*outputs, *flat_tensors]]
         _refuse_custom_functions(histories_after, histories_before, interception.handled)
-        _refuse_returned_numbers(out)
-        returned.spec = out_spec
-        returned.leaves = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in out)
+        returned.note(out, out_spec)
         set_inputs, set_outputs = _set_to_require_grad(requires_grad_calls, flat_tensors, outputs)
         requires_grad_inputs.update(set_inputs)
         requires_grad_outputs.update(set_outputs)
@@ -451,6 +520,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     regions.annotate(graph_module.graph)
     _refuse_random_ops_in_regions(graph_module.graph)
     _refuse_value_dependent_shapes(graph_module.graph)
+    _return_tensors_read(graph_module, returned.numbers)
     _drop_view_replays(graph_module)
     entries = _entries(graph_module.graph)
     return CapturedProgram(

@@ -365,11 +365,16 @@ def _covers(layout: Layout, storage: _Storage) -> bool:
 
 def _resize(cell: _Cell, n: int, name: str, replay: _Replay) -> None:
     storage = cell.storage
+    if storage.caller is None and n > storage.nbytes:
+        _grow_made(storage, n, replay)
+        return
     if storage.caller is None:
         raise UnsupportedError(
-            f"resize_storage_bytes_ of {name}, a tensor the program made",
+            f"resize_storage_bytes_ of {name}, a tensor the program made, from "
+            f"{storage.nbytes} to {n} bytes",
             rule="resize.compiled.inputs-only",
-            fix="resize only storages of the function's inputs (FSDP's parameters)",
+            fix="resize only storages of the function's inputs (FSDP's parameters); a storage "
+            "the program made may only grow",
         )
     if cell.input_index is None or cell.layout != cell.entry_layout or storage.caller is None:
         raise UnsupportedError(
@@ -378,11 +383,18 @@ def _resize(cell: _Cell, n: int, name: str, replay: _Replay) -> None:
             rule="resize.compiled.base-only",
             fix="resize the input tensor itself, not a view of it",
         )
+    with_grad = any(meta.requires_grad for meta in replay.inputs if meta.storage == storage.caller)
+    if 0 < storage.nbytes < n and not with_grad:
+        _grow_input(storage, n, replay)
+        return
     if n != 0 and storage.nbytes != 0 and n != storage.nbytes:
         raise UnsupportedError(
-            f"resize_storage_bytes_ of {name} from {storage.nbytes} to {n} bytes",
+            f"resize_storage_bytes_ of {name} from {storage.nbytes} to {n} bytes (or a resize_ "
+            "growing an input's storage)"
+            + (", a storage an input that requires grad reads" if with_grad else ""),
             rule="resize.compiled.zero-only",
-            fix="resize a storage only down to 0 bytes or up from 0 bytes, as FSDP does",
+            fix="resize a storage only down to 0 bytes or up from 0 bytes, as FSDP does, or grow "
+            "one that no input requiring grad reads",
         )
     if n == storage.nbytes:
         return
@@ -397,6 +409,28 @@ def _resize(cell: _Cell, n: int, name: str, replay: _Replay) -> None:
         # input.
         replay.resized_contents[node_of(storage.flat)] = storage.caller
         storage.unread_since_resize = True
+    _note_contents(storage)
+
+
+def _grow_made(storage: _Storage, n: int, replay: _Replay) -> None:
+    """r[resize.compiled.grows-made]: a storage the program made grows to `n` bytes: its contents
+    are its old contents and zeros after them (`r[resize.keeps-prefix]`: unspecified in eager),
+    which every tensor on it reads from here on."""
+    old = _flat(storage, replay)
+    storage.flat = aten.cat([old, old.new_zeros([n // old.itemsize - old.numel()])])
+    storage.nbytes = n
+    storage.version += 1  # nothing read so far is what the storage holds now
+
+
+def _grow_input(storage: _Storage, n: int, replay: _Replay) -> None:
+    """r[resize.compiled.grows-inputs]: an input's storage that no input requiring grad reads
+    grows to `n` bytes: the program reads its contents followed by zeros (unspecified in eager),
+    and the epilogue resizes the caller's storage up, keeping its bytes."""
+    old = _flat(storage, replay)
+    storage.flat = aten.cat([old, old.new_zeros([n // old.itemsize - old.numel()])])
+    storage.nbytes = n
+    storage.resized = True
+    storage.version += 1
     _note_contents(storage)
 
 

@@ -850,7 +850,36 @@ def index_put_backward(grad, out, x, indices, values, accumulate):
     # Overwritten positions pass nothing to x; values get grad read at the indices (summed where
     # they were broadcast).
     x_grad = grad if accumulate else aten.index_put(grad, indices, torch.zeros_like(values))
-    return _grad_like(x_grad, x), None, _grad_like(aten.index.Tensor(grad, indices), values), None
+    if all(i is None or i.dtype in (torch.bool, torch.uint8) for i in indices):
+        # r[ops.derivatives.index-put-mask]
+        values_grad = _gathered_at_masks(grad, indices, values)
+    else:
+        values_grad = aten.index.Tensor(grad, indices)
+    return _grad_like(x_grad, x), None, _grad_like(values_grad, values), None
+
+
+def _gathered_at_masks(grad, indices, values):
+    """grad summed, for each element of `values`, over the positions index_put wrote it to at
+    boolean masks, which select each position once: the sizes are values', not the masks'."""
+    n = values.numel()
+    written_from = aten.index_put(
+        torch.full(grad.shape, n, dtype=torch.int64, device=grad.device),
+        indices,
+        torch.arange(n, device=grad.device).view(values.shape),
+    )
+    positions = [written_from.reshape(-1)]
+    sums = aten.index_put(grad.new_zeros(n + 1), positions, grad.reshape(-1), True)
+    return sums[:n].view(values.shape)
+
+
+@derivative(aten.index_fill.int_Tensor)
+def index_fill_backward(grad, out, x, dim, index, value):
+    # Filled positions pass nothing to x; value gets grad summed where it was written.
+    # r[ops.derivatives.index-fill-value]: each filled position once, however often the index
+    # names it, by a mask of the filled positions rather than eager's distinct indices
+    kept = torch.ones_like(grad, dtype=torch.bool).index_fill(dim, index, False)
+    value_grad = torch.where(kept, 0, grad).sum()
+    return _grad_like(grad.index_fill(dim, index, 0), x), None, None, _grad_like(value_grad, value)
 
 
 # ---------------------------------------------------------------- matmuls

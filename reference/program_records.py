@@ -46,6 +46,17 @@ class _TensorSlot:
 TENSOR = _TensorSlot()
 
 
+class _NumberSlot:
+    """Marks a flat leaf of the return value that is a number read from tensor values: the graph
+    returns, after its tensor outputs, the tensor it is read from."""
+
+    def __repr__(self) -> str:
+        return "<number>"
+
+
+NUMBER = _NumberSlot()
+
+
 @frozen
 class CapturedProgram:
     """A captured program: the graph plus how to get from user arguments to it and back."""
@@ -57,7 +68,8 @@ class CapturedProgram:
     in_leaves: tuple[Any, ...]
     #: pytree spec of the user's return value.
     out_spec: pytree.TreeSpec
-    #: For each flat leaf of the return value: TENSOR if it is a graph output, else the constant.
+    #: For each flat leaf of the return value: TENSOR if it is a graph output, NUMBER if it is
+    #: read from one of the graph outputs after those, else the constant.
     out_leaves: tuple[Any, ...]
     #: Op table entry of every call_function node, looked up once at capture.
     entries: dict[torch.fx.Node, OpEntry]
@@ -80,8 +92,16 @@ class CapturedProgram:
         return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
     def unflatten_outputs(self, graph_outputs: list) -> Any:
-        it = iter(graph_outputs)
-        leaves = [next(it) if leaf is TENSOR else leaf for leaf in self.out_leaves]
+        n_tensors = sum(leaf is TENSOR for leaf in self.out_leaves)
+        tensors, read = iter(graph_outputs[:n_tensors]), iter(graph_outputs[n_tensors:])
+        leaves = [
+            next(tensors)
+            if leaf is TENSOR
+            else next(read).item()  # r[capture.data-dependent.returned]: read as the call returns
+            if leaf is NUMBER
+            else leaf
+            for leaf in self.out_leaves
+        ]
         return pytree.tree_unflatten(leaves, self.out_spec)
 
 

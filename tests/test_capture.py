@@ -109,25 +109,49 @@ def test_value_dependent_programs_are_refused_before_anything_runs(program, back
 
 
 @pytest.mark.parametrize(
-    ("program", "op"),
+    "program",
     [
-        (lambda x, v: torch.index_put(x, (x > 0,), v).sin(), "index_put"),
-        (lambda x, v: torch.index_fill(x, 0, (x > 0).long(), v).sin(), "index_fill"),
-        (lambda x, v: torch.index_fill(x[0], 0, torch.tensor(0), v).sin(), "index_fill"),
+        lambda x, v: torch.index_put(x, (x > 0,), v).sin(),
+        lambda x, v: torch.index_put(x, (x > 0,), v.expand(2) * torch.tensor([1.0, 2.0])).sin(),
+        lambda x, v: torch.index_fill(x, 0, (x > 0).long(), v).sin(),
+        lambda x, v: torch.index_fill(x[0], 0, torch.tensor(0), v).sin(),
     ],
-    ids=["index-put-at-a-mask", "index-fill-by-a-tensor", "index-fill-of-a-0-d-tensor"],
+    ids=[
+        "index-put-at-a-mask",
+        "index-put-values-per-position",
+        "index-fill-by-a-tensor",
+        "index-fill-of-a-0-d-tensor",
+    ],
 )
 @pytest.mark.parametrize("backend", ["reference", "fast"])
-def test_value_dependent_gradients_are_refused_before_anything_runs(program, op, backend):
-    """r[capture.data-dependent]: eager's gradient for v reads the output's gradient at
-    positions that depend on values; refused at compile time, naming the op and the user's line,
-    on both backends alike."""
-    x = torch.tensor([2.0, 0.0, -1.0], requires_grad=True)
+def test_gradients_at_masks_and_filled_positions_are_eagers(program, backend):
+    """r[ops.derivatives.index-put-mask], r[ops.derivatives.index-fill-value]: eager's formulas
+    read the gradient at positions that depend on values, to sizes that do not; compiled, the
+    gradients are eager's."""
+    eager_x = torch.tensor([2.0, 0.0, -1.0, 4.0], requires_grad=True)
+    eager_v = torch.tensor(3.0, requires_grad=True)
+    program(eager_x, eager_v).sum().backward()
+    x = eager_x.detach().clone().requires_grad_()
+    v = eager_v.detach().clone().requires_grad_()
+    aotspec.compile(program, backend=backend)(x, v).sum().backward()
+    torch.testing.assert_close(x.grad, eager_x.grad)
+    torch.testing.assert_close(v.grad, eager_v.grad)
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_a_gradient_at_a_mask_and_integer_indices_is_refused_before_anything_runs(backend):
+    """r[capture.data-dependent]: the values' gradient is read at as many positions as the mask
+    holds; refused at compile time, naming the op and the user's line."""
+    x = torch.ones(4, 2, requires_grad=True)
     v = torch.tensor(3.0, requires_grad=True)
+    rows, columns = torch.tensor([True, False, True, False]), torch.tensor([0, 1])
+    compiled = aotspec.compile(
+        lambda x, v: torch.index_put(x, (rows, columns), v).sin(), backend=backend
+    )
     with pytest.raises(aotspec.UnsupportedError) as raised:
-        aotspec.compile(program, backend=backend)(x, v)
+        compiled(x, v)
     assert "capture.data-dependent" == raised.value.rule
-    assert op in str(raised.value) and "test_capture.py" in str(raised.value)
+    assert "index_put" in str(raised.value) and "test_capture.py" in str(raised.value)
     assert x.grad is None and v.grad is None
 
 

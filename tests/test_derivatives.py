@@ -296,6 +296,32 @@ SAMPLES: dict[torch._ops.OpOverload, list[Sample]] = {
         sample(make((6,)), [tensor([1, 4], torch.int64)], make((2,)), False),
         sample(make((3, 4), "transposed"), [tensor([0, 2, 0], torch.int64)], make((4,)), True),
         sample(make((3, 4)), [None, tensor([3, 1], torch.int64)], make((3, 1)), False),
+        # boolean masks (r[ops.derivatives.index-put-mask]): values broadcast, or one per position
+        sample(make((3, 4)), [tensor([True, False, True], torch.bool)], make((4,)), False),
+        sample(
+            make((6,)),
+            [tensor([True, False, True, True, False, False], torch.bool)],
+            make(()),
+            True,
+        ),
+        sample(
+            make((2, 3), "transposed"),
+            [tensor([[True, False, True], [False, True, False]], torch.bool)],
+            make((3,)),
+            False,
+        ),
+        sample(
+            make((3, 4)),
+            [None, tensor([False, True, True, False], torch.bool)],
+            make((3, 1)),
+            False,
+        ),
+    ],
+    # r[ops.derivatives.index-fill-value]: an index naming a position twice sums it once
+    aten.index_fill.int_Tensor: [
+        sample(make((3, 4)), 0, tensor([2, 0, 2], torch.int64), make(())),
+        sample(make((3, 4), "transposed"), 1, tensor([3, 1], torch.int64), make(())),
+        sample(make(()), 0, tensor([0], torch.int64), make(())),
     ],
     # Matmuls.
     aten.mm.default: [

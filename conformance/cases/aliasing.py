@@ -275,6 +275,100 @@ def _unsqueeze_(x):
     x.unsqueeze_(0)
 
 
+def _resize_and_resize_as(x, y, template):
+    x.resize_(2, 2)
+    torch.resize_as_(y, template)
+    return x * 10, y + 0
+
+
+def _arange_with_an_offset_view():
+    base = torch.arange(8.0)
+    return {"base": base, "x": base[2:], "y": torch.arange(6.0), "template": torch.ones(3, 2)}
+
+
+def _grow_a_copy(x):
+    y = x.clone()
+    y.resize_(3, 3)  # 6 elements to 9: the storage grows; its last 3 are unspecified until
+    y[2].fill_(7.0)  # written
+    return y
+
+
+def _grow_an_input(x):
+    x.resize_(3, 3)
+    x[2].fill_(7.0)
+
+
+def _grow_a_detached_alias(w, d):
+    d.resize_(3, 3)
+    return w * 2
+
+
+CASES += [
+    Case(
+        name="aliasing.resize-relays-out-the-argument",
+        rules=["aliasing.resize.relayout", "functionalize.epilogue.metadata"],
+        setup=_arange_with_an_offset_view,
+        args=["x", "y", "template"],
+        program=_resize_and_resize_as,
+        # eager: x reads base from its offset 2 as a contiguous (2, 2), base keeps its layout;
+        # y reads its 6 elements as the template's (3, 2); no storage changes size
+        expect=[
+            Layout("x", shape=(2, 2), strides=(2, 1), offset=2),
+            Values("x", [[2.0, 3.0], [4.0, 5.0]]),
+            Values("out0", [[20.0, 30.0], [40.0, 50.0]]),
+            Layout("base", shape=(8,), strides=(1,), offset=0),
+            StorageBytes("base", 32),  # 8 float32
+            Shares("x", "base"),
+            Layout("y", shape=(3, 2), strides=(2, 1), offset=0),
+            Values("out1", [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]),
+            StorageBytes("y", 24),  # 6 float32
+        ],
+    ),
+    Case(
+        name="aliasing.resize-grows-a-storage-the-program-made",
+        rules=["aliasing.resize.grows-storage", "resize.compiled.grows-made"],
+        setup=lambda: {"x": torch.arange(6.0)},
+        args=["x"],
+        program=_grow_a_copy,
+        # eager: the copy's storage grows from 24 to 36 bytes (9 float32) keeping its 6 values;
+        # the program writes the other 3
+        expect=[
+            Layout("out0", shape=(3, 3), strides=(3, 1), offset=0),
+            Values("out0", [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0], [7.0, 7.0, 7.0]]),
+            StorageBytes("out0", 36),
+            Values("x", [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]),
+        ],
+    ),
+    Case(
+        name="aliasing.resize-grows-an-input-storage",
+        rules=["aliasing.resize.grows-storage", "resize.compiled.grows-inputs"],
+        setup=lambda: (lambda x: {"x": x, "x_alias": x[1:4]})(torch.arange(6.0)),
+        args=["x"],
+        program=_grow_an_input,
+        # eager: x's storage grows from 24 to 36 bytes (9 float32), keeping its 6 values, and
+        # the alias the caller kept sees the one storage, its layout unchanged
+        expect=[
+            Layout("x", shape=(3, 3), strides=(3, 1), offset=0),
+            Values("x", [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0], [7.0, 7.0, 7.0]]),
+            StorageBytes("x", 36),
+            Shares("x", "x_alias"),
+            Layout("x_alias", shape=(3,), strides=(1,), offset=1),
+            Values("x_alias", [1.0, 2.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="aliasing.resize-growing-a-storage-an-input-requiring-grad-reads-is-refused",
+        rules=["resize.compiled.grows-inputs", "resize.compiled.zero-only"],
+        setup=lambda: (lambda w: {"w": w, "d": w.detach()})(torch.ones(6, requires_grad=True)),
+        args=["w", "d"],
+        program=_grow_a_detached_alias,
+        # eager: d's storage, which w reads, grows from 24 to 36 bytes
+        expect=[Raises(UnsupportedError, rule="resize.compiled.zero-only", match="24 to 36")],
+        skip=COMPILED_ONLY,
+    ),
+]
+
+
 CASES += [
     Case(
         name="aliasing.metadata-ops-relay-out-the-argument",

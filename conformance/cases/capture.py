@@ -12,6 +12,7 @@ from ..case import (
     Case,
     Identical,
     Layout,
+    Number,
     Raises,
     RequiresGrad,
     Separate,
@@ -581,20 +582,118 @@ CASES.append(
 )
 
 
-def _returns_the_sum_as_a_number(x):
-    return x.sum().item()
+def _returns_numbers_read(x):
+    return x * 2, x.sum().item(), (x > 0).sum().item(), x.tolist()
 
 
 CASES.append(
     Case(
-        name="capture.returned-item-raises",
-        rules=["capture.data-dependent.returned", "boundary.failed-call"],
+        name="capture.returned-numbers-are-eager-numbers",
+        rules=["capture.data-dependent.returned"],
+        setup=lambda: {"x": torch.tensor([1.0, -3.0], requires_grad=True)},
+        args=["x"],
+        program=_returns_numbers_read,
+        backward=True,
+        # eager: the float sum -2.0, the int count 1 of positive elements, the floats 1.0 and
+        # -3.0 of tolist(); only out0 carries a gradient: 2 for each element
+        expect=[
+            Values("out0", [2.0, -6.0]),
+            Number("out1", -2.0),
+            Number("out2", 1),
+            Number("out3", 1.0),
+            Number("out4", -3.0),
+            Values("x.grad", [2.0, 2.0]),
+        ],
+    )
+)
+
+
+def _reads_then_writes(x):
+    first = x[0].item()
+    x.add_(1)
+    return first, x[0].item()
+
+
+CASES.append(
+    Case(
+        name="capture.returned-number-is-read-where-the-function-reads-it",
+        rules=["capture.data-dependent.returned"],
         setup=lambda: {"x": torch.tensor([1.0, -3.0])},
         args=["x"],
-        program=_returns_the_sum_as_a_number,
-        # eager returns the float -2.0
-        expect=[Raises(UnsupportedError, rule="capture.data-dependent.returned")],
+        program=_reads_then_writes,
+        # eager: 1.0 before the write, 2.0 after it
+        expect=[Number("out0", 1.0), Number("out1", 2.0), Values("x", [2.0, -2.0])],
+    )
+)
+
+
+def _returns_twice_the_sum_as_a_number(x):
+    return x.sum().item() * 2
+
+
+CASES.append(
+    Case(
+        name="capture.returned-arithmetic-on-a-number-read-raises",
+        rules=["capture.data-dependent.returned-arithmetic", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, -3.0])},
+        args=["x"],
+        program=_returns_twice_the_sum_as_a_number,
+        # eager returns the float -4.0
+        expect=[Raises(UnsupportedError, rule="capture.data-dependent.returned-arithmetic")],
         skip={"torch-eager": "eager returns the number"},
+    )
+)
+
+
+def _compares(x, y):
+    return (
+        torch.equal(x, y),
+        x.equal(x.clone()),
+        torch.equal(x, x[:1]),
+        torch.allclose(x, y),
+        x.allclose(y, rtol=0.0, atol=0.0),
+        torch.allclose(x / 0.0 * 0.0, x / 0.0 * 0.0, 1e-5, 1e-8, True),
+    )
+
+
+CASES.append(
+    Case(
+        name="capture.equal-and-allclose-return-eager-bools",
+        rules=["capture.data-dependent.comparisons", "capture.data-dependent.returned"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0]), "y": torch.tensor([1.0, 2.0000002])},
+        args=["x", "y"],
+        program=_compares,
+        # eager: y differs from x in its last element by one float32 step (2.4e-7), within
+        # allclose's default tolerance but not equal; x equals its clone, not its first element
+        # (other sizes); NaN == NaN with equal_nan
+        expect=[
+            Number("out0", False),
+            Number("out1", True),
+            Number("out2", False),
+            Number("out3", True),
+            Number("out4", False),
+            Number("out5", True),
+        ],
+    )
+)
+
+
+def _branch_on_equal(x, y):
+    if torch.equal(x, y):
+        return x * 2
+    return -x
+
+
+CASES.append(
+    Case(
+        name="capture.branch-on-equal-raises",
+        rules=["capture.data-dependent.comparisons", "capture.data-dependent"],
+        setup=lambda: {"x": torch.tensor([1.0, -3.0]), "y": torch.tensor([1.0, -3.0])},
+        args=["x", "y"],
+        program=_branch_on_equal,
+        # eager: x equals y, so [2, -6]
+        expect=[Raises(UnsupportedError, rule="capture.data-dependent")],
+        skip={"torch-eager": "eager runs Python that branches on values"},
     )
 )
 
@@ -660,22 +759,24 @@ CASES.append(
 )
 
 
-def _put_at_a_mask(x, mask, value):
-    return torch.index_put(x, (mask,), value).sin()
+def _put_at_a_mask_and_columns(x, mask, columns, value):
+    return torch.index_put(x, (mask, columns), value).sin()
 
 
 CASES.append(
     Case(
-        name="capture.gradient-at-a-mask-raises",
+        name="capture.gradient-at-a-mask-and-integer-indices-raises",
         rules=["capture.data-dependent", "boundary.failed-call"],
         setup=lambda: {
-            "x": torch.ones(4, requires_grad=True),
+            "x": torch.ones(4, 2, requires_grad=True),
             "mask": torch.tensor([True, False, True, False]),
+            "columns": torch.tensor([0, 1]),
             "value": torch.tensor(3.0, requires_grad=True),
         },
-        args=["x", "mask", "value"],
-        # eager: value's gradient sums the output's gradient at the mask's two positions
-        program=_put_at_a_mask,
+        args=["x", "mask", "columns", "value"],
+        # eager: value's gradient sums the output's gradient at (0, 0) and (2, 1), the mask's
+        # rows paired with the columns: as many positions as the mask holds
+        program=_put_at_a_mask_and_columns,
         expect=[Raises(UnsupportedError, rule="capture.data-dependent", match="index_put")],
         skip={
             "torch-eager": "eager reads the gradient at the mask's positions",

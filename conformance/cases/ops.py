@@ -462,6 +462,18 @@ def _svd_world():
 _SVD = _eager(_svd_rebuilt, _svd_world(), ["b"])
 
 
+#: The weights of each position of a (3, 2) output: the gradient of the weighted sum.
+_WEIGHTS = torch.tensor([[1.0, 2.0], [4.0, 8.0], [16.0, 32.0]])
+
+
+def _put_rows_at_a_mask(x, mask, values):
+    return torch.index_put(x, (mask,), values) * _WEIGHTS
+
+
+def _fill_rows_with_a_value(x, index, value):
+    return x.index_fill(0, index, value) * _WEIGHTS
+
+
 def _qr_rebuilt(a):
     q, r = torch.linalg.qr(a)
     return (q * torch.arange(1.0, 4.0)) @ r
@@ -948,5 +960,43 @@ CASES = [
         backward=True,
         # linalg_qr's formula halves the diagonal of a symmetric matrix with mul_
         expect=[Values("out0", _QR["out0"]), Values("a.grad", _QR["a.grad"])],
+    ),
+    Case(
+        name="ops.index-put-at-a-mask-gradient-of-values",
+        rules=["ops.derivatives.index-put-mask"],
+        setup=lambda: {
+            "x": torch.ones(3, 2, requires_grad=True),
+            "mask": torch.tensor([True, False, True]),
+            "values": torch.tensor([10.0, 20.0], requires_grad=True),
+        },
+        args=["x", "mask", "values"],
+        program=_put_rows_at_a_mask,
+        backward=True,
+        # eager: rows 0 and 2 get the values, so x's gradient is the weights of row 1 alone and
+        # the values' the weights of rows 0 and 2 summed: [1 + 16, 2 + 32]
+        expect=[
+            Values("out0", [[10.0, 40.0], [4.0, 8.0], [160.0, 640.0]]),
+            Values("x.grad", [[0.0, 0.0], [4.0, 8.0], [0.0, 0.0]]),
+            Values("values.grad", [17.0, 34.0]),
+        ],
+    ),
+    Case(
+        name="ops.index-fill-gradient-of-the-value-counts-each-position-once",
+        rules=["ops.derivatives.index-fill-value"],
+        setup=lambda: {
+            "x": torch.ones(3, 2, requires_grad=True),
+            "index": torch.tensor([2, 0, 2]),
+            "value": torch.tensor(5.0, requires_grad=True),
+        },
+        args=["x", "index", "value"],
+        program=_fill_rows_with_a_value,
+        backward=True,
+        # eager: rows 0 and 2 are filled (row 2 named twice, summed once): the value's gradient
+        # is 1 + 2 + 16 + 32 = 51, x's the weights of row 1 alone
+        expect=[
+            Values("out0", [[5.0, 10.0], [4.0, 8.0], [80.0, 160.0]]),
+            Values("x.grad", [[0.0, 0.0], [4.0, 8.0], [0.0, 0.0]]),
+            Values("value.grad", torch.tensor(51.0)),
+        ],
     ),
 ]

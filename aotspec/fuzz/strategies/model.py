@@ -324,7 +324,7 @@ RELAYOUTS = {
 def relayout_ops(lay: Strided) -> list[str]:
     """The in-place metadata ops eager accepts on a tensor in bounds of its storage."""
     ndim = len(lay.sizes)
-    ops = ["unsqueeze_", "squeeze_", "as_strided_"]
+    ops = ["unsqueeze_", "squeeze_", "as_strided_", "resize_"]
     if ndim <= 2:
         ops.append("t_")
     if ndim >= 2:
@@ -342,6 +342,14 @@ def draw_relayout(draw, op: str, lay: Strided, storage_bytes: int) -> tuple[tupl
         _, _, results = draw_view(draw, whole, in_bounds=True, may_copy=False)
         new = draw(st.sampled_from(results))
         return (new.sizes, new.strides, new.offset), new
+    if op == "resize_":
+        # r[aliasing.resize.relayout]: contiguous from the offset, within the storage (growing it
+        # would leave bytes eager does not initialize)
+        room = max(storage_bytes // ITEMSIZE - lay.offset, 0)
+        sizes = tuple(draw(st.lists(st.integers(0, 3), max_size=3)))
+        sizes = sizes if math.prod(sizes) <= room else (room,)
+        new = Strided(sizes, Strided.contiguous(sizes).strides, lay.offset)
+        return (sizes,), new
     if op == "squeeze_":
         dims = [(d,) for d in range(ndim)] + [(tuple(range(ndim)),)] * (ndim > 0)
         args = draw(st.sampled_from([(), *dims]))

@@ -17,8 +17,9 @@ model letting the generator emit only:
   resize-and-fill above, or with a resize back to zero; and it never pairs such a source with a
   tensor of the very same sizes and strides (eager raises there);
 - in-place metadata ops (`t_`, `transpose_`, `swapdims_`, `unsqueeze_`, `squeeze_`,
-  `as_strided_`) of tensors in bounds of their storage, arguments and views of them included, to
-  layouts in bounds (eager's setStorage check raises otherwise).
+  `as_strided_`, and `resize_` to contiguous sizes its storage holds) of tensors in bounds of
+  their storage, arguments and views of them included, to layouts in bounds (eager's setStorage
+  check raises otherwise).
 
 Scalars are non-finite one time in eight (`model.draw_scalar`), `torch.rand_like` makes values
 nothing reads, which die where they are made, and a `torch.manual_seed` then `torch.rand_like`

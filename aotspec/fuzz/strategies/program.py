@@ -200,7 +200,7 @@ OPS: dict[str, Op] = {
     "slice": Op(_slice, _render_slice),
     # in-place metadata ops: the tensor object takes a new layout on its own storage
     **{name: _method(name) for name in ("t_", "transpose_", "swapdims_", "unsqueeze_")},
-    **{name: _method(name) for name in ("squeeze_", "as_strided_")},
+    **{name: _method(name) for name in ("squeeze_", "as_strided_", "resize_")},
     # in-place
     "add_": _with_alpha("add_"),
     "sub_": _with_alpha("sub_"),
