@@ -39,6 +39,10 @@ NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
     torch.int32: np.dtype(np.int32),
     torch.int16: np.dtype(np.int16),
     torch.int8: np.dtype(np.int8),
+    # r[memory.layout.unsigned]: eager's unsigned integers of every width
+    torch.uint64: np.dtype(np.uint64),
+    torch.uint32: np.dtype(np.uint32),
+    torch.uint16: np.dtype(np.uint16),
     torch.uint8: np.dtype(np.uint8),
     torch.bool: np.dtype(np.bool_),
 }

@@ -443,6 +443,23 @@ CASES = [
         expect=[Values(name, _SPECTRUM[name]) for name in ["out0", "x.grad"]],
     ),
     Case(
+        name="ops.hash-tensor-returns-uint64-as-eager",
+        rules=["memory.layout.unsigned"],
+        setup=lambda: {"x": torch.arange(6.0).reshape(2, 3)},
+        args=["x"],
+        program=lambda x: (torch.hash_tensor(x), torch.hash_tensor(x, dim=1)),
+        # eager's values: the xor of the elements' float64 bits
+        expect=[
+            Values("out0", torch.tensor(4610560118520545280, dtype=torch.uint64)),
+            Layout("out0", dtype=torch.uint64, shape=()),
+            Values(
+                "out1",
+                torch.tensor([9218868437227405312, 4615063718147915776], dtype=torch.uint64),
+            ),
+            Layout("out1", dtype=torch.uint64, shape=(2,)),
+        ],
+    ),
+    Case(
         name="ops.complex32-is-refused-by-name",
         rules=["memory.layout.complex32"],
         setup=lambda: {"x": torch.zeros(2, dtype=torch.complex64).to(torch.complex32)},
