@@ -3,6 +3,7 @@
 Expected values of ATen-valued ops are eager PyTorch's, computed here on private copies.
 """
 
+import warnings
 from contextlib import nullcontext
 
 import torch
@@ -297,6 +298,35 @@ def _signal_world():
 _SPECTRUM = _eager(_complex_spectrum, _signal_world(), ["x"])
 
 
+def _half_complex(x, z):
+    # complex32 made by casts, added, viewed as float16 pairs, conjugated, and on a gradient's way
+    h = z.to(torch.complex32)
+    doubled = h + h
+    magnitudes = (x.to(torch.complex32) * 2).to(torch.complex64).abs()
+    return doubled, torch.view_as_real(doubled), h.conj().to(torch.complex64), magnitudes
+
+
+def _half_complex_world():
+    # 1.1 and 1000.1 are not float16 values: the cast rounds them
+    return {
+        "x": torch.tensor([0.1, -2.5, 3.0]).requires_grad_(),
+        "z": torch.tensor([1.1 + 2.0j, -0.3 + 0.7j, 1000.1 - 1.0j]),
+    }
+
+
+def _eager_half_complex():
+    world = _half_complex_world()
+    with warnings.catch_warnings():  # eager calls its complex32 support experimental
+        warnings.simplefilter("ignore")
+        outs = _half_complex(world["x"], world["z"])
+    outs[3].sum().backward()
+    named = {f"out{k}": out.detach() for k, out in enumerate(outs)}
+    return {**named, "x.grad": world["x"].grad}
+
+
+_HALF_COMPLEX = _eager_half_complex()
+
+
 def _svd_magnitudes(a):
     u, s, vh = torch.linalg.svd(a)
     return u.abs(), s, vh.abs()
@@ -460,13 +490,22 @@ CASES = [
         ],
     ),
     Case(
-        name="ops.complex32-is-refused-by-name",
+        name="ops.complex32-values-views-and-gradients-as-eager",
         rules=["memory.layout.complex32"],
-        setup=lambda: {"x": torch.zeros(2, dtype=torch.complex64).to(torch.complex32)},
-        args=["x"],
-        program=lambda x: x + x,
-        expect=[Raises(UnsupportedError, rule="memory.layout.complex32", match="complex32")],
-        skip={"torch-eager": "eager PyTorch adds complex32 tensors"},
+        setup=_half_complex_world,
+        args=["x", "z"],
+        program=_half_complex,
+        backward=True,
+        expect=[
+            Values(name, _HALF_COMPLEX[name])
+            for name in ["out0", "out1", "out2", "out3", "x.grad"]
+        ]
+        + [
+            Layout("out0", dtype=torch.complex32, shape=(3,), strides=(1,)),
+            # a complex32 element is two float16s: sizes and strides count float16s
+            Layout("out1", dtype=torch.float16, shape=(3, 2), strides=(2, 1), offset=0),
+            Shares("out0", "out1"),
+        ],
     ),
     Case(
         name="ops.complex-svd-derivative-that-checks-values-is-refused",
