@@ -201,6 +201,11 @@ class _WatchGradMode(TorchFunctionMode):
         self.paused = False
         #: Storages of tensors that require grad and that an in-place metadata op relaid out.
         self.relaid: set[int] = set()
+        #: id(traced flat input) -> the caller's tensor it stands for.
+        self.callers: dict[int, _CallerInput] = {}
+        #: Flat inputs whose values the program is specialized on
+        #: (`r[capture.data-dependent.input-values]`).
+        self.values_read: set[int] = set()
 
     @contextlib.contextmanager
     def pausing(self):
@@ -215,6 +220,7 @@ class _WatchGradMode(TorchFunctionMode):
         if self.paused:
             return func(*args, **kwargs)
         self._note(func, args, kwargs)
+        args, kwargs = self._read_as_numbers(func, args, kwargs)
         try:
             result = func(*args, **kwargs)
         except (RuntimeError, ValueError) as error:
@@ -256,6 +262,30 @@ class _WatchGradMode(TorchFunctionMode):
                 position = len(get_proxy_mode().tracer.graph.nodes)
                 self.requires_grad_calls.append(_RequiresGradCall(args[0], flag, position))
 
+    def _read_as_numbers(self, func, args, kwargs) -> tuple[tuple, dict]:
+        """r[capture.data-dependent.input-values]: the arguments `func` reads as numbers, where
+        they are flat inputs not written so far, become the caller's values."""
+        arguments = _READ_AS_NUMBERS.get(getattr(func, "__name__", None), ())
+        args, kwargs = list(args), dict(kwargs)
+        for position, keywords in arguments:
+            if position < len(args):
+                args[position] = self._caller_values(args[position])
+            for keyword in keywords:
+                if keyword in kwargs:
+                    kwargs[keyword] = self._caller_values(kwargs[keyword])
+        return tuple(args), kwargs
+
+    def _caller_values(self, value):
+        """The caller's values of `value`, a number or a (nested) list of them, when it is an
+        integer flat input the function has not written; else `value` as it is."""
+        caller = self.callers.get(id(value)) if _is_tensor(value) else None
+        if caller is None or value._version != caller.version:
+            return value
+        if value.dtype.is_floating_point or value.dtype.is_complex:
+            return value  # eager refuses those as indices and lengths
+        self.values_read.add(caller.index)
+        return caller.tensor.tolist()
+
     def _refuse_stale_view(self, args, kwargs, error: Exception) -> None:
         """r[capture.metadata-views]: fake tensors regenerate a view's history by replaying its
         view ops on its base, which may fail once an in-place metadata op relaid the base out
@@ -270,6 +300,25 @@ class _WatchGradMode(TorchFunctionMode):
                 fix="take the view again after the in-place op, or use a view op (x.t()) "
                 "instead of the in-place one",
             ) from None
+
+
+@frozen
+class _CallerInput:
+    """A flat input of the traced function: its index, the caller's tensor, and the version of
+    the traced tensor at the start of the trace (a later one means the function wrote it)."""
+
+    index: int
+    tensor: torch.Tensor
+    version: int
+
+
+#: r[capture.data-dependent.input-values]: by function name, the arguments it reads as numbers:
+#: their position (a method's `self` counted) and their keywords.
+_READ_AS_NUMBERS: dict[str, tuple[tuple[int, tuple[str, ...]], ...]] = {
+    "narrow": ((2, ("start",)),),
+    "tensor_split": ((1, ("tensor_indices_or_sections", "indices_or_sections")),),
+    "ctc_loss": ((2, ("input_lengths",)), (3, ("target_lengths",))),
+}
 
 
 #: What PyTorch raises when C++ code reads the values of a traced tensor, which has none.
@@ -375,6 +424,11 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
         rebuilt = [next(it) if leaf is TENSOR else leaf for leaf in in_leaves]
         call_args, call_kwargs = pytree.tree_unflatten(rebuilt, in_spec)
         histories_before = [_history(t) for t in flat_tensors]
+        watch.callers = {
+            id(traced): _CallerInput(i, caller, traced._version)
+            for i, (traced, caller) in enumerate(zip(flat_tensors, tensors, strict=True))
+            if _holds_values(caller)
+        }
         with (
             watch,
             intercepting_apply(interception),
@@ -455,7 +509,13 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
         requires_grad_inputs=frozenset(requires_grad_inputs),
         requires_grad_outputs=frozenset(requires_grad_outputs),
         custom_functions=tuple(interception.functions),
+        values_read=frozenset(watch.values_read),
     )
+
+
+def _holds_values(t: torch.Tensor) -> bool:
+    """Whether the caller's tensor `t` has values to read (a fake or meta tensor has none)."""
+    return not isinstance(t, FakeTensor) and t.device.type != "meta"
 
 
 #: What FakeTensorMode says of a real tensor reaching an op while it traces.

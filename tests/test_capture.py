@@ -108,6 +108,29 @@ def test_value_dependent_programs_are_refused_before_anything_runs(program, back
     torch.testing.assert_close(x, torch.tensor([2.0, 0.0, -1.0]))
 
 
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_values_read_at_capture_are_guarded(backend):
+    """r[capture.data-dependent.input-values]: the program is specialized on the split indices
+    and the narrow's start read from the caller's tensors; the same values reuse it, other ones
+    compile again, and every call gives eager's pieces."""
+
+    def program(x, indices, start):
+        return (*torch.tensor_split(x * 2, indices), x.narrow(0, start, 2))
+
+    compiled = aotspec.compile(program, backend=backend)
+    x = torch.arange(6.0)
+    calls = [([1, 4], 0), ([1, 4], 0), ([2, 3], 0), ([2, 3], 4), ([1, 4], 0)]
+    compilations = []
+    for indices, start in calls:
+        arguments = (x, torch.tensor(indices), torch.tensor(start))
+        expected, got = program(*arguments), compiled(*arguments)
+        assert len(expected) == len(got)
+        for e, g in zip(expected, got, strict=True):
+            torch.testing.assert_close(g, e)
+        compilations.append(compiled.compilations)
+    assert [1, 1, 2, 3, 3] == compilations
+
+
 @pytest.mark.parametrize(
     ("program", "op"),
     [

@@ -642,17 +642,50 @@ def _split_by_a_tensor(x, indices):
     return torch.tensor_split(x, indices)
 
 
+def _split_by_a_written_tensor(x, indices):
+    x.add_(1)
+    indices.add_(1)
+    return torch.tensor_split(x, indices)
+
+
 CASES.append(
     Case(
-        name="capture.tensor-split-by-a-tensor-raises",
-        rules=["capture.data-dependent", "boundary.failed-call"],
+        name="capture.tensor-split-by-a-tensor-the-function-wrote-raises",
+        rules=["capture.data-dependent.input-values", "boundary.failed-call"],
         setup=lambda: {"x": torch.arange(6.0), "indices": torch.tensor([1, 4], device="cpu")},
         args=["x", "indices"],
         on_cpu=["indices"],  # as eager's tensor_split wants them
-        # eager: pieces of 1, 3 and 2 elements, by the indices' values
-        program=_split_by_a_tensor,
+        # eager: pieces of 2, 3 and 1 elements, by the indices' values after the write
+        program=_split_by_a_written_tensor,
         expect=[Raises(UnsupportedError, rule="capture.data-dependent")],
         skip={"torch-eager": "eager splits by the indices' values"},
+    )
+)
+
+CASES.append(
+    Case(
+        name="capture.tensor-split-and-narrow-by-input-values-as-eager",
+        rules=["capture.data-dependent.input-values"],
+        setup=lambda: {
+            "x": torch.arange(6.0),
+            "indices": torch.tensor([1, 4], device="cpu"),
+            "start": torch.tensor(3),
+        },
+        args=["x", "indices", "start"],
+        on_cpu=["indices"],  # as eager's tensor_split wants them
+        program=lambda x, indices, start: (
+            *_split_by_a_tensor(x, indices),
+            x.narrow(0, start, 2),
+        ),
+        # eager: x + 1 in pieces of 1, 3 and 2 elements, then its elements 3 and 4
+        expect=[
+            Values("out0", [1.0]),
+            Values("out1", [2.0, 3.0, 4.0]),
+            Values("out2", [5.0, 6.0]),
+            Values("out3", [4.0, 5.0]),
+            Values("x", [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+            Shares("x", "out3"),
+        ],
     )
 )
 
