@@ -54,7 +54,7 @@ from aotspec.versions import (
 )
 
 from . import effects, ops  # noqa: F401  (importing them fills the op table)
-from .aten import mutation_decompositions
+from .aten import mutation_decompositions, shapes_from_arguments
 from .collectives import check_collective
 from .custom_functions import (
     Interception,
@@ -451,7 +451,8 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     generator_before = torch.default_generator.get_state()
     try:
         # make_fx keeps stack traces only for frames it knows are user code: tell it `fn`'s.
-        with stack_traces_of(fn):
+        # r[capture.data-dependent.shapes-from-arguments]
+        with stack_traces_of(fn), shapes_from_arguments():
             graph_module = make_fx(
                 flat_fn,
                 decomposition_table=_decompositions(),  # r[capture.aten-graph]

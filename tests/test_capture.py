@@ -2,9 +2,11 @@
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import DynamicOutputShapeException, FakeTensorMode
 
 import aotspec
 from aotspec.reference import capture
+from aotspec.reference.aten import shapes_from_arguments
 from aotspec.reference.optable import qualified_name
 
 aten = torch.ops.aten
@@ -192,3 +194,29 @@ def test_a_generator_change_capture_cannot_record_is_refused_and_undone(backend)
     with pytest.raises(aotspec.UnsupportedError, match="other than through torch.manual_seed"):
         aotspec.compile(_seeds_the_generator_object, backend=backend)(torch.zeros(2))
     assert torch.equal(torch.get_rng_state(), state)
+
+
+@pytest.mark.parametrize("driver", [None, "gels", "gelsy", "gelsd", "gelss"])
+def test_lstsq_shapes_from_arguments_are_its_kernels(driver):
+    """r[capture.data-dependent.shapes-from-arguments]: linalg_lstsq's fake outputs have the
+    sizes, strides and dtypes of its CPU kernel's, on matrices and vectors, batched or not, wide,
+    square and tall; gelsd and gelss on tall matrices stay refused (their residuals depend on the
+    rank)."""
+    torch.manual_seed(0)
+    for batch in [(), (4,)]:
+        for rows, columns, k in [(2, 3, 3), (3, 3, 3), (5, 3, 2), (5, 3, None), (3, 5, None)]:
+            a = torch.randn(*batch, rows, columns, dtype=torch.float64)
+            b = torch.randn(*batch, rows, *([k] if k else []), dtype=torch.float64)
+            kernel = torch.linalg.lstsq(a, b, driver=driver)
+            with shapes_from_arguments(), FakeTensorMode() as mode:
+                arguments = (mode.from_tensor(a), mode.from_tensor(b))
+                if driver in ("gelsd", "gelss") and rows > columns:
+                    with pytest.raises(DynamicOutputShapeException):
+                        aten.linalg_lstsq.default(*arguments, driver=driver)
+                    continue
+                fake = aten.linalg_lstsq.default(*arguments, driver=driver)
+            for expected, got in zip(kernel, fake, strict=True):
+                shown = (driver, batch, rows, columns, k)
+                assert (expected.shape, expected.dtype) == (got.shape, got.dtype), shown
+                if expected.numel() > 1:
+                    assert expected.stride() == got.stride(), shown

@@ -690,6 +690,72 @@ CASES.append(
 )
 
 
+def _ctc_and_lstsq(log_probs, targets, input_lengths, target_lengths, a, b):
+    ctc = F.ctc_loss(log_probs, targets, input_lengths, target_lengths, reduction="sum")
+    solution = torch.linalg.lstsq(a, b, driver="gels").solution
+    return ctc, solution
+
+
+def _ctc_and_lstsq_world():
+    return {
+        "log_probs": torch.tensor(
+            [[[-1.0, -0.5, -2.0]], [[-0.7, -1.2, -1.5]], [[-2.0, -0.3, -1.0]]]
+        ).requires_grad_(),
+        "targets": torch.tensor([[1, 2]]),
+        "input_lengths": torch.tensor([3]),
+        "target_lengths": torch.tensor([2]),
+        "a": torch.tensor([[2.0, 1.0], [1.0, 3.0], [0.0, 1.0]]).requires_grad_(),
+        "b": torch.tensor([[1.0], [2.0], [3.0]]),
+    }
+
+
+def _eager_ctc_and_lstsq():
+    world = _ctc_and_lstsq_world()
+    ctc, solution = _ctc_and_lstsq(*world.values())
+    (ctc + solution.sum()).backward()
+    return {
+        "out0": ctc.detach(),
+        "out1": solution.detach(),
+        "log_probs.grad": world["log_probs"].grad,
+        "a.grad": world["a"].grad,
+    }
+
+
+_CTC_AND_LSTSQ = _eager_ctc_and_lstsq()
+
+CASES.append(
+    Case(
+        name="capture.ctc-loss-and-lstsq-shapes-from-their-arguments-as-eager",
+        rules=[
+            "capture.data-dependent.shapes-from-arguments",
+            "capture.data-dependent.input-values",
+        ],
+        setup=_ctc_and_lstsq_world,
+        args=list(_ctc_and_lstsq_world()),
+        on_cpu=["input_lengths", "target_lengths"],
+        program=_ctc_and_lstsq,
+        backward=True,
+        # eager's loss, solution (a 3x2 least squares by QR, laid out column-major in a
+        # 3-row buffer) and gradients
+        expect=[Values(name, value) for name, value in _CTC_AND_LSTSQ.items()]
+        + [Layout("out1", shape=(2, 1), strides=(1, 3))],
+    )
+)
+
+CASES.append(
+    Case(
+        name="capture.lstsq-whose-residuals-depend-on-the-rank-raises",
+        rules=["capture.data-dependent.shapes-from-arguments"],
+        setup=lambda: {"a": torch.ones(3, 2), "b": torch.ones(3, 1)},
+        args=["a", "b"],
+        # eager: a has rank 1, so gelsd returns no residuals (they exist at full rank only)
+        program=lambda a, b: torch.linalg.lstsq(a, b, driver="gelsd").residuals,
+        expect=[Raises(UnsupportedError, rule="capture.data-dependent")],
+        skip={"torch-eager": "eager finds the rank"},
+    )
+)
+
+
 def _put_at_a_mask(x, mask, value):
     return torch.index_put(x, (mask,), value).sin()
 
