@@ -61,6 +61,7 @@ from .custom_functions import (
     custom_function_call,
     intercepting_apply,
 )
+from .decompositions import DECOMPOSITIONS
 from .graph import source_line
 from .optable import DERIVATIVES, METADATA_OPS, OpEntry, lookup
 from .program_records import TENSOR, CapturedProgram, refuse_layout, refuse_lazy_bits
@@ -222,7 +223,7 @@ class _WatchGradMode(TorchFunctionMode):
         self._note(func, args, kwargs)
         args, kwargs = self._read_as_numbers(func, args, kwargs)
         try:
-            result = func(*args, **kwargs)
+            result = self._decomposed(func, args, kwargs)
         except (RuntimeError, ValueError) as error:
             self._refuse_stale_view(args, kwargs, error)
             if _UNALLOCATED in str(error):
@@ -261,6 +262,17 @@ class _WatchGradMode(TorchFunctionMode):
             if flag != args[0].requires_grad:
                 position = len(get_proxy_mode().tracer.graph.nodes)
                 self.requires_grad_calls.append(_RequiresGradCall(args[0], flag, position))
+
+    @staticmethod
+    def _decomposed(func, args, kwargs):
+        """r[capture.data-dependent.decompositions]: `func` by capture's own decomposition where
+        it has one that decides the case, else as PyTorch runs it."""
+        decomposition = DECOMPOSITIONS.get(getattr(func, "__name__", None))
+        if decomposition is not None:
+            result = decomposition(*args, **kwargs)
+            if result is not NotImplemented:
+                return result
+        return func(*args, **kwargs)
 
     def _read_as_numbers(self, func, args, kwargs) -> tuple[tuple, dict]:
         """r[capture.data-dependent.input-values]: the arguments `func` reads as numbers, where

@@ -220,3 +220,47 @@ def test_lstsq_shapes_from_arguments_are_its_kernels(driver):
                 assert (expected.shape, expected.dtype) == (got.shape, got.dtype), shown
                 if expected.numel() > 1:
                     assert expected.stride() == got.stride(), shown
+
+
+def _decomposed_programs():
+    yield "combinations", lambda x: torch.combinations(x[0], 2), (4, 3)
+    yield "combinations-with-replacement", lambda x: torch.combinations(x[1], 3, True), (2, 3)
+    yield "combinations-more-than-there-are", lambda x: torch.combinations(x[0], 4), (2, 3)
+    for shape in [(5,), (3, 5), (1, 4)]:
+        for correction in [0, 1, 2]:
+            name = f"cov-{shape}-correction-{correction}"
+            yield name, lambda x, c=correction: torch.cov(x, correction=c), shape
+        yield f"corrcoef-{shape}", lambda x: x.corrcoef(), shape
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    ("program", "shape"),
+    [pytest.param(p, s, id=name) for name, p, s in _decomposed_programs()],
+)
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_decompositions_capture_takes_give_eagers_values_and_gradients(
+    program, shape, dtype, backend
+):
+    """r[capture.data-dependent.decompositions]: combinations, cov and corrcoef (PyTorch's
+    decompositions of which read values) give eager's values, layouts and gradients."""
+    torch.manual_seed(0)
+    x = torch.randn(shape, dtype=dtype)
+    eager_x, compiled_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expected = program(eager_x)
+    got = aotspec.compile(program, backend=backend)(compiled_x)
+    torch.testing.assert_close(got, expected, equal_nan=True)
+    assert expected.stride() == got.stride()
+    cotangent = torch.randn_like(expected)
+    expected.backward(cotangent)
+    got.backward(cotangent)
+    torch.testing.assert_close(compiled_x.grad, eager_x.grad, equal_nan=True)
+
+
+def test_weighted_cov_stays_refused():
+    """r[capture.data-dependent.decompositions]: cov's weights are values, which eager checks
+    (none negative, a sum not zero) before it uses them: refused by name."""
+    x, weights = torch.randn(2, 3), torch.tensor([1, 2, 1])
+    with pytest.raises(aotspec.UnsupportedError) as raised:
+        aotspec.compile(lambda x, w: torch.cov(x, fweights=w))(x, weights)
+    assert "capture.data-dependent" == raised.value.rule

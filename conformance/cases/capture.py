@@ -756,6 +756,52 @@ CASES.append(
 )
 
 
+def _pairs_and_covariance(x):
+    return torch.combinations(x[0], 2), torch.cov(x), torch.corrcoef(x)
+
+
+def _pairs_and_covariance_world():
+    return {"x": torch.tensor([[1.0, 2.0, 4.0], [0.5, -1.0, 3.0]]).requires_grad_()}
+
+
+def _eager_pairs_and_covariance():
+    world = _pairs_and_covariance_world()
+    outs = _pairs_and_covariance(world["x"])
+    sum(out.sum() for out in outs).backward()
+    return {**{f"out{k}": out.detach() for k, out in enumerate(outs)}, "x.grad": world["x"].grad}
+
+
+_PAIRS_AND_COVARIANCE = _eager_pairs_and_covariance()
+
+CASES.append(
+    Case(
+        name="capture.combinations-cov-and-corrcoef-as-eager",
+        rules=["capture.data-dependent.decompositions"],
+        setup=_pairs_and_covariance_world,
+        args=["x"],
+        program=_pairs_and_covariance,
+        backward=True,
+        # eager's values: the pairs (1, 2), (1, 4), (2, 4); the covariance and correlation of
+        # the two rows over three observations; the gradient of their sum
+        expect=[Values(name, value) for name, value in _PAIRS_AND_COVARIANCE.items()]
+        + [Layout("out0", shape=(3, 2), strides=(2, 1))],
+    )
+)
+
+CASES.append(
+    Case(
+        name="capture.cov-with-weights-raises",
+        rules=["capture.data-dependent.decompositions"],
+        setup=lambda: {"x": torch.ones(2, 3), "weights": torch.tensor([1, 2, 1])},
+        args=["x", "weights"],
+        # eager checks the weights' values (none negative, a sum not zero) before using them
+        program=lambda x, weights: torch.cov(x, fweights=weights),
+        expect=[Raises(UnsupportedError, rule="capture.data-dependent")],
+        skip={"torch-eager": "eager checks the weights' values"},
+    )
+)
+
+
 def _put_at_a_mask(x, mask, value):
     return torch.index_put(x, (mask,), value).sin()
 
