@@ -227,7 +227,8 @@ class CompiledFunction:
             # r[functionalize.errors-before-running]: before the call touches any input
             plan = build_plan(fn, args, kwargs, tensors, stolen, hooks_request)
             compiled = self._runtime.prepare(plan)
-            reads = tuple(sorted(plan.functional.captured.values_read))
+            read = plan.functional.captured.values_read  # the program's flat inputs
+            reads = tuple(i for i in range(len(tensors)) if plan.bases.program_index(i) in read)
             if reads:
                 self._values_read[key] = reads
                 key = (key, _values_at(tensors, reads))
