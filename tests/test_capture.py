@@ -264,3 +264,23 @@ def test_weighted_cov_stays_refused():
     with pytest.raises(aotspec.UnsupportedError) as raised:
         aotspec.compile(lambda x, w: torch.cov(x, fweights=w))(x, weights)
     assert "capture.data-dependent" == raised.value.rule
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_values_read_are_guarded_when_arguments_share_a_base(backend):
+    """r[capture.data-dependent.input-values] with r[autograd.input-writes.synthetic-base]: the
+    guard reads the caller's indices even when the program takes a base in place of aliasing
+    arguments."""
+
+    def program(x, head, indices):
+        head.add_(1)
+        return torch.tensor_split(x * 2, indices)
+
+    compiled = aotspec.compile(program, backend=backend)
+    for indices, compilations in [([1, 4], 1), ([2, 3], 2), ([1, 4], 2)]:
+        x, eager_x = torch.arange(6.0), torch.arange(6.0)
+        got = compiled(x, x[:2], torch.tensor(indices))
+        expected = program(eager_x, eager_x[:2], torch.tensor(indices))
+        assert [e.tolist() for e in expected] == [g.tolist() for g in got]
+        assert eager_x.tolist() == x.tolist()
+        assert compilations == compiled.compilations
