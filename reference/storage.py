@@ -49,6 +49,10 @@ NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
     torch.bool: np.dtype(np.bool_),
 }
 
+#: r[memory.layout.unsigned]: the unsigned dtypes whose values are ATen's kernels' (eager has
+#: kernels for few ops on them, and the table's numpy rules would compute where eager raises).
+WIDE_UNSIGNED = frozenset({torch.uint16, torch.uint32, torch.uint64})
+
 # r[ops.opmath]: reduced-precision floats are computed in float32 and rounded once to the result.
 REDUCED_FLOATS = frozenset(
     {torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2}

@@ -490,6 +490,15 @@ CASES = [
         ],
     ),
     Case(
+        name="ops.uint32-add-raises-eagers-error",
+        rules=["memory.layout.unsigned"],
+        setup=lambda: {"x": torch.tensor([1, 40000], dtype=torch.uint32)},
+        args=["x"],
+        # eager has no add kernel for uint32 (add is a table op): its error, not numpy's sum
+        program=lambda x: x + x,
+        expect=[Raises(RuntimeError, match="not implemented for 'UInt32'")],
+    ),
+    Case(
         name="ops.complex32-values-views-and-gradients-as-eager",
         rules=["memory.layout.complex32"],
         setup=_half_complex_world,
