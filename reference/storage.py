@@ -85,12 +85,12 @@ def _widened(stored: np.ndarray) -> np.ndarray:
 
 def _narrowed(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """`values` cast to the stored `dtype`: r[memory.layout.complex32]: each part of a complex
-    value rounded to float16, as eager's cast to complex32 rounds it."""
+    value rounded to float16 through float32, as eager's cast to complex32 rounds it."""
     if dtype != NUMPY_DTYPES[torch.complex32]:
         return values.astype(dtype)
     pairs = np.empty(values.shape, dtype=dtype)
-    pairs["real"] = np.real(values)
-    pairs["imag"] = np.imag(values)
+    pairs["real"] = np.real(values).astype(np.float32)
+    pairs["imag"] = np.imag(values).astype(np.float32)
     return pairs
 
 

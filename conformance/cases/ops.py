@@ -499,6 +499,21 @@ CASES = [
         expect=[Raises(RuntimeError, match="not implemented for 'UInt32'")],
     ),
     Case(
+        name="ops.complex32-copy-rounds-each-part-through-float32",
+        rules=["memory.layout.complex32"],
+        setup=lambda: {
+            "dst": torch.zeros(1, dtype=torch.complex32),
+            # 1 + 2**-11 + 2**-40: float32 rounds it to 1 + 2**-11, a float16 tie, then to 1;
+            # float16 directly would round it up to 1 + 2**-10
+            "src": torch.tensor(
+                [complex(1 + 2**-11 + 2**-40, -(1 + 2**-11 + 2**-40))], dtype=torch.complex128
+            ),
+        },
+        args=["dst", "src"],
+        program=lambda dst, src: torch.view_as_real(dst.copy_(src)),
+        expect=[Values("out0", [[1.0, -1.0]]), Values("dst", [1.0 - 1.0j])],
+    ),
+    Case(
         name="ops.complex32-values-views-and-gradients-as-eager",
         rules=["memory.layout.complex32"],
         setup=_half_complex_world,
