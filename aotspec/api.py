@@ -151,6 +151,9 @@ class CompiledFunction:
         self._runtime = _RUNTIMES[backend]
         #: Guard key -> what the backend runs: a Plan (reference) or a FastPlan (fast).
         self._plans: dict = {}
+        #: Guard key -> the flat inputs whose values its latest specialization read at capture
+        #: (`r[capture.data-dependent.input-values]`).
+        self._values_read: dict = {}
         self.last_run = None
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", "compiled")
@@ -212,7 +215,9 @@ class CompiledFunction:
             static,
             lifted.key,
         )
-        compiled = self._plans.get(key)
+        # r[capture.data-dependent.input-values]: the values capture read are part of the key
+        reads = self._values_read.get(key, ())
+        compiled = self._plans.get((key, _values_at(tensors, reads)) if reads else key)
         if compiled is None:
             hooks_request = None
             if hooks is not None:
@@ -222,6 +227,11 @@ class CompiledFunction:
             # r[functionalize.errors-before-running]: before the call touches any input
             plan = build_plan(fn, args, kwargs, tensors, stolen, hooks_request)
             compiled = self._runtime.prepare(plan)
+            read = plan.functional.captured.values_read  # the program's flat inputs
+            reads = tuple(i for i in range(len(tensors)) if plan.bases.program_index(i) in read)
+            if reads:
+                self._values_read[key] = reads
+                key = (key, _values_at(tensors, reads))
             self._plans[key] = compiled
         del args, kwargs, leaves
         for stolen_list in stolen_lists:
@@ -265,6 +275,11 @@ class CompiledFunction:
         stolen_ids = {id(t) for stolen_list in stolen_lists for t in stolen_list}
         tensor_leaves = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         return frozenset(i for i, t in enumerate(tensor_leaves) if id(t) in stolen_ids)
+
+
+def _values_at(tensors: list[torch.Tensor], reads: tuple[int, ...]) -> tuple:
+    """The values of the flat inputs `reads`, hashable (r[capture.data-dependent.input-values])."""
+    return tuple((i, tuple(tensors[i].reshape(-1).tolist())) for i in reads)
 
 
 def _static_inputs(tensors: list[torch.Tensor]) -> frozenset[int]:

@@ -20,12 +20,16 @@ schema order (`optable.bind`), `meta` the value PyTorch's meta kernel gave at ca
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
+import unittest.mock
 from collections.abc import Callable
 
 import torch
 import torch.utils._pytree as pytree
+from torch._subclasses import fake_impls
+from torch._subclasses.fake_tensor import in_kernel_invocation_manager
 
 from aotspec.errors import UnsupportedError
 
@@ -399,3 +403,64 @@ def mutation_decompositions() -> dict[torch._ops.OpOverload, Callable]:
 
 
 ATEN_VALUED.entry = aten_entry
+
+
+# ---------------------------------------------------------------- shapes fake tensors refuse
+
+
+def _ctc_loss_shapes(fake_mode, func, *args, **kwargs):
+    """r[capture.data-dependent.shapes-from-arguments]: `_ctc_loss` with lengths given as
+    numbers has its meta kernel's shapes (log_alpha's sizes come from the lengths)."""
+    with in_kernel_invocation_manager(fake_mode):
+        out = func(*args, **kwargs)
+    device = args[0].fake_device
+    convert = fake_mode.fake_tensor_converter.from_meta_and_device
+    return tuple(convert(fake_mode, t, device) for t in out)
+
+
+def _lstsq_shapes(fake_mode, func, a, b, rcond=None, *, driver=None):
+    """r[capture.data-dependent.shapes-from-arguments]: `linalg_lstsq`'s outputs as its kernel
+    lays them out, for the drivers whose sizes do not depend on the rank it finds; NotImplemented
+    (fake tensors' refusal) for the others."""
+    m, n = a.shape[-2:]
+    driver = driver or ("gelsy" if a.device.type == "cpu" else "gels")
+    if driver in ("gelsd", "gelss") and m > n:
+        return NotImplemented  # residuals only where the matrix has full rank
+    vector = b.dim() == 1 or (b.dim() == a.dim() - 1 and b.shape == a.shape[:-1])
+    k = 1 if vector else b.shape[-1]
+    batch = torch.broadcast_shapes(a.shape[:-2], b.shape[:-1] if vector else b.shape[:-2])
+    rows = max(m, n)
+    real = a.real.dtype if a.is_complex() else a.dtype
+    with fake_mode:
+        # the kernel solves in place in a (*batch, rows, k) buffer, column-major per matrix
+        buffer = torch.empty((*batch, k, rows), dtype=a.dtype, device=a.device).mT
+        solution = buffer[..., :n, 0] if vector else buffer[..., :n, :]
+        residuals = (
+            torch.empty((*batch, k), dtype=real, device=a.device)
+            if driver == "gels" and m > n
+            else torch.empty(0, dtype=real, device=a.device)
+        )
+        rank = torch.empty(0 if driver == "gels" else batch, dtype=torch.int64, device=a.device)
+        singular = (
+            torch.empty((*batch, min(m, n)), dtype=real, device=a.device)
+            if driver in ("gelsd", "gelss")
+            else torch.empty(0, dtype=real, device=a.device)
+        )
+    return solution, residuals, rank, singular
+
+
+#: r[capture.data-dependent.shapes-from-arguments]: ops PyTorch's fake tensors refuse (tagged
+#: dynamic_output_shape) whose shapes follow from their arguments, with the fake rule that gives
+#: them.
+_SHAPES_FROM_ARGUMENTS = {
+    aten._ctc_loss.default: _ctc_loss_shapes,
+    aten.linalg_lstsq.default: _lstsq_shapes,
+}
+
+
+@contextlib.contextmanager
+def shapes_from_arguments():
+    """While tracing on fake tensors: the fake rules of `_SHAPES_FROM_ARGUMENTS`, for the trace
+    alone (PyTorch's own compilers in the same process keep theirs)."""
+    with unittest.mock.patch.dict(fake_impls.op_implementations_dict, _SHAPES_FROM_ARGUMENTS):
+        yield

@@ -35,6 +35,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from aotspec.errors import InternalError, UnsupportedError
 from aotspec.versions import make_fx_keeping_detach
 
+from .aten import shapes_from_arguments
 from .graph import placeholders
 from .optable import ATEN_VALUED, call_with, qualified_name
 from .storage import Layout, Tensor, carries_gradients
@@ -75,7 +76,13 @@ def differentiable_outputs(
     """Per output leaf of the op, whether eager autograd gives it a gradient when the `needed`
     floating-point tensor leaves require grad."""
     slots = [leaf for leaf in leaves if isinstance(leaf, Slot)]
-    with _disable_current_modes(), FakeTensorMode(), torch.enable_grad(), _hooks_silenced():
+    with (
+        _disable_current_modes(),
+        shapes_from_arguments(),  # r[capture.data-dependent.shapes-from-arguments]
+        FakeTensorMode(),
+        torch.enable_grad(),
+        _hooks_silenced(),
+    ):
         tensors = [
             example(slot.layout).detach().requires_grad_(wanted and _differentiable_dtype(slot))
             for slot, wanted in zip(slots, needed, strict=True)
@@ -201,7 +208,8 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
         return [r for r in results if r is not None]
 
     examples = [example(g) for g in grads if g is not None] + [example(s.layout) for s in slots]
-    with _disable_current_modes():
+    # r[capture.data-dependent.shapes-from-arguments]: the op runs again in the trace
+    with _disable_current_modes(), shapes_from_arguments():
         try:
             traced = make_fx_keeping_detach(joint, tracing_mode="fake")(*examples)
         except DataDependentOutputException as error:

@@ -54,13 +54,14 @@ from aotspec.versions import (
 )
 
 from . import effects, ops  # noqa: F401  (importing them fills the op table)
-from .aten import mutation_decompositions
+from .aten import mutation_decompositions, shapes_from_arguments
 from .collectives import check_collective
 from .custom_functions import (
     Interception,
     custom_function_call,
     intercepting_apply,
 )
+from .decompositions import DECOMPOSITIONS
 from .graph import source_line
 from .optable import DERIVATIVES, METADATA_OPS, OpEntry, lookup
 from .program_records import NUMBER, TENSOR, CapturedProgram, refuse_layout, refuse_lazy_bits
@@ -201,6 +202,11 @@ class _WatchGradMode(TorchFunctionMode):
         self.paused = False
         #: Storages of tensors that require grad and that an in-place metadata op relaid out.
         self.relaid: set[int] = set()
+        #: id(traced flat input) -> the caller's tensor it stands for.
+        self.callers: dict[int, _CallerInput] = {}
+        #: Flat inputs whose values the program is specialized on
+        #: (`r[capture.data-dependent.input-values]`).
+        self.values_read: set[int] = set()
 
     @contextlib.contextmanager
     def pausing(self):
@@ -217,8 +223,9 @@ class _WatchGradMode(TorchFunctionMode):
         self._note(func, args, kwargs)
         if func in _VALUE_COMPARISONS:
             return _VALUE_COMPARISONS[func](*args, **kwargs)
+        args, kwargs = self._read_as_numbers(func, args, kwargs)
         try:
-            result = func(*args, **kwargs)
+            result = self._decomposed(func, args, kwargs)
         except (RuntimeError, ValueError) as error:
             self._refuse_stale_view(args, kwargs, error)
             if _UNALLOCATED in str(error):
@@ -258,6 +265,41 @@ class _WatchGradMode(TorchFunctionMode):
                 position = len(get_proxy_mode().tracer.graph.nodes)
                 self.requires_grad_calls.append(_RequiresGradCall(args[0], flag, position))
 
+    @staticmethod
+    def _decomposed(func, args, kwargs):
+        """r[capture.data-dependent.decompositions]: `func` by capture's own decomposition where
+        it has one that decides the case, else as PyTorch runs it."""
+        decomposition = DECOMPOSITIONS.get(getattr(func, "__name__", None))
+        if decomposition is not None:
+            result = decomposition(*args, **kwargs)
+            if result is not NotImplemented:
+                return result
+        return func(*args, **kwargs)
+
+    def _read_as_numbers(self, func, args, kwargs) -> tuple[tuple, dict]:
+        """r[capture.data-dependent.input-values]: the arguments `func` reads as numbers, where
+        they are flat inputs not written so far, become the caller's values."""
+        arguments = _READ_AS_NUMBERS.get(getattr(func, "__name__", None), ())
+        args, kwargs = list(args), dict(kwargs)
+        for position, keywords in arguments:
+            if position < len(args):
+                args[position] = self._caller_values(args[position])
+            for keyword in keywords:
+                if keyword in kwargs:
+                    kwargs[keyword] = self._caller_values(kwargs[keyword])
+        return tuple(args), kwargs
+
+    def _caller_values(self, value):
+        """The caller's values of `value`, a number or a (nested) list of them, when it is an
+        integer flat input the function has not written; else `value` as it is."""
+        caller = self.callers.get(id(value)) if _is_tensor(value) else None
+        if caller is None or value._version != caller.version:
+            return value
+        if value.dtype.is_floating_point or value.dtype.is_complex:
+            return value  # eager refuses those as indices and lengths
+        self.values_read.add(caller.index)
+        return caller.tensor.tolist()
+
     def _refuse_stale_view(self, args, kwargs, error: Exception) -> None:
         """r[capture.metadata-views]: fake tensors regenerate a view's history by replaying its
         view ops on its base, which may fail once an in-place metadata op relaid the base out
@@ -294,6 +336,25 @@ _VALUE_COMPARISONS = {
     torch._C.TensorBase.equal: _equal,
     torch._C._VariableFunctions.allclose: _allclose,
     torch._C.TensorBase.allclose: _allclose,
+}
+
+
+@frozen
+class _CallerInput:
+    """A flat input of the traced function: its index, the caller's tensor, and the version of
+    the traced tensor at the start of the trace (a later one means the function wrote it)."""
+
+    index: int
+    tensor: torch.Tensor
+    version: int
+
+
+#: r[capture.data-dependent.input-values]: by function name, the arguments it reads as numbers:
+#: their position (a method's `self` counted) and their keywords.
+_READ_AS_NUMBERS: dict[str, tuple[tuple[int, tuple[str, ...]], ...]] = {
+    "narrow": ((2, ("start",)),),
+    "tensor_split": ((1, ("tensor_indices_or_sections", "indices_or_sections")),),
+    "ctc_loss": ((2, ("input_lengths",)), (3, ("target_lengths",))),
 }
 
 
@@ -419,6 +480,16 @@ def _return_tensors_read(graph_module: torch.fx.GraphModule, numbers: list) -> N
     graph_module.recompile()
 
 
+def _caller_inputs(traced: tuple, tensors: list) -> dict[int, _CallerInput]:
+    """The flat inputs whose values capture may read (`r[capture.data-dependent.input-values]`),
+    by the id of their traced tensor."""
+    return {
+        id(t): _CallerInput(i, caller, t._version)
+        for i, (t, caller) in enumerate(zip(traced, tensors, strict=True))
+        if _holds_values(caller)
+    }
+
+
 @contextlib.contextmanager
 def _tracing_errors_named():
     """Tracing's errors for what the spec refuses, raised as `UnsupportedError`s naming the rule
@@ -487,6 +558,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
         rebuilt = [next(it) if leaf is TENSOR else leaf for leaf in in_leaves]
         call_args, call_kwargs = pytree.tree_unflatten(rebuilt, in_spec)
         histories_before = [_history(t) for t in flat_tensors]
+        watch.callers = _caller_inputs(flat_tensors, tensors)
         with (
             watch,
             intercepting_apply(interception),
@@ -507,7 +579,8 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
 
     generator_before = torch.default_generator.get_state()
     # make_fx keeps stack traces only for frames it knows are user code: tell it `fn`'s.
-    with _tracing_errors_named(), stack_traces_of(fn):
+    # r[capture.data-dependent.shapes-from-arguments]
+    with _tracing_errors_named(), stack_traces_of(fn), shapes_from_arguments():
         graph_module = make_fx(
             flat_fn,
             decomposition_table=_decompositions(),  # r[capture.aten-graph]
@@ -534,7 +607,13 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
         requires_grad_inputs=frozenset(requires_grad_inputs),
         requires_grad_outputs=frozenset(requires_grad_outputs),
         custom_functions=tuple(interception.functions),
+        values_read=frozenset(watch.values_read),
     )
+
+
+def _holds_values(t: torch.Tensor) -> bool:
+    """Whether the caller's tensor `t` has values to read (a fake or meta tensor has none)."""
+    return not isinstance(t, FakeTensor) and t.device.type != "meta"
 
 
 #: What FakeTensorMode says of a real tensor reaching an op while it traces.

@@ -30,7 +30,7 @@ from .custom_functions import custom_function_call
 from .ledger import Ledger
 from .lifetimes import last_uses
 from .optable import OpEntry, OpKind, bind
-from .storage import REDUCED_FLOATS, Layout, Storage, Tensor
+from .storage import REDUCED_FLOATS, WIDE_UNSIGNED, Layout, Storage, Tensor
 
 
 class Runnable(Protocol):
@@ -105,8 +105,8 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
     bound = bind(node.target._schema, args, kwargs)
     meta = node.meta.get("val")
     try:
-        if entry.kind is OpKind.COMPUTE and _complex(bound, meta):
-            # r[ops.complex.aten-values]
+        if entry.kind is OpKind.COMPUTE and _aten_valued_dtype(bound, meta):
+            # r[ops.complex.aten-values], r[memory.layout.unsigned]
             return _named(run_aten(node.target, meta, *bound), node.name)
         if entry.kind is OpKind.COMPUTE:
             values = entry.rule(*pytree.tree_map(_read_for_compute, bound))
@@ -115,8 +115,9 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
             return _named(entry.rule(node.target, meta, *bound), node.name)
         if entry.kind is OpKind.VIEW:
             return _view(entry.rule(bound[0].layout, *bound[1:]), bound[0], meta, node.name)
-        if entry.kind is OpKind.INPLACE and _complex(bound, meta):
-            # r[ops.complex.aten-values]: the functional op's kernel, written back
+        if entry.kind is OpKind.INPLACE and _aten_valued_dtype(bound, meta):
+            # r[ops.complex.aten-values], r[memory.layout.unsigned]: the functional op's kernel,
+            # written back
             bound[0].write(run_aten(entry.functional, meta, *bound).read())
             return bound[0]
         if entry.kind is OpKind.INPLACE:
@@ -133,11 +134,12 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
     raise InternalError(f"op table entry of unknown kind: {entry}")
 
 
-def _complex(bound, meta) -> bool:
-    """Whether a tensor argument or output of the op is complex (`r[ops.complex.aten-values]`)."""
+def _aten_valued_dtype(bound, meta) -> bool:
+    """Whether a tensor argument or output of the op is complex (`r[ops.complex.aten-values]`)
+    or a wide unsigned integer (`r[memory.layout.unsigned]`): its values are ATen's."""
     leaves = pytree.tree_leaves([bound, meta])
     tensors = [leaf for leaf in leaves if isinstance(leaf, Tensor | torch.Tensor)]
-    return any(t.dtype.is_complex for t in tensors)
+    return any(t.dtype.is_complex or t.dtype in WIDE_UNSIGNED for t in tensors)
 
 
 def _read_for_compute(value):

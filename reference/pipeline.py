@@ -18,6 +18,7 @@ from attrs import evolve, frozen
 
 from aotspec.errors import UnsupportedError
 
+from .aten import shapes_from_arguments
 from .autograd import AliasedInputsWritten, differentiate
 from .capture import capture, grad_enabled, hooks_silenced_while_tracing
 from .functionalize import functionalize
@@ -57,7 +58,9 @@ def build_plan(
     bases = SyntheticBases()
     while True:
         try:
-            return _build_plan(fn, args, kwargs, tensors, stolen, hooks, bases)
+            # r[capture.data-dependent.shapes-from-arguments]: every pass traces on fakes
+            with shapes_from_arguments():
+                return _build_plan(fn, args, kwargs, tensors, stolen, hooks, bases)
         except AliasedInputsWritten as written:
             # r[autograd.input-writes.synthetic-base]: compile them as views of their base; each
             # round merges a group (or raises), so the loop ends.

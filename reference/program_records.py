@@ -82,6 +82,9 @@ class CapturedProgram:
     #: The custom Functions a gradient reaches, by the key their `custom_function_call` nodes
     #: name (`r[capture.custom-function]`).
     custom_functions: tuple[CustomFunction, ...] = ()
+    #: Flat inputs whose values, read at capture, the program is specialized on
+    #: (`r[capture.data-dependent.input-values]`).
+    values_read: frozenset[int] = frozenset()
 
     @property
     def graph(self) -> torch.fx.Graph:

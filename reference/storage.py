@@ -33,15 +33,25 @@ NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
     # r[memory.layout.complex]: a real part then an imaginary part, as in eager's storages
     torch.complex128: np.dtype(np.complex128),
     torch.complex64: np.dtype(np.complex64),
+    # r[memory.layout.complex32]: numpy has no complex type of float16 halves; a pair holds them
+    torch.complex32: np.dtype([("real", np.float16), ("imag", np.float16)]),
     torch.float8_e4m3fn: np.dtype(ml_dtypes.float8_e4m3fn),
     torch.float8_e5m2: np.dtype(ml_dtypes.float8_e5m2),
     torch.int64: np.dtype(np.int64),
     torch.int32: np.dtype(np.int32),
     torch.int16: np.dtype(np.int16),
     torch.int8: np.dtype(np.int8),
+    # r[memory.layout.unsigned]: eager's unsigned integers of every width
+    torch.uint64: np.dtype(np.uint64),
+    torch.uint32: np.dtype(np.uint32),
+    torch.uint16: np.dtype(np.uint16),
     torch.uint8: np.dtype(np.uint8),
     torch.bool: np.dtype(np.bool_),
 }
+
+#: r[memory.layout.unsigned]: the unsigned dtypes whose values are ATen's kernels' (eager has
+#: kernels for few ops on them, and the table's numpy rules would compute where eager raises).
+WIDE_UNSIGNED = frozenset({torch.uint16, torch.uint32, torch.uint64})
 
 # r[ops.opmath]: reduced-precision floats are computed in float32 and rounded once to the result.
 REDUCED_FLOATS = frozenset(
@@ -55,12 +65,6 @@ def carries_gradients(dtype: torch.dtype) -> bool:
 
 
 def numpy_dtype(dtype: torch.dtype) -> np.dtype:
-    if dtype == torch.complex32:
-        raise UnsupportedError(
-            "dtype torch.complex32 (chalf) has no numpy type to hold its values",
-            rule="memory.layout.complex32",
-            fix="use complex64 (x.to(torch.complex64)) in the compiled function",
-        )
     if dtype not in NUMPY_DTYPES:
         supported = ", ".join(str(d) for d in NUMPY_DTYPES)
         raise UnsupportedError(
@@ -69,6 +73,25 @@ def numpy_dtype(dtype: torch.dtype) -> np.dtype:
             fix=f"use one of {supported}",
         )
     return NUMPY_DTYPES[dtype]
+
+
+def _widened(stored: np.ndarray) -> np.ndarray:
+    """Stored values as arrays of numpy's own types: r[memory.layout.complex32]: a complex32's
+    float16 pairs read as complex64, which holds every one of them exactly."""
+    if stored.dtype != NUMPY_DTYPES[torch.complex32]:
+        return stored
+    return stored["real"].astype(np.complex64) + 1j * stored["imag"].astype(np.complex64)
+
+
+def _narrowed(values: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """`values` cast to the stored `dtype`: r[memory.layout.complex32]: each part of a complex
+    value rounded to float16 through float32, as eager's cast to complex32 rounds it."""
+    if dtype != NUMPY_DTYPES[torch.complex32]:
+        return values.astype(dtype)
+    pairs = np.empty(values.shape, dtype=dtype)
+    pairs["real"] = np.real(values).astype(np.float32)
+    pairs["imag"] = np.imag(values).astype(np.float32)
+    return pairs
 
 
 # ---------------------------------------------------------------- storage
@@ -260,7 +283,7 @@ class Tensor:
 
     def read(self) -> np.ndarray:
         """A copy of the tensor's values."""
-        return self._lazy(np.array(self._array_view(writeable=False), copy=True))
+        return self._lazy(_widened(np.array(self._array_view(writeable=False), copy=True)))
 
     def _lazy(self, values: np.ndarray) -> np.ndarray:
         """r[memory.layout.conj-neg]: the stored values conjugated and negated as the layout
@@ -279,5 +302,5 @@ class Tensor:
                 "operation."
             )
         view = self._array_view(writeable=True)
-        stored = self._lazy(np.asarray(values).astype(view.dtype))
+        stored = _narrowed(self._lazy(np.asarray(values)), view.dtype)
         view[...] = np.broadcast_to(stored, view.shape)

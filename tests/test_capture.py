@@ -2,9 +2,11 @@
 
 import pytest
 import torch
+from torch._subclasses.fake_tensor import DynamicOutputShapeException, FakeTensorMode
 
 import aotspec
 from aotspec.reference import capture
+from aotspec.reference.aten import shapes_from_arguments
 from aotspec.reference.optable import qualified_name
 
 aten = torch.ops.aten
@@ -108,6 +110,29 @@ def test_value_dependent_programs_are_refused_before_anything_runs(program, back
     torch.testing.assert_close(x, torch.tensor([2.0, 0.0, -1.0]))
 
 
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_values_read_at_capture_are_guarded(backend):
+    """r[capture.data-dependent.input-values]: the program is specialized on the split indices
+    and the narrow's start read from the caller's tensors; the same values reuse it, other ones
+    compile again, and every call gives eager's pieces."""
+
+    def program(x, indices, start):
+        return (*torch.tensor_split(x * 2, indices), x.narrow(0, start, 2))
+
+    compiled = aotspec.compile(program, backend=backend)
+    x = torch.arange(6.0)
+    calls = [([1, 4], 0), ([1, 4], 0), ([2, 3], 0), ([2, 3], 4), ([1, 4], 0)]
+    compilations = []
+    for indices, start in calls:
+        arguments = (x, torch.tensor(indices), torch.tensor(start))
+        expected, got = program(*arguments), compiled(*arguments)
+        assert len(expected) == len(got)
+        for e, g in zip(expected, got, strict=True):
+            torch.testing.assert_close(g, e)
+        compilations.append(compiled.compilations)
+    assert [1, 1, 2, 3, 3] == compilations
+
+
 @pytest.mark.parametrize(
     "program",
     [
@@ -193,3 +218,93 @@ def test_a_generator_change_capture_cannot_record_is_refused_and_undone(backend)
     with pytest.raises(aotspec.UnsupportedError, match="other than through torch.manual_seed"):
         aotspec.compile(_seeds_the_generator_object, backend=backend)(torch.zeros(2))
     assert torch.equal(torch.get_rng_state(), state)
+
+
+@pytest.mark.parametrize("driver", [None, "gels", "gelsy", "gelsd", "gelss"])
+def test_lstsq_shapes_from_arguments_are_its_kernels(driver):
+    """r[capture.data-dependent.shapes-from-arguments]: linalg_lstsq's fake outputs have the
+    sizes, strides and dtypes of its CPU kernel's, on matrices and vectors, batched or not, wide,
+    square and tall; gelsd and gelss on tall matrices stay refused (their residuals depend on the
+    rank)."""
+    torch.manual_seed(0)
+    for batch in [(), (4,)]:
+        for rows, columns, k in [(2, 3, 3), (3, 3, 3), (5, 3, 2), (5, 3, None), (3, 5, None)]:
+            a = torch.randn(*batch, rows, columns, dtype=torch.float64)
+            b = torch.randn(*batch, rows, *([k] if k else []), dtype=torch.float64)
+            kernel = torch.linalg.lstsq(a, b, driver=driver)
+            with shapes_from_arguments(), FakeTensorMode() as mode:
+                arguments = (mode.from_tensor(a), mode.from_tensor(b))
+                if driver in ("gelsd", "gelss") and rows > columns:
+                    with pytest.raises(DynamicOutputShapeException):
+                        aten.linalg_lstsq.default(*arguments, driver=driver)
+                    continue
+                fake = aten.linalg_lstsq.default(*arguments, driver=driver)
+            for expected, got in zip(kernel, fake, strict=True):
+                shown = (driver, batch, rows, columns, k)
+                assert (expected.shape, expected.dtype) == (got.shape, got.dtype), shown
+                if expected.numel() > 1:
+                    assert expected.stride() == got.stride(), shown
+
+
+def _decomposed_programs():
+    yield "combinations", lambda x: torch.combinations(x[0], 2), (4, 3)
+    yield "combinations-with-replacement", lambda x: torch.combinations(x[1], 3, True), (2, 3)
+    yield "combinations-more-than-there-are", lambda x: torch.combinations(x[0], 4), (2, 3)
+    for shape in [(5,), (3, 5), (1, 4)]:
+        for correction in [0, 1, 2]:
+            name = f"cov-{shape}-correction-{correction}"
+            yield name, lambda x, c=correction: torch.cov(x, correction=c), shape
+        yield f"corrcoef-{shape}", lambda x: x.corrcoef(), shape
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    ("program", "shape"),
+    [pytest.param(p, s, id=name) for name, p, s in _decomposed_programs()],
+)
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_decompositions_capture_takes_give_eagers_values_and_gradients(
+    program, shape, dtype, backend
+):
+    """r[capture.data-dependent.decompositions]: combinations, cov and corrcoef (PyTorch's
+    decompositions of which read values) give eager's values, layouts and gradients."""
+    torch.manual_seed(0)
+    x = torch.randn(shape, dtype=dtype)
+    eager_x, compiled_x = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expected = program(eager_x)
+    got = aotspec.compile(program, backend=backend)(compiled_x)
+    torch.testing.assert_close(got, expected, equal_nan=True)
+    assert expected.stride() == got.stride()
+    cotangent = torch.randn_like(expected)
+    expected.backward(cotangent)
+    got.backward(cotangent)
+    torch.testing.assert_close(compiled_x.grad, eager_x.grad, equal_nan=True)
+
+
+def test_weighted_cov_stays_refused():
+    """r[capture.data-dependent.decompositions]: cov's weights are values, which eager checks
+    (none negative, a sum not zero) before it uses them: refused by name."""
+    x, weights = torch.randn(2, 3), torch.tensor([1, 2, 1])
+    with pytest.raises(aotspec.UnsupportedError) as raised:
+        aotspec.compile(lambda x, w: torch.cov(x, fweights=w))(x, weights)
+    assert "capture.data-dependent" == raised.value.rule
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_values_read_are_guarded_when_arguments_share_a_base(backend):
+    """r[capture.data-dependent.input-values] with r[autograd.input-writes.synthetic-base]: the
+    guard reads the caller's indices even when the program takes a base in place of aliasing
+    arguments."""
+
+    def program(x, head, indices):
+        head.add_(1)
+        return torch.tensor_split(x * 2, indices)
+
+    compiled = aotspec.compile(program, backend=backend)
+    for indices, compilations in [([1, 4], 1), ([2, 3], 2), ([1, 4], 2)]:
+        x, eager_x = torch.arange(6.0), torch.arange(6.0)
+        got = compiled(x, x[:2], torch.tensor(indices))
+        expected = program(eager_x, eager_x[:2], torch.tensor(indices))
+        assert [e.tolist() for e in expected] == [g.tolist() for g in got]
+        assert eager_x.tolist() == x.tolist()
+        assert compilations == compiled.compilations

@@ -744,17 +744,162 @@ def _split_by_a_tensor(x, indices):
     return torch.tensor_split(x, indices)
 
 
+def _split_by_a_written_tensor(x, indices):
+    x.add_(1)
+    indices.add_(1)
+    return torch.tensor_split(x, indices)
+
+
 CASES.append(
     Case(
-        name="capture.tensor-split-by-a-tensor-raises",
-        rules=["capture.data-dependent", "boundary.failed-call"],
+        name="capture.tensor-split-by-a-tensor-the-function-wrote-raises",
+        rules=["capture.data-dependent.input-values", "boundary.failed-call"],
         setup=lambda: {"x": torch.arange(6.0), "indices": torch.tensor([1, 4], device="cpu")},
         args=["x", "indices"],
         on_cpu=["indices"],  # as eager's tensor_split wants them
-        # eager: pieces of 1, 3 and 2 elements, by the indices' values
-        program=_split_by_a_tensor,
+        # eager: pieces of 2, 3 and 1 elements, by the indices' values after the write
+        program=_split_by_a_written_tensor,
         expect=[Raises(UnsupportedError, rule="capture.data-dependent")],
         skip={"torch-eager": "eager splits by the indices' values"},
+    )
+)
+
+CASES.append(
+    Case(
+        name="capture.tensor-split-and-narrow-by-input-values-as-eager",
+        rules=["capture.data-dependent.input-values"],
+        setup=lambda: {
+            "x": torch.arange(6.0),
+            "indices": torch.tensor([1, 4], device="cpu"),
+            "start": torch.tensor(3),
+        },
+        args=["x", "indices", "start"],
+        on_cpu=["indices"],  # as eager's tensor_split wants them
+        program=lambda x, indices, start: (
+            *_split_by_a_tensor(x, indices),
+            x.narrow(0, start, 2),
+        ),
+        # eager: x + 1 in pieces of 1, 3 and 2 elements, then its elements 3 and 4
+        expect=[
+            Values("out0", [1.0]),
+            Values("out1", [2.0, 3.0, 4.0]),
+            Values("out2", [5.0, 6.0]),
+            Values("out3", [4.0, 5.0]),
+            Values("x", [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+            Shares("x", "out3"),
+        ],
+    )
+)
+
+
+def _ctc_and_lstsq(log_probs, targets, input_lengths, target_lengths, a, b):
+    ctc = F.ctc_loss(log_probs, targets, input_lengths, target_lengths, reduction="sum")
+    solution = torch.linalg.lstsq(a, b, driver="gels").solution
+    return ctc, solution
+
+
+def _ctc_and_lstsq_world():
+    return {
+        "log_probs": torch.tensor(
+            [[[-1.0, -0.5, -2.0]], [[-0.7, -1.2, -1.5]], [[-2.0, -0.3, -1.0]]]
+        ).requires_grad_(),
+        "targets": torch.tensor([[1, 2]]),
+        "input_lengths": torch.tensor([3]),
+        "target_lengths": torch.tensor([2]),
+        "a": torch.tensor([[2.0, 1.0], [1.0, 3.0], [0.0, 1.0]]).requires_grad_(),
+        "b": torch.tensor([[1.0], [2.0], [3.0]]),
+    }
+
+
+def _eager_ctc_and_lstsq():
+    world = _ctc_and_lstsq_world()
+    ctc, solution = _ctc_and_lstsq(*world.values())
+    (ctc + solution.sum()).backward()
+    return {
+        "out0": ctc.detach(),
+        "out1": solution.detach(),
+        "log_probs.grad": world["log_probs"].grad,
+        "a.grad": world["a"].grad,
+    }
+
+
+_CTC_AND_LSTSQ = _eager_ctc_and_lstsq()
+
+CASES.append(
+    Case(
+        name="capture.ctc-loss-and-lstsq-shapes-from-their-arguments-as-eager",
+        rules=[
+            "capture.data-dependent.shapes-from-arguments",
+            "capture.data-dependent.input-values",
+        ],
+        setup=_ctc_and_lstsq_world,
+        args=list(_ctc_and_lstsq_world()),
+        on_cpu=["input_lengths", "target_lengths"],
+        program=_ctc_and_lstsq,
+        backward=True,
+        # eager's loss, solution (a 3x2 least squares by QR, laid out column-major in a
+        # 3-row buffer) and gradients
+        expect=[Values(name, value) for name, value in _CTC_AND_LSTSQ.items()]
+        + [Layout("out1", shape=(2, 1), strides=(1, 3))],
+    )
+)
+
+CASES.append(
+    Case(
+        name="capture.lstsq-whose-residuals-depend-on-the-rank-raises",
+        rules=["capture.data-dependent.shapes-from-arguments"],
+        setup=lambda: {"a": torch.ones(3, 2), "b": torch.ones(3, 1)},
+        args=["a", "b"],
+        # eager: a has rank 1, so gelsd returns no residuals (they exist at full rank only)
+        program=lambda a, b: torch.linalg.lstsq(a, b, driver="gelsd").residuals,
+        expect=[Raises(UnsupportedError, rule="capture.data-dependent")],
+        skip={"torch-eager": "eager finds the rank"},
+    )
+)
+
+
+def _pairs_and_covariance(x):
+    return torch.combinations(x[0], 2), torch.cov(x), torch.corrcoef(x)
+
+
+def _pairs_and_covariance_world():
+    return {"x": torch.tensor([[1.0, 2.0, 4.0], [0.5, -1.0, 3.0]]).requires_grad_()}
+
+
+def _eager_pairs_and_covariance():
+    world = _pairs_and_covariance_world()
+    outs = _pairs_and_covariance(world["x"])
+    sum(out.sum() for out in outs).backward()
+    return {**{f"out{k}": out.detach() for k, out in enumerate(outs)}, "x.grad": world["x"].grad}
+
+
+_PAIRS_AND_COVARIANCE = _eager_pairs_and_covariance()
+
+CASES.append(
+    Case(
+        name="capture.combinations-cov-and-corrcoef-as-eager",
+        rules=["capture.data-dependent.decompositions"],
+        setup=_pairs_and_covariance_world,
+        args=["x"],
+        program=_pairs_and_covariance,
+        backward=True,
+        # eager's values: the pairs (1, 2), (1, 4), (2, 4); the covariance and correlation of
+        # the two rows over three observations; the gradient of their sum
+        expect=[Values(name, value) for name, value in _PAIRS_AND_COVARIANCE.items()]
+        + [Layout("out0", shape=(3, 2), strides=(2, 1))],
+    )
+)
+
+CASES.append(
+    Case(
+        name="capture.cov-with-weights-raises",
+        rules=["capture.data-dependent.decompositions"],
+        setup=lambda: {"x": torch.ones(2, 3), "weights": torch.tensor([1, 2, 1])},
+        args=["x", "weights"],
+        # eager checks the weights' values (none negative, a sum not zero) before using them
+        program=lambda x, weights: torch.cov(x, fweights=weights),
+        expect=[Raises(UnsupportedError, rule="capture.data-dependent")],
+        skip={"torch-eager": "eager checks the weights' values"},
     )
 )
 

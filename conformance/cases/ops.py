@@ -3,6 +3,7 @@
 Expected values of ATen-valued ops are eager PyTorch's, computed here on private copies.
 """
 
+import warnings
 from contextlib import nullcontext
 
 import torch
@@ -297,6 +298,35 @@ def _signal_world():
 _SPECTRUM = _eager(_complex_spectrum, _signal_world(), ["x"])
 
 
+def _half_complex(x, z):
+    # complex32 made by casts, added, viewed as float16 pairs, conjugated, and on a gradient's way
+    h = z.to(torch.complex32)
+    doubled = h + h
+    magnitudes = (x.to(torch.complex32) * 2).to(torch.complex64).abs()
+    return doubled, torch.view_as_real(doubled), h.conj().to(torch.complex64), magnitudes
+
+
+def _half_complex_world():
+    # 1.1 and 1000.1 are not float16 values: the cast rounds them
+    return {
+        "x": torch.tensor([0.1, -2.5, 3.0]).requires_grad_(),
+        "z": torch.tensor([1.1 + 2.0j, -0.3 + 0.7j, 1000.1 - 1.0j]),
+    }
+
+
+def _eager_half_complex():
+    world = _half_complex_world()
+    with warnings.catch_warnings():  # eager calls its complex32 support experimental
+        warnings.simplefilter("ignore")
+        outs = _half_complex(world["x"], world["z"])
+    outs[3].sum().backward()
+    named = {f"out{k}": out.detach() for k, out in enumerate(outs)}
+    return {**named, "x.grad": world["x"].grad}
+
+
+_HALF_COMPLEX = _eager_half_complex()
+
+
 def _svd_magnitudes(a):
     u, s, vh = torch.linalg.svd(a)
     return u.abs(), s, vh.abs()
@@ -524,13 +554,63 @@ CASES = [
         expect=[Values(name, _SPECTRUM[name]) for name in ["out0", "x.grad"]],
     ),
     Case(
-        name="ops.complex32-is-refused-by-name",
-        rules=["memory.layout.complex32"],
-        setup=lambda: {"x": torch.zeros(2, dtype=torch.complex64).to(torch.complex32)},
+        name="ops.hash-tensor-returns-uint64-as-eager",
+        rules=["memory.layout.unsigned"],
+        setup=lambda: {"x": torch.arange(6.0).reshape(2, 3)},
         args=["x"],
+        program=lambda x: (torch.hash_tensor(x), torch.hash_tensor(x, dim=1)),
+        # eager's values: the xor of the elements' float64 bits
+        expect=[
+            Values("out0", torch.tensor(4610560118520545280, dtype=torch.uint64)),
+            Layout("out0", dtype=torch.uint64, shape=()),
+            Values(
+                "out1",
+                torch.tensor([9218868437227405312, 4615063718147915776], dtype=torch.uint64),
+            ),
+            Layout("out1", dtype=torch.uint64, shape=(2,)),
+        ],
+    ),
+    Case(
+        name="ops.uint32-add-raises-eagers-error",
+        rules=["memory.layout.unsigned"],
+        setup=lambda: {"x": torch.tensor([1, 40000], dtype=torch.uint32)},
+        args=["x"],
+        # eager has no add kernel for uint32 (add is a table op): its error, not numpy's sum
         program=lambda x: x + x,
-        expect=[Raises(UnsupportedError, rule="memory.layout.complex32", match="complex32")],
-        skip={"torch-eager": "eager PyTorch adds complex32 tensors"},
+        expect=[Raises(RuntimeError, match="not implemented for 'UInt32'")],
+    ),
+    Case(
+        name="ops.complex32-copy-rounds-each-part-through-float32",
+        rules=["memory.layout.complex32"],
+        setup=lambda: {
+            "dst": torch.zeros(1, dtype=torch.complex32),
+            # 1 + 2**-11 + 2**-40: float32 rounds it to 1 + 2**-11, a float16 tie, then to 1;
+            # float16 directly would round it up to 1 + 2**-10
+            "src": torch.tensor(
+                [complex(1 + 2**-11 + 2**-40, -(1 + 2**-11 + 2**-40))], dtype=torch.complex128
+            ),
+        },
+        args=["dst", "src"],
+        program=lambda dst, src: torch.view_as_real(dst.copy_(src)),
+        expect=[Values("out0", [[1.0, -1.0]]), Values("dst", [1.0 - 1.0j])],
+    ),
+    Case(
+        name="ops.complex32-values-views-and-gradients-as-eager",
+        rules=["memory.layout.complex32"],
+        setup=_half_complex_world,
+        args=["x", "z"],
+        program=_half_complex,
+        backward=True,
+        expect=[
+            Values(name, _HALF_COMPLEX[name])
+            for name in ["out0", "out1", "out2", "out3", "x.grad"]
+        ]
+        + [
+            Layout("out0", dtype=torch.complex32, shape=(3,), strides=(1,)),
+            # a complex32 element is two float16s: sizes and strides count float16s
+            Layout("out1", dtype=torch.float16, shape=(3, 2), strides=(2, 1), offset=0),
+            Shares("out0", "out1"),
+        ],
     ),
     Case(
         name="ops.complex-svd-derivative-that-checks-values-is-refused",
