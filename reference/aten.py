@@ -355,19 +355,31 @@ def _resize_as_(self, the_template, memory_format=None):
     return _resize_(self, the_template.shape, memory_format)
 
 
-def _resizes_arguments(overload):
-    """r[ops.aten-mutations]: an op whose kernel resizes the arguments it writes, which its
-    schema and meta kernel do not say."""
-
-    def refuse(*args, **kwargs):
-        raise UnsupportedError(
-            f"op {qualified_name(overload)} resizes the tensors it writes",
-            rule="ops.aten-mutations",
-            fix="pass state tensors of their final sizes, or call the op outside the compiled "
-            "function",
-        )
-
-    return refuse
+def _fused_moving_avg_obs_fq_helper(
+    x, observer_on, fake_quant_on, running_min, running_max, scale, zero_point, *rest
+):
+    """r[ops.aten-mutations.observer-state]: the observer's kernel first gives empty per-channel
+    state one element per channel (running_min +inf, running_max -inf, scale and zero_point
+    unspecified until written), which its schema and its functional variant's meta kernel do not
+    say: so capture records those resizes, then the op as its functional variant and copy_."""
+    averaging_const, quant_min, quant_max, ch_axis, per_row_fake_quant, *_ = rest
+    if running_min.numel() == 0:
+        if not per_row_fake_quant:  # eager's kernel reads past the empty state
+            raise UnsupportedError(
+                "op aten._fused_moving_avg_obs_fq_helper.default with per_row_fake_quant=False "
+                "reads its empty running_min",
+                rule="ops.aten-mutations.observer-state",
+                fix="pass running_min and running_max of one element",
+            )
+        channels = (x.shape[ch_axis],)
+        _resize_(running_min, channels).fill_(float("inf"))  # r[ops.aten-mutations.observer-state]
+        _resize_(running_max, channels).fill_(float("-inf"))
+        _resize_(scale, channels)
+        _resize_(zero_point, channels)
+    helper = aten._fused_moving_avg_obs_fq_helper.default
+    functional = aten._fused_moving_avg_obs_fq_helper_functional.default
+    state = (running_min, running_max, scale, zero_point)
+    return _write_back(helper, functional, x, observer_on, fake_quant_on, *state, *rest)
 
 
 def _overload_of(schema) -> torch._ops.OpOverload:
@@ -379,14 +391,13 @@ def _overload_of(schema) -> torch._ops.OpOverload:
 def mutation_decompositions() -> dict[torch._ops.OpOverload, Callable]:
     """For capture: each aten op that writes its arguments, outside the table, as its functional
     variant and copy_ (`r[ops.aten-mutations]`)."""
-    observer = aten._fused_moving_avg_obs_fq_helper.default  # resizes empty per-channel state
     table: dict[torch._ops.OpOverload, Callable] = {
         aten.native_batch_norm.default: _native_batch_norm,
         aten._native_batch_norm_legit.default: _native_batch_norm_legit,
         aten.bernoulli_.float: _bernoulli_,
         aten.resize_.default: _resize_,
         aten.resize_as_.default: _resize_as_,
-        observer: _resizes_arguments(observer),
+        aten._fused_moving_avg_obs_fq_helper.default: _fused_moving_avg_obs_fq_helper,
     }
     for schema in torch._C._jit_get_all_schemas():
         if not (schema.name.startswith("aten::") and schema.is_mutable):

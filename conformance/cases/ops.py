@@ -458,6 +458,37 @@ def _batch_norm_in_eval(x, weight, bias, running_mean, running_var):
 _BATCH_NORM_IN_EVAL = _eager(_batch_norm_in_eval, _batch_norm_world(), _BATCH_NORM_NAMES)
 
 
+def _observe_per_channel(x, running_min, running_max, scale, zero_point):
+    on = torch.ones(1, dtype=torch.long)
+    state = (running_min, running_max, scale, zero_point)
+    observe = torch.ops.aten._fused_moving_avg_obs_fq_helper
+    return observe(x, on, on, *state, 0.01, -128, 127, 0, True, True)[0]
+
+
+_OBSERVER_NAMES = ["x", "running_min", "running_max", "scale", "zero_point"]
+
+
+def _observer_world():
+    """Empty per-channel state, as `FusedMovingAvgObsFakeQuantize` starts it, and one-element
+    qparams."""
+    return {
+        "x": torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.25, -1.0]]),
+        "running_min": torch.empty(0),
+        "running_max": torch.empty(0),
+        "scale": torch.ones(1),
+        "zero_point": torch.zeros(1, dtype=torch.int32),
+    }
+
+
+def _eager_observer():
+    world = _observer_world()
+    out = _observe_per_channel(*[world[name] for name in _OBSERVER_NAMES])
+    return {**world, "out0": out}
+
+
+_OBSERVER = _eager_observer()
+
+
 def _every_other_weighted(x):
     return torch.as_strided_copy(x, (2,), (2,), 1) * torch.tensor([1.0, 2.0])
 
@@ -998,6 +1029,18 @@ CASES = [
             Values(name, _BATCH_NORM_IN_EVAL[name])
             for name in ["out0", "running_mean", "running_var", "x.grad", "weight.grad"]
         ],
+    ),
+    Case(
+        name="ops.aten-observer-resizes-empty-per-channel-state",
+        rules=["ops.aten-mutations.observer-state", "aliasing.resize.grows-storage"],
+        setup=_observer_world,
+        args=_OBSERVER_NAMES,
+        program=_observe_per_channel,
+        # eager: each state tensor becomes one element per row of x (2): running_min's storage
+        # grows from 0 bytes, scale's from 4 to 8; every value is written by the kernel
+        expect=[Values(name, _OBSERVER[name]) for name in ["out0", *_OBSERVER_NAMES[1:]]]
+        + [Layout(name, shape=(2,), strides=(1,), offset=0) for name in _OBSERVER_NAMES[1:]]
+        + [StorageBytes("running_min", 8), StorageBytes("scale", 8)],
     ),
     Case(
         name="ops.aten-derivative-writing-into-a-view-of-its-zeros",

@@ -68,12 +68,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     # test_aotdispatch_mutations.py
     ("test_set__and_data_mutation_good", "dynamo"):
         "unsupported: write into aliased inputs requiring grad",
-    ("test_input_mutation_resize_", "reference"):
-        "unsupported: _fused_moving_avg_obs_fq_helper resizes its state (ops.aten-mutations)",
-    ("test_input_mutation_resize_", "fast"):
-        "unsupported: _fused_moving_avg_obs_fq_helper resizes its state (ops.aten-mutations)",
-    ("test_input_mutation_resize_", "dynamo"):
-        "unsupported: _fused_moving_avg_obs_fq_helper resizes its state (ops.aten-mutations)",
 }
 # fmt: on
 
