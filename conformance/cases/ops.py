@@ -465,6 +465,13 @@ def _observe_per_channel(x, running_min, running_max, scale, zero_point):
     return observe(x, on, on, *state, 0.01, -128, 127, 0, True, True)[0]
 
 
+def _observe_per_tensor(x, running_min, running_max, scale, zero_point):
+    on = torch.ones(1, dtype=torch.long)
+    state = (running_min, running_max, scale, zero_point)
+    observe = torch.ops.aten._fused_moving_avg_obs_fq_helper
+    return observe(x, on, on, *state, 0.01, -128, 127, 0, False, True)[0]
+
+
 _OBSERVER_NAMES = ["x", "running_min", "running_max", "scale", "zero_point"]
 
 
@@ -1041,6 +1048,15 @@ CASES = [
         expect=[Values(name, _OBSERVER[name]) for name in ["out0", *_OBSERVER_NAMES[1:]]]
         + [Layout(name, shape=(2,), strides=(1,), offset=0) for name in _OBSERVER_NAMES[1:]]
         + [StorageBytes("running_min", 8), StorageBytes("scale", 8)],
+    ),
+    Case(
+        name="ops.aten-observer-per-tensor-with-empty-state-is-refused",
+        rules=["ops.aten-mutations.observer-state"],
+        setup=_observer_world,
+        args=_OBSERVER_NAMES,
+        program=_observe_per_tensor,
+        expect=[Raises(UnsupportedError, rule="ops.aten-mutations.observer-state")],
+        skip={"torch-eager": "eager's kernel reads past the empty state (a segfault)"},
     ),
     Case(
         name="ops.aten-derivative-writing-into-a-view-of-its-zeros",
