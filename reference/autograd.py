@@ -114,6 +114,25 @@ def _write_backs_with_history(program: FunctionalProgram, flows: set) -> tuple[W
     return tuple(found)
 
 
+def _check_relocations(program: FunctionalProgram, write_backs: tuple[WriteBack, ...]) -> None:
+    """r[autograd.metadata.as-strided]: an `as_strided_` that moves a tensor of a caller storage
+    onto other locations, where the storage's contents carry a gradient: those of an input that
+    requires grad, or contents written back with history (values that carry none, such as an
+    observer's running statistics, leave it free to move)."""
+    with_grad = {meta.storage for meta in program.inputs if meta.requires_grad}
+    with_grad |= {step.input_index for step in write_backs}
+    relocated = sorted(program.relocated & with_grad)
+    if relocated:
+        # r[autograd.metadata.as-strided]: eager's gradient would depend on every layout between.
+        raise UnsupportedError(
+            f"as_strided_ makes a tensor on the storage of flat input {relocated[0]}, whose "
+            "values carry a gradient, read other storage locations than it read before",
+            rule="autograd.metadata.as-strided",
+            fix="relay it out over the same elements (a new shape or order), or take a view "
+            "with as_strided() instead of changing the tensor in place",
+        )
+
+
 class AliasedInputsWritten(Exception):
     """A write with history lands in a storage several arguments read: the flat inputs of those
     arguments (`r[autograd.input-writes.synthetic-base]`, which `reference/pipeline.py`
@@ -331,9 +350,9 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
     resized, rebound = _resized_inputs(program), _rebound_inputs(program)
     flows = _requires_grad_nodes(program, resized | rebound)
     outputs_node = output_node(graph)
-    differentiable = _differentiable_outputs(
-        program, flows, _write_backs_with_history(program, flows)
-    )
+    write_backs = _write_backs_with_history(program, flows)
+    _check_relocations(program, write_backs)
+    differentiable = _differentiable_outputs(program, flows, write_backs)
     n_inputs = len(program.inputs)
     wanted = tuple(i for i, meta in enumerate(program.inputs) if meta.requires_grad)
     stands_for = {node: _StandsFor(i, program.inputs[i].layout) for node, i in resized.items()}

@@ -121,7 +121,6 @@ def records_autograd(functional: FunctionalProgram) -> bool:
 
 
 def _check_grad_input_mutations(functional: FunctionalProgram, needs_grad: list[int]) -> None:
-    inputs = functional.inputs
     # r[autograd.input-writes.set]: set_ of an input that requires grad only under no_grad().
     rebound = sorted(i for i in needs_grad if i in functional.rebound_with_grad)
     if rebound:
@@ -131,17 +130,6 @@ def _check_grad_input_mutations(functional: FunctionalProgram, needs_grad: list[
             rule="autograd.input-writes.set",
             fix="set_ such inputs under torch.no_grad() (as FSDP does), rebind them outside the "
             "compiled function, or call it under torch.no_grad()",
-        )
-    with_grad = {inputs[i].storage for i in needs_grad} | functional.written_with_grad
-    relocated = sorted(functional.relocated & with_grad)
-    if relocated:
-        # r[autograd.metadata.as-strided]: eager's gradient would depend on every layout between.
-        raise UnsupportedError(
-            f"as_strided_ makes a tensor on the storage of flat input {relocated[0]}, whose "
-            "values carry a gradient, read other storage locations than it read before",
-            rule="autograd.metadata.as-strided",
-            fix="relay it out over the same elements (a new shape or order), or take a view "
-            "with as_strided() instead of changing the tensor in place",
         )
 
 

@@ -479,7 +479,7 @@ def _observer_world():
     """Empty per-channel state, as `FusedMovingAvgObsFakeQuantize` starts it, and one-element
     qparams."""
     return {
-        "x": torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.25, -1.0]]),
+        "x": torch.tensor([[1.0, -2.0, 0.5], [3.0, 10.0, -1.0]], requires_grad=True),
         "running_min": torch.empty(0),
         "running_max": torch.empty(0),
         "scale": torch.ones(1),
@@ -487,13 +487,7 @@ def _observer_world():
     }
 
 
-def _eager_observer():
-    world = _observer_world()
-    out = _observe_per_channel(*[world[name] for name in _OBSERVER_NAMES])
-    return {**world, "out0": out}
-
-
-_OBSERVER = _eager_observer()
+_OBSERVER = _eager(_observe_per_channel, _observer_world(), _OBSERVER_NAMES)
 
 
 def _every_other_weighted(x):
@@ -1039,13 +1033,20 @@ CASES = [
     ),
     Case(
         name="ops.aten-observer-resizes-empty-per-channel-state",
-        rules=["ops.aten-mutations.observer-state", "aliasing.resize.grows-storage"],
+        rules=[
+            "ops.aten-mutations.observer-state",
+            "aliasing.resize.grows-storage",
+            "autograd.metadata.as-strided",
+        ],
         setup=_observer_world,
         args=_OBSERVER_NAMES,
         program=_observe_per_channel,
+        backward=True,
         # eager: each state tensor becomes one element per row of x (2): running_min's storage
-        # grows from 0 bytes, scale's from 4 to 8; every value is written by the kernel
-        expect=[Values(name, _OBSERVER[name]) for name in ["out0", *_OBSERVER_NAMES[1:]]]
+        # grows from 0 bytes, scale's from 4 to 8; every value is written by the kernel, and
+        # none carries a gradient, so they may be relaid out while x requires grad. x.grad is
+        # the fake quantization's mask: all ones, the first observation being x's own range
+        expect=[Values(name, _OBSERVER[name]) for name in ["out0", "x.grad", *_OBSERVER_NAMES[1:]]]
         + [Layout(name, shape=(2,), strides=(1,), offset=0) for name in _OBSERVER_NAMES[1:]]
         + [StorageBytes("running_min", 8), StorageBytes("scale", 8)],
     ),
