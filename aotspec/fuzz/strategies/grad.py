@@ -30,8 +30,9 @@ counter):
   (they advance the version counter too), under torch.no_grad() only of tensors that require no
   grad (r[autograd.no-grad-metadata]), and `as_strided_` only of intermediates (on an argument's
   storage it must keep the elements read: r[autograd.metadata.as-strided]); after one on a
-  tensor that requires grad, no other tensor of its view family is used (tracing could not
-  regenerate their histories: r[capture.metadata-views]);
+  tensor that requires grad, no other tensor of its view family is used, and no view is taken
+  of a tensor one relaid out, which may be a view itself (tracing could not regenerate their
+  histories: r[capture.metadata-views]);
 - log and fractional or negative powers read only values known to be positive;
 - losses (`mse_loss`, `smooth_l1_loss`, `huber_loss`, not reduced) of a value, often
   transposed first, against a value of its sizes or a full tensor;
@@ -207,8 +208,15 @@ def _is_positive(model: Model, arg) -> bool:
     return arg in POSITIVE_SCALARS
 
 
+def _viewable(model: Model) -> list[str]:
+    """What a view may be taken of: no tensor an in-place metadata op relaid out (it may be a
+    view itself, whose replay on its base tracing would compose with the new view's once their
+    storage takes a history: r[capture.metadata-views])."""
+    return [v for v in model.names if not model.obj(v).rebound]
+
+
 def _g_view(draw, model: Model) -> list[Instr]:
-    return _view_of(draw, model, _recent(draw, list(model.names)))
+    return _view_of(draw, model, _recent(draw, _viewable(model)))
 
 
 def _view_of(draw, model: Model, v: str) -> list[Instr]:
@@ -275,7 +283,7 @@ def _g_relayout(draw, model: Model) -> list[Instr]:
         ops.remove("as_strided_")
     op = draw(st.sampled_from(ops))
     args, obj.lay = draw_relayout(draw, op, obj.lay, model.storage(v).nbytes)
-    model.storage(v).relaid = True
+    model.storage(v).relaid = obj.rebound = True
     if _requires_grad(model, v):
         # r[capture.metadata-views]: the other tensors of its view family are used no more
         index = model.names[v]
@@ -302,7 +310,10 @@ def _g_custom_function(draw, model: Model) -> list[Instr]:
     """A custom autograd.Function (strategies/functions.py) applied to a value: its own backward
     gives the gradient (r[capture.custom-function])."""
     x = _recent(draw, list(model.names))
-    op = draw(st.sampled_from(sorted(FUNCTIONS)))
+    functions = sorted(FUNCTIONS)
+    if model.obj(x).rebound:  # fn_pass_through returns a view of x (see _viewable)
+        functions.remove("fn_pass_through")
+    op = draw(st.sampled_from(functions))
     positive = _is_positive(model, Var(x))
     if op == "fn_scaled":
         c = draw(st.sampled_from(SCALARS))
@@ -371,13 +382,30 @@ def _g_grad_mode(draw, model: Model) -> list[Instr]:
     return [_compute(model, op, (Var(x), other), positive=positive)]
 
 
+def _matmul_partners(model: Model, a: str) -> list[str]:
+    return [
+        b
+        for b in model.names
+        if len(model.lay(b).sizes) == 2 and model.lay(b).sizes[0] == model.lay(a).sizes[1]
+    ]
+
+
+def _matmul_operands(model: Model) -> list[str]:
+    """2-D values with a partner, or of which a transpose may be taken (see _viewable)."""
+    return [
+        v
+        for v in model.names
+        if len(model.lay(v).sizes) == 2
+        and (not model.obj(v).rebound or _matmul_partners(model, v))
+    ]
+
+
 def _g_matmul(draw, model: Model) -> list[Instr]:
     """mm or matmul of 2-D values; with no fitting pair, of a value and its transpose."""
-    twod = [v for v in model.names if len(model.lay(v).sizes) == 2]
-    a = _recent(draw, twod)
-    partners = [b for b in twod if model.lay(b).sizes[0] == model.lay(a).sizes[1]]
+    a = _recent(draw, _matmul_operands(model))
+    partners = _matmul_partners(model, a)
     op = draw(st.sampled_from(["mm", "matmul"]))
-    if partners and draw(st.booleans()):
+    if partners and (model.obj(a).rebound or draw(st.booleans())):
         return [_compute(model, op, (Var(a), Var(draw(st.sampled_from(partners)))))]
     t = model.new_name()
     _bind_view(model, t, a, apply_view("t", model.lay(a), ())[0])
@@ -423,7 +451,7 @@ def _g_loss(draw, model: Model) -> list[Instr]:
     (r[ops.fresh-output.meta-layout])."""
     x = _recent(draw, list(model.names))
     body = []
-    if len(model.lay(x).sizes) >= 2 and draw(st.booleans()):
+    if len(model.lay(x).sizes) >= 2 and not model.obj(x).rebound and draw(st.booleans()):
         body = _view_of_op(model, x, "transpose", (0, 1))
         x = body[0].outs[0]
     sizes = model.lay(x).sizes
@@ -552,7 +580,7 @@ def _g_write(draw, model: Model, targets: list[str]) -> list[Instr]:
     it made just before."""
     target = _recent(draw, targets)
     body = []
-    if draw(st.booleans()):
+    if not model.obj(target).rebound and draw(st.booleans()):
         lay = model.lay(target)
         view_op = draw(st.sampled_from([op for op in view_ops(lay, True) if op in WRITE_VIEWS]))
         view_args = draw_view_args(draw, view_op, lay, may_copy=False)
@@ -634,12 +662,12 @@ def _g_write_argument(draw, model: Model) -> list[Instr]:
 
 
 GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
-    ("view", _g_view, lambda m: True),
+    ("view", _g_view, lambda m: bool(_viewable(m))),
     ("detach", _g_detach, lambda m: True),
     ("relayout", _g_relayout, lambda m: bool(_relayable(m))),
     ("unary", _g_unary, lambda m: True),
     ("binary", _g_binary, lambda m: True),
-    ("matmul", _g_matmul, lambda m: any(len(m.lay(v).sizes) == 2 for v in m.names)),
+    ("matmul", _g_matmul, lambda m: bool(_matmul_operands(m))),
     ("reduce", _g_reduce, lambda m: True),
     ("cat", _g_cat, lambda m: any(m.lay(v).sizes for v in m.names)),
     ("norm", _g_norm, lambda m: any(m.lay(v).sizes for v in m.names)),
