@@ -86,6 +86,10 @@ def _double_the_diagonal(x):
     return d
 
 
+def _functional_copy_into_every_other(x, y):
+    return torch.ops.aten.copy(x[::2], y)  # what functionalizing x[::2].copy_(y) computes
+
+
 def _sin_into(x, y):
     return torch.sin(x, out=y)
 
@@ -747,6 +751,21 @@ CASES = [
             Values("out0", ((_M * 2 - _M.flip(0)) ** 2).mean()),
         ],
         skip={"torch-eager": "eager's kernel returns the mean on a storage of its 9 terms (36 B)"},
+    ),
+    Case(
+        name="ops.functional-copy-has-a-clone-of-its-arguments-storage",
+        rules=["ops.fresh-output.cloned-storage"],
+        setup=lambda: {"x": torch.arange(4.0), "y": torch.tensor([5.0, 6.0])},
+        args=["x", "y"],
+        program=_functional_copy_into_every_other,
+        # laid out as x[::2]; on a clone of x's 4 float32 (16 B), where its extent is 3 (12 B)
+        expect=[
+            Values("out0", [5.0, 6.0]),
+            Layout("out0", shape=(2,), strides=(2,), offset=0),
+            StorageBytes("out0", 16),
+            Separate("x", "out0"),
+            Values("x", [0.0, 1.0, 2.0, 3.0]),
+        ],
     ),
     Case(
         name="ops.random-draws-from-the-callers-generator-in-order",

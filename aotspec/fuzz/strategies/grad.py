@@ -680,10 +680,7 @@ GRAD_STEPS: list[tuple[str, Callable, Callable[[Model], bool]]] = [
     ("no_grad_write", _g_no_grad_write, lambda m: bool(_no_grad_writable(m))),
     ("special", _g_special, lambda m: True),
     ("dead", _g_dead, lambda m: True),
-    # Not drawn for now: fast's backward of as_strided_copy peaks 4 bytes above the reference's
-    # (test_fast_hooks_agree_with_reference, open in issue 23); its gradient is pinned by
-    # tests/test_eager_formulas.py and the conformance cases of ops.aten-derivatives.functional.
-    # ("aten_formula", _g_aten_formula, lambda m: bool(_as_strided_copyable(m))),
+    ("aten_formula", _g_aten_formula, lambda m: bool(_as_strided_copyable(m))),
     # Writes come four times: the point of the exercise, and each is blocked often (saved).
     ("write", _g_write_intermediate, _writes_intermediates),
     ("write", _g_write_intermediate, _writes_intermediates),
