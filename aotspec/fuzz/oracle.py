@@ -17,6 +17,7 @@ repros both write import from here too.
 from __future__ import annotations
 
 import collections
+import functools
 import re
 import traceback
 
@@ -24,6 +25,7 @@ import torch
 from attrs import define, field, frozen
 from hypothesis import currently_in_test_context, event
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import aotspec
 from aotspec.conformance.observe import Observation, differences, observe, world_of
@@ -51,13 +53,48 @@ class Outcome:
     retained_grads: dict[str, torch.Tensor | None] | None = None
 
 
+#: Reduced losses (`reduction="mean"` or `"sum"`) whose CPU kernel leaves the 0-dim result on a
+#: storage of every term, where the meta kernel gives it a storage of its own.
+_REDUCED_ON_THEIR_TERMS = frozenset(
+    {
+        torch.ops.aten.mse_loss.default,
+        torch.ops.aten.smooth_l1_loss.default,
+        torch.ops.aten.soft_margin_loss.default,
+        torch.ops.aten.binary_cross_entropy.default,
+    }
+)
+
+
+class _MetaStorages(TorchDispatchMode):
+    """Eager PyTorch with the storage clause of r[ops.fresh-output.meta-layout]: a reduced loss's
+    result on a storage of one element, as its meta kernel has it and aotspec's backends give
+    it. Its value, the storage's first element, stays."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if func in _REDUCED_ON_THEIR_TERMS and result.dim() == 0 and not result.storage_offset():
+            result.untyped_storage().resize_(result.element_size())
+        return result
+
+
+def eager_as_specified(fn):
+    """`fn` on eager PyTorch as the oracle runs it: where eager's kernel and the spec disagree
+    on the bytes of a fresh storage, the spec's (`_MetaStorages`)."""
+
+    @functools.wraps(fn)
+    def call(*args):
+        with _MetaStorages():
+            return fn(*args)
+
+    return call
+
+
 def outcome(program: Program, *, compiled: bool, dtype: torch.dtype = torch.float32) -> Outcome:
-    """`program` on fresh caller tensors, on eager or through the reference compiled; `dtype`:
-    float64 only for the numeric oracle."""
+    """`program` on fresh caller tensors, on eager (as specified) or through the reference
+    compiled; `dtype`: float64 only for the numeric oracle."""
     named, args = build_inputs(program.setup, dtype)
     fn = as_function(program)
-    if compiled:
-        fn = aotspec.compile(fn, backend="reference")
+    fn = aotspec.compile(fn, backend="reference") if compiled else eager_as_specified(fn)
     return call_and_backward(fn, named, args, **program.call_options)
 
 
@@ -69,7 +106,8 @@ def eager_outcome(subject: Program | Stealing, dtype: torch.dtype = torch.float3
     named, args = build_inputs(subject.program.setup, dtype)
     acts = make_activations(subject, named, dtype)
     options = subject.program.call_options
-    return call_and_backward(as_stealing_function(subject), named, [acts, *args], **options)
+    fn = eager_as_specified(as_stealing_function(subject))
+    return call_and_backward(fn, named, [acts, *args], **options)
 
 
 def call_and_backward(

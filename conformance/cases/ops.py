@@ -162,6 +162,10 @@ def _mean_squared(x, target):
     return F.mse_loss(x * 2, target)
 
 
+def _summed_smooth_l1(x, target):
+    return F.smooth_l1_loss(x * 2, target, reduction="sum")
+
+
 def _transposed_losses_world():
     return {
         "x": torch.linspace(-2.0, 2.0, 30).view(6, 5).requires_grad_(),
@@ -751,6 +755,19 @@ CASES = [
             Values("out0", ((_M * 2 - _M.flip(0)) ** 2).mean()),
         ],
         skip={"torch-eager": "eager's kernel returns the mean on a storage of its 9 terms (36 B)"},
+    ),
+    Case(
+        name="ops.aten-loss-sum-has-a-storage-of-its-own",
+        rules=["ops.fresh-output.meta-layout"],
+        setup=lambda: {"x": _M.clone(), "target": _M.flip(0).clone()},
+        args=["x", "target"],
+        program=_summed_smooth_l1,
+        # one float32, as the meta kernel says; the smooth L1 terms of 2x - flip(x), summed
+        expect=[
+            StorageBytes("out0", 4),
+            Values("out0", F.smooth_l1_loss(_M * 2, _M.flip(0), reduction="sum")),
+        ],
+        skip={"torch-eager": "eager's kernel returns the sum on a storage of its 9 terms (36 B)"},
     ),
     Case(
         name="ops.functional-copy-has-a-clone-of-its-arguments-storage",

@@ -34,8 +34,8 @@ counter):
   of a tensor one relaid out, which may be a view itself (tracing could not regenerate their
   histories: r[capture.metadata-views]);
 - log and fractional or negative powers read only values known to be positive;
-- losses (`mse_loss`, `smooth_l1_loss`, `huber_loss`, not reduced) of a value, often
-  transposed first, against a value of its sizes or a full tensor;
+- losses (`mse_loss`, `smooth_l1_loss`, `huber_loss`; not reduced, or a mean or a sum) of a
+  value, often transposed first, against a value of its sizes or a full tensor;
 - norms over one dim (`vector_norm`, `std` of two values or more, `F.normalize`): their
   backward formulas write into tensors they made (r[ops.aten-derivatives.functional]);
 - custom autograd.Functions (functions.py beside this module) wrap a product, a scaling, exp
@@ -463,11 +463,10 @@ def _g_loss(draw, model: Model) -> list[Instr]:
         body.append(full)
         target = full.outs[0]
     op = draw(st.sampled_from(["mse_loss", "smooth_l1_loss", "huber_loss"]))
-    # Not reduced: a mean's or a sum's storage departs from eager's by rule (eager's kernel
-    # leaves the 0-d result on a storage of every term, r[ops.fresh-output.meta-layout] gives it
-    # its own), so the comparison with eager cannot judge it; the conformance case
-    # ops.aten-loss-mean-has-a-storage-of-its-own pins it instead.
-    reduction = "none"
+    # A mean's or a sum's storage departs from eager's by rule (eager's kernel leaves the 0-d
+    # result on a storage of every term, r[ops.fresh-output.meta-layout] gives it its own): the
+    # oracle runs eager with the rule's storage (aotspec.fuzz.oracle.eager_as_specified).
+    reduction = draw(st.sampled_from(["none", "mean", "sum"]))
     return [*body, _compute(model, op, (Var(x), Var(target), reduction))]
 
 
