@@ -22,7 +22,7 @@ import re
 import traceback
 
 import torch
-from attrs import define, field, frozen
+from attrs import define, evolve, field, frozen
 from hypothesis import currently_in_test_context, event
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -544,11 +544,27 @@ def _fast_account(
     end_probe = next(p for p in tracker.probes if p.step == bracket.end)
     after = {ends[node_at[p.step]]: _labelled(p.alive, labels) for p in probes}
     after["output"] = _labelled(end_probe.alive, labels)
-    events = tracker.events
+    events = _relayouts_folded(tracker.events)
     start = next((i for i, e in enumerate(events) if e.step >= bracket.start), len(events))
-    changes = tuple((labels.get(e.storage), e.nbytes) for e in tracker.events)
+    changes = tuple((labels.get(e.storage), e.nbytes) for e in events)
     owned = frozenset(label for storage, label in labels.items() if storage not in held_outside)
     return Account(after, changes, start), owned
+
+
+def _relayouts_folded(events: list) -> list:
+    """The tracker's events, a resize of a storage in the step that made it folded into its
+    alloc: the op's own relayout of its fresh output, which the generated code runs after the
+    kernel returns (`mse_loss`'s mean, moved off the storage of every term to one of its own:
+    r[ops.fresh-output.meta-layout]), so the storage is born with the bytes the spec gives it."""
+    folded, born = [], {}
+    for e in events:
+        if e.kind == "resize" and e.storage in born and folded[born[e.storage]].step == e.step:
+            folded[born[e.storage]] = evolve(folded[born[e.storage]], nbytes=e.nbytes)
+            continue
+        if e.kind == "alloc":
+            born[e.storage] = len(folded)
+        folded.append(e)
+    return folded
 
 
 def _labelled(alive: frozenset[int], labels: dict[int, Label]) -> frozenset[Label]:
