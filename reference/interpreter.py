@@ -166,7 +166,9 @@ def _fresh(values, meta, name: str):
 
 #: Compute ops whose kernel, and meta kernel, clone their first argument's whole storage and lay
 #: the result out on the clone as that argument is laid out (r[ops.fresh-output.cloned-storage]).
-_CLONES_STORAGE = frozenset({torch.ops.aten.copy.default})
+_CLONES_STORAGE = frozenset(
+    {torch.ops.aten.copy.default, torch.ops.aten.as_strided_scatter.default}
+)
 
 
 def _storage_cloned(overload, bound, out):

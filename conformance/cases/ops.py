@@ -90,6 +90,11 @@ def _functional_copy_into_every_other(x, y):
     return torch.ops.aten.copy(x[::2], y)  # what functionalizing x[::2].copy_(y) computes
 
 
+def _scatter_into_nothing(x, y):
+    # what functionalizing a write through the empty view x[:0] computes
+    return torch.ops.aten.as_strided_scatter(x[:0], y[:0], (0,), (1,), 0)
+
+
 def _sin_into(x, y):
     return torch.sin(x, out=y)
 
@@ -779,6 +784,20 @@ CASES = [
         expect=[
             Values("out0", [5.0, 6.0]),
             Layout("out0", shape=(2,), strides=(2,), offset=0),
+            StorageBytes("out0", 16),
+            Separate("x", "out0"),
+            Values("x", [0.0, 1.0, 2.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="ops.as-strided-scatter-has-a-clone-of-its-arguments-storage",
+        rules=["ops.fresh-output.cloned-storage"],
+        setup=lambda: {"x": torch.arange(4.0), "y": torch.tensor([5.0, 6.0])},
+        args=["x", "y"],
+        program=_scatter_into_nothing,
+        # no element, on a clone of x's 4 float32 (16 B), where its extent is 0 B
+        expect=[
+            Layout("out0", shape=(0,)),
             StorageBytes("out0", 16),
             Separate("x", "out0"),
             Values("x", [0.0, 1.0, 2.0, 3.0]),
