@@ -15,6 +15,9 @@ counter):
   base tensor or views of it, none a detached alias and none relaid out by an in-place
   metadata op (r[autograd.input-writes.synthetic-base]; aotspec.compile rejects other aliasing
   arguments there: rule autograd.input-writes.aliased);
+- a write or an in-place metadata op never targets a tensor made before another write gave its
+  storage its first history: eager leaves such a view's history unset until something reads
+  it, and takes it for a leaf that requires grad in the in-place op, which raises;
 - nothing writes a storage once autograd saved a tensor on it for the backward (eager's
   backward raises "modified by an inplace operation"): `SAVES_INPUTS` and `SAVES_RESULT`
   over-approximate what autograd saves when some input requires grad;
@@ -126,6 +129,7 @@ def _grad_writable(model: Model) -> list[str]:
         for v in model.names
         if model.writable(v)
         and not model.storage(v).saved
+        and not model.obj(v).stale
         and (_detached_writable(model, v) if model.obj(v).detached else _takes_history(model, v))
     ]
 
@@ -260,6 +264,7 @@ def _relayable(model: Model) -> list[str]:
         v
         for v in model.names
         if not model.storage(v).saved
+        and not model.obj(v).stale
         and (model.obj(v).detached or not model.storage(v).leaf)
         and (model.grad_enabled or not _requires_grad(model, v))
         and not _may_have_a_synthetic_base(model, v)
@@ -605,6 +610,8 @@ def _g_write(draw, model: Model, targets: list[str]) -> list[Instr]:
     storage = model.storage(target)
     if isinstance(other, Var):
         source, source_grad = model.storage(other.name), _requires_grad(model, other.name)
+        if source_grad and not storage.requires_grad:
+            _first_history(model, target)
         storage.requires_grad |= source_grad
         # mul_ saves its operand for the target's gradient and the target's old value for the
         # operand's: both storages are frozen from here on.
@@ -613,6 +620,14 @@ def _g_write(draw, model: Model, targets: list[str]) -> list[Instr]:
     storage.positive = False
     _forget_no_grad_views(model, model.obj(target).storage)
     return [*body, Instr(op, (), (Var(target), *args))]
+
+
+def _first_history(model: Model, target: str) -> None:
+    """A write into `target` gives its storage a history: the other tensors on it go stale."""
+    written = model.names[target]
+    for v, index in model.names.items():
+        if index != written and model.obj(v).storage == model.obj(target).storage:
+            model.obj(v).stale = True
 
 
 def _no_grad_writable(model: Model) -> list[str]:
