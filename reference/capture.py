@@ -200,7 +200,8 @@ class _WatchGradMode(TorchFunctionMode):
         #: While a custom Function's backward is traced into a graph of its own, nothing it does
         #: belongs to the captured graph.
         self.paused = False
-        #: Storages of tensors that require grad and that an in-place metadata op relaid out.
+        #: Storages of tensors that an in-place metadata op relaid out while they required grad
+        #: or were views (whose own replay starts from their base).
         self.relaid: set[int] = set()
         #: id(traced flat input) -> the caller's tensor it stands for.
         self.callers: dict[int, _CallerInput] = {}
@@ -226,7 +227,7 @@ class _WatchGradMode(TorchFunctionMode):
         args, kwargs = self._read_as_numbers(func, args, kwargs)
         try:
             result = self._decomposed(func, args, kwargs)
-        except (RuntimeError, ValueError) as error:
+        except (RuntimeError, ValueError, IndexError) as error:
             self._refuse_stale_view(args, kwargs, error)
             if _UNALLOCATED in str(error):
                 # r[capture.data-dependent]: a kernel read a traced tensor's values (in C++:
@@ -241,7 +242,7 @@ class _WatchGradMode(TorchFunctionMode):
             raise DynamicOutputShapeException(func)
         if func in (torch._C.TensorBase.detach_, aten.detach_.default):
             _record_detach_(args[0])
-        if func in METADATA_OPS and args[0].requires_grad:
+        if func in METADATA_OPS and (args[0].requires_grad or args[0]._is_view()):
             self.relaid.add(args[0].untyped_storage()._cdata)
         return result
 
@@ -302,17 +303,18 @@ class _WatchGradMode(TorchFunctionMode):
 
     def _refuse_stale_view(self, args, kwargs, error: Exception) -> None:
         """r[capture.metadata-views]: fake tensors regenerate a view's history by replaying its
-        view ops on its base, which may fail once an in-place metadata op relaid the base out
-        (eager regenerates it by address)."""
+        view ops on its base, which may fail once an in-place metadata op relaid the base out,
+        or relaid out a view the failing view was taken of (eager regenerates it by address)."""
         tensors = [a for a in pytree.tree_leaves((args, kwargs)) if _is_tensor(a)]
         if any(t._is_view() and t.untyped_storage()._cdata in self.relaid for t in tensors):
             raise UnsupportedError(
-                "the function uses, with grad mode on, a view taken before an in-place metadata "
-                "op (t_, transpose_, ...) changed the layout of the tensor it views; tracing "
+                "the function uses, with grad mode on, a view whose history an in-place "
+                "metadata op (t_, transpose_, unsqueeze_, ...) made stale: a view taken before "
+                "the op of the tensor it relaid out, or a view of a view it relaid out; tracing "
                 f"cannot regenerate that view's history ({error})",
                 rule="capture.metadata-views",
-                fix="take the view again after the in-place op, or use a view op (x.t()) "
-                "instead of the in-place one",
+                fix="use a view op (x.t()) instead of the in-place one, or take the view again "
+                "after the in-place op from a tensor that is no view",
             ) from None
 
 

@@ -110,7 +110,7 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
             return _named(run_aten(node.target, meta, *bound), node.name)
         if entry.kind is OpKind.COMPUTE:
             values = entry.rule(*pytree.tree_map(_read_for_compute, bound))
-            return _fresh(values, meta, node.name)
+            return _storage_cloned(node.target, bound, _fresh(values, meta, node.name))
         if entry.kind in (OpKind.ATEN, OpKind.COLLECTIVE):
             return _named(entry.rule(node.target, meta, *bound), node.name)
         if entry.kind is OpKind.VIEW:
@@ -163,6 +163,22 @@ def _fresh(values, meta, name: str):
     layout = Layout.of(meta)
     out = Tensor(Storage.zeros(layout.extent_bytes()), layout, name=name)
     out.write(values)
+    return out
+
+
+#: Compute ops whose kernel, and meta kernel, clone their first argument's whole storage and lay
+#: the result out on the clone as that argument is laid out (r[ops.fresh-output.cloned-storage]).
+_CLONES_STORAGE = frozenset(
+    {torch.ops.aten.copy.default, torch.ops.aten.as_strided_scatter.default}
+)
+
+
+def _storage_cloned(overload, bound, out):
+    """`out`, on a storage of its first argument's bytes where the op clones that storage."""
+    if overload not in _CLONES_STORAGE or bound[0].layout.has_internal_overlap():
+        return out
+    # r[ops.fresh-output.cloned-storage]
+    out.storage.resize(max(out.storage.nbytes, bound[0].storage.nbytes))
     return out
 
 

@@ -10,6 +10,7 @@ from aotspec.fuzz.oracle import (  # noqa: F401 (the names the tests and repros 
     Outcome,
     call_and_backward,
     compare,
+    eager_as_specified,
     eager_outcome,
     fast_divergence,
     numerically_explained,

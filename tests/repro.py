@@ -60,7 +60,8 @@ _COMPILED_TEMPLATE = '''\
 
 Found by tests/test_differential_compiled.py. Run alone: .venv/bin/python {path}
 Eager PyTorch is the oracle for values, mutations, aliasing and gradients
-(docs/design.md section 5).
+(docs/design.md section 5), with the spec's storage for a reduced loss's result
+(aotspec.fuzz.oracle.eager_as_specified).
 When found:
 {found}
 """
@@ -69,6 +70,7 @@ import torch
 
 import aotspec
 from aotspec.conformance.observe import differences, observe, world_of
+from aotspec.fuzz.oracle import eager_as_specified
 
 {source}
 
@@ -94,7 +96,7 @@ def run(fn):
 
 
 def main():
-    seen, _, requires_grad, grads = run(program)
+    seen, _, requires_grad, grads = run(eager_as_specified(program))
     compiled = aotspec.compile(program, backend="reference")
     got, after_backward, got_requires_grad, got_grads = run(compiled)
     found = differences(seen, got)
@@ -141,7 +143,7 @@ import aotspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from harness import call_and_backward, compare, {pack}, {unpack}  # noqa: E402
+from harness import call_and_backward, compare, eager_as_specified, {pack}, {unpack}  # noqa: E402
 
 {source}
 
@@ -155,7 +157,7 @@ def run(fn, hooks):
 
 
 def main():
-    expected = run(program, {eager_hooks})
+    expected = run(eager_as_specified(program), {eager_hooks})
     compiled = aotspec.compile(program, backend="reference", hooks_filter={hooks_filter!r})
     actual = run(compiled, ({pack}, {unpack}))
     found = compare(expected, actual)

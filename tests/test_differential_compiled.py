@@ -30,6 +30,9 @@ Run: `.venv/bin/python -m pytest tests/test_differential_compiled.py`
 
 from __future__ import annotations
 
+import functools
+
+import pytest
 import torch
 from attrs import evolve
 from hypothesis import event, given, settings
@@ -41,6 +44,7 @@ from harness import (
     Outcome,
     call_and_backward,
     compare,
+    eager_as_specified,
     eager_outcome,
     numerically_explained,
     outcome,
@@ -155,10 +159,22 @@ def test_compiled_repro_source_matches_closure(program):
         "grad_enabled": namespace["GRAD_ENABLED"],
         "retain_graph": namespace["RETAIN_GRAPH"],
     }
-    rendered = call_and_backward(namespace["program"], named, args, **options)
+    rendered = call_and_backward(eager_as_specified(namespace["program"]), named, args, **options)
     found = compare(outcome(program, compiled=False), rendered)
     assert not found, "\n".join(found) + f"\n{source(program)}"
     namespace["main"]()
+
+
+def test_eager_oracle_gives_a_reduced_loss_a_storage_of_its_own():
+    """r[ops.fresh-output.meta-layout]: eager's mse_loss leaves its mean (and sum) on a storage
+    of every term; the oracle runs eager with the rule's storage of one float32, value kept, so
+    that grad programs may draw reduced losses."""
+    x, target = torch.arange(6.0).view(2, 3), torch.ones(2, 3)
+    for reduction, value in [("mean", 31 / 6), ("sum", 31.0)]:  # (x - 1)^2: 1+0+1+4+9+16
+        loss = functools.partial(torch.nn.functional.mse_loss, reduction=reduction)
+        assert 24 == loss(x, target).untyped_storage().nbytes()  # eager: 6 terms of 4 bytes
+        result = eager_as_specified(loss)(x, target)
+        assert (4, pytest.approx(value)) == (result.untyped_storage().nbytes(), result.item())
 
 
 def test_float64_oracle_forgives_rounding_only():

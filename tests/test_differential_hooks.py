@@ -29,6 +29,7 @@ from aotspec.fuzz import coverage
 from harness import (
     call_and_backward,
     compare,
+    eager_as_specified,
     pack_bf16,
     pack_lossless,
     unpack_bf16,
@@ -47,7 +48,9 @@ def _outcome(program, hooks, hooks_filter: str | None):
     """Eager when `hooks_filter` is None, else compiled with that filter; hooks around the call."""
     named, args = build_inputs(program.setup, torch.float32)
     fn = as_function(program)
-    if hooks_filter is not None:
+    if hooks_filter is None:
+        fn = eager_as_specified(fn)
+    else:
         fn = aotspec.compile(fn, backend="reference", hooks_filter=hooks_filter)
     if hooks is None:
         return call_and_backward(fn, named, args, **program.call_options)

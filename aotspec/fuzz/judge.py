@@ -39,6 +39,7 @@ from .oracle import (
     Hooked,
     call_and_backward,
     compare,
+    eager_as_specified,
     memory_differences,
     numerically_explained,
     run_fast,
@@ -225,12 +226,16 @@ def _aotspec_outcome(subject, backend: str, hooks: bool = True):
     named, args = functions["make_inputs"]()
     if isinstance(subject, Stealing):
         fn = functions["stealing"]
-        if backend != "torch-eager":
+        if backend == "torch-eager":
+            fn = eager_as_specified(fn)
+        else:
             fn = aotspec.compile(fn, backend=backend, steal=("acts",))
         acts = make_activations(subject, named)  # the caller keeps their leaves, as the oracles
         return call_and_backward(fn, named, [acts, *args], **options)
     fn = functions["program"]
-    if backend != "torch-eager":
+    if backend == "torch-eager":
+        fn = eager_as_specified(fn)
+    else:
         hooks_filter = subject.hooks_filter if isinstance(subject, Hooked) else "donated"
         fn = aotspec.compile(fn, backend=backend, hooks_filter=hooks_filter)
     if not isinstance(subject, Hooked) or not hooks:

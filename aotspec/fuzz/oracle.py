@@ -17,13 +17,15 @@ repros both write import from here too.
 from __future__ import annotations
 
 import collections
+import functools
 import re
 import traceback
 
 import torch
-from attrs import define, field, frozen
+from attrs import define, evolve, field, frozen
 from hypothesis import currently_in_test_context, event
 from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import aotspec
 from aotspec.conformance.observe import Observation, differences, observe, world_of
@@ -51,13 +53,48 @@ class Outcome:
     retained_grads: dict[str, torch.Tensor | None] | None = None
 
 
+#: Reduced losses (`reduction="mean"` or `"sum"`) whose CPU kernel leaves the 0-dim result on a
+#: storage of every term, where the meta kernel gives it a storage of its own.
+_REDUCED_ON_THEIR_TERMS = frozenset(
+    {
+        torch.ops.aten.mse_loss.default,
+        torch.ops.aten.smooth_l1_loss.default,
+        torch.ops.aten.soft_margin_loss.default,
+        torch.ops.aten.binary_cross_entropy.default,
+    }
+)
+
+
+class _MetaStorages(TorchDispatchMode):
+    """Eager PyTorch with the storage clause of r[ops.fresh-output.meta-layout]: a reduced loss's
+    result on a storage of one element, as its meta kernel has it and aotspec's backends give
+    it. Its value, the storage's first element, stays."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        if func in _REDUCED_ON_THEIR_TERMS and result.dim() == 0 and not result.storage_offset():
+            result.untyped_storage().resize_(result.element_size())
+        return result
+
+
+def eager_as_specified(fn):
+    """`fn` on eager PyTorch as the oracle runs it: where eager's kernel and the spec disagree
+    on the bytes of a fresh storage, the spec's (`_MetaStorages`)."""
+
+    @functools.wraps(fn)
+    def call(*args):
+        with _MetaStorages():
+            return fn(*args)
+
+    return call
+
+
 def outcome(program: Program, *, compiled: bool, dtype: torch.dtype = torch.float32) -> Outcome:
-    """`program` on fresh caller tensors, on eager or through the reference compiled; `dtype`:
-    float64 only for the numeric oracle."""
+    """`program` on fresh caller tensors, on eager (as specified) or through the reference
+    compiled; `dtype`: float64 only for the numeric oracle."""
     named, args = build_inputs(program.setup, dtype)
     fn = as_function(program)
-    if compiled:
-        fn = aotspec.compile(fn, backend="reference")
+    fn = aotspec.compile(fn, backend="reference") if compiled else eager_as_specified(fn)
     return call_and_backward(fn, named, args, **program.call_options)
 
 
@@ -69,7 +106,8 @@ def eager_outcome(subject: Program | Stealing, dtype: torch.dtype = torch.float3
     named, args = build_inputs(subject.program.setup, dtype)
     acts = make_activations(subject, named, dtype)
     options = subject.program.call_options
-    return call_and_backward(as_stealing_function(subject), named, [acts, *args], **options)
+    fn = eager_as_specified(as_stealing_function(subject))
+    return call_and_backward(fn, named, [acts, *args], **options)
 
 
 def call_and_backward(
@@ -506,11 +544,27 @@ def _fast_account(
     end_probe = next(p for p in tracker.probes if p.step == bracket.end)
     after = {ends[node_at[p.step]]: _labelled(p.alive, labels) for p in probes}
     after["output"] = _labelled(end_probe.alive, labels)
-    events = tracker.events
+    events = _relayouts_folded(tracker.events)
     start = next((i for i, e in enumerate(events) if e.step >= bracket.start), len(events))
-    changes = tuple((labels.get(e.storage), e.nbytes) for e in tracker.events)
+    changes = tuple((labels.get(e.storage), e.nbytes) for e in events)
     owned = frozenset(label for storage, label in labels.items() if storage not in held_outside)
     return Account(after, changes, start), owned
+
+
+def _relayouts_folded(events: list) -> list:
+    """The tracker's events, a resize of a storage in the step that made it folded into its
+    alloc: the op's own relayout of its fresh output, which the generated code runs after the
+    kernel returns (`mse_loss`'s mean, moved off the storage of every term to one of its own:
+    r[ops.fresh-output.meta-layout]), so the storage is born with the bytes the spec gives it."""
+    folded, born = [], {}
+    for e in events:
+        if e.kind == "resize" and e.storage in born and folded[born[e.storage]].step == e.step:
+            folded[born[e.storage]] = evolve(folded[born[e.storage]], nbytes=e.nbytes)
+            continue
+        if e.kind == "alloc":
+            born[e.storage] = len(folded)
+        folded.append(e)
+    return folded
 
 
 def _labelled(alive: frozenset[int], labels: dict[int, Label]) -> frozenset[Label]:

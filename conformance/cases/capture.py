@@ -1047,6 +1047,19 @@ def _view_before_transpose(x, w):
     return flat * 1  # autograd regenerates flat's history from y, now transposed
 
 
+def _reshaped_buffer_and_weight():
+    # reshape of a contiguous tensor is a view: the caller's x replays from a base of sizes (3,)
+    x = torch.tensor([3.0, 1.5, 2.0]).reshape(1, 3)
+    return {"x": x, "w": torch.tensor(2.0).requires_grad_()}
+
+
+def _view_of_a_relaid_view(x, w):
+    x.unsqueeze_(0)
+    column = x.transpose(1, 2)  # its replay starts with x's reshape to (1, 3), now stale
+    column.mul_(w)  # a history for the storage: autograd regenerates column's
+    return column * 1
+
+
 CASES += [
     Case(
         name="autograd.no-grad-region-carries-no-gradient",
@@ -1092,6 +1105,15 @@ CASES += [
         setup=_non_leaf_and_weight,
         args=["x", "w"],
         program=_view_before_transpose,
+        expect=[Raises(UnsupportedError, rule="capture.metadata-views")],
+        skip={"torch-eager": "eager regenerates the view's history by address, and runs it"},
+    ),
+    Case(
+        name="autograd.view-of-a-relaid-view-raises",
+        rules=["capture.metadata-views"],
+        setup=_reshaped_buffer_and_weight,
+        args=["x", "w"],
+        program=_view_of_a_relaid_view,
         expect=[Raises(UnsupportedError, rule="capture.metadata-views")],
         skip={"torch-eager": "eager regenerates the view's history by address, and runs it"},
     ),

@@ -87,6 +87,15 @@ def _double_the_diagonal(x):
     return d
 
 
+def _functional_copy_into_every_other(x, y):
+    return torch.ops.aten.copy(x[::2], y)  # what functionalizing x[::2].copy_(y) computes
+
+
+def _scatter_into_nothing(x, y):
+    # what functionalizing a write through the empty view x[:0] computes
+    return torch.ops.aten.as_strided_scatter(x[:0], y[:0], (0,), (1,), 0)
+
+
 def _sin_into(x, y):
     return torch.sin(x, out=y)
 
@@ -157,6 +166,10 @@ def _transposed_losses(x, w, target):
 
 def _mean_squared(x, target):
     return F.mse_loss(x * 2, target)
+
+
+def _summed_smooth_l1(x, target):
+    return F.smooth_l1_loss(x * 2, target, reduction="sum")
 
 
 def _transposed_losses_world():
@@ -963,6 +976,48 @@ CASES = [
             Values("out0", ((_M * 2 - _M.flip(0)) ** 2).mean()),
         ],
         skip={"torch-eager": "eager's kernel returns the mean on a storage of its 9 terms (36 B)"},
+    ),
+    Case(
+        name="ops.aten-loss-sum-has-a-storage-of-its-own",
+        rules=["ops.fresh-output.meta-layout"],
+        setup=lambda: {"x": _M.clone(), "target": _M.flip(0).clone()},
+        args=["x", "target"],
+        program=_summed_smooth_l1,
+        # one float32, as the meta kernel says; the smooth L1 terms of 2x - flip(x), summed
+        expect=[
+            StorageBytes("out0", 4),
+            Values("out0", F.smooth_l1_loss(_M * 2, _M.flip(0), reduction="sum")),
+        ],
+        skip={"torch-eager": "eager's kernel returns the sum on a storage of its 9 terms (36 B)"},
+    ),
+    Case(
+        name="ops.functional-copy-has-a-clone-of-its-arguments-storage",
+        rules=["ops.fresh-output.cloned-storage"],
+        setup=lambda: {"x": torch.arange(4.0), "y": torch.tensor([5.0, 6.0])},
+        args=["x", "y"],
+        program=_functional_copy_into_every_other,
+        # laid out as x[::2]; on a clone of x's 4 float32 (16 B), where its extent is 3 (12 B)
+        expect=[
+            Values("out0", [5.0, 6.0]),
+            Layout("out0", shape=(2,), strides=(2,), offset=0),
+            StorageBytes("out0", 16),
+            Separate("x", "out0"),
+            Values("x", [0.0, 1.0, 2.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="ops.as-strided-scatter-has-a-clone-of-its-arguments-storage",
+        rules=["ops.fresh-output.cloned-storage"],
+        setup=lambda: {"x": torch.arange(4.0), "y": torch.tensor([5.0, 6.0])},
+        args=["x", "y"],
+        program=_scatter_into_nothing,
+        # no element, on a clone of x's 4 float32 (16 B), where its extent is 0 B
+        expect=[
+            Layout("out0", shape=(0,)),
+            StorageBytes("out0", 16),
+            Separate("x", "out0"),
+            Values("x", [0.0, 1.0, 2.0, 3.0]),
+        ],
     ),
     Case(
         name="ops.random-draws-from-the-callers-generator-in-order",

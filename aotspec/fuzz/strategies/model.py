@@ -125,6 +125,10 @@ class _Object:
     rebound: bool = False  # set_ or an in-place metadata op moved it (storage or layout)
     detached: bool = False  # made from a detach()ed alias: requires no grad, whatever its storage
     no_grad_view: bool = False  # a view made under torch.no_grad() (grad programs)
+    #: Grad programs: made before a write gave its storage its first history. Eager keeps such
+    #: a view's history unset until something reads it, and an in-place op with grad mode on
+    #: then takes it for a leaf that requires grad and raises; no such op is drawn.
+    stale: bool = False
 
 
 @define
