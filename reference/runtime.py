@@ -10,8 +10,8 @@ skeleton does the rest, in this order, on the caller's real torch tensors:
    get no gradient are detached (`r[autograd.detach-no-grad-inputs]`), saved inputs are noted
    with their versions (`r[autograd.saved-inputs]`), and the saved values stay with the node.
 3. A value check that fails raises eager's exception, before anything reaches the caller
-   (`r[capture.data-dependent.checks]`); else the epilogue acts on the caller's tensors and the outputs are built as views
-   (`epilogue.py`).
+   (`r[capture.data-dependent.checks]`); else the epilogue acts on the caller's tensors and
+   the outputs are built as views (`epilogue.py`).
 4. The backward checks the saved inputs (`r[autograd.saved-inputs.version]`), lays the
    tangents out as traced (`r[autograd.tangent-layout]`), runs the backward graph boxed on the
    saved values and tangents (`r[autograd.saved-freed-in-backward]`; the node keeps them when
