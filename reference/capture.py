@@ -303,8 +303,11 @@ class _WatchGradMode(TorchFunctionMode):
         branch = _raising_branch(frame)
         if branch is None or t.numel() != 1:
             return None
-        copy = t.detach().clone()  # recorded: this mode is off while it handles a call
-        self.checks.append((get_proxy_slot(copy, get_proxy_mode().tracer).proxy.node, branch))
+        copy = t.detach().clone()  # recorded in the graph, when `t` is a value of it
+        slot = get_proxy_slot(copy, get_proxy_mode().tracer, None)
+        if slot is None:
+            return None
+        self.checks.append((slot.proxy.node, branch))
         return not branch.raises_when
 
     @staticmethod
@@ -377,7 +380,8 @@ _CONDITIONAL_JUMPS = {
 
 #: What code that only makes an exception of a global class with constant arguments may run.
 _MAKING_AN_EXCEPTION = frozenset(
-    ["LOAD_GLOBAL", "LOAD_CONST", "PUSH_NULL", "PRECALL", "CALL", "CALL_FUNCTION", "NOP"]
+    ["LOAD_GLOBAL", "LOAD_CONST", "PUSH_NULL", "PRECALL", "CALL", "CALL_FUNCTION"]
+    + ["EXTENDED_ARG", "NOP"]
 )
 
 
