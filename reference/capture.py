@@ -760,21 +760,19 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     _refuse_value_dependent_shapes(graph_module.graph)
     _return_tensors_read(graph_module, returned.numbers)
     _drop_view_replays(graph_module)
-    checks = _return_checks(graph_module, watch.checks)
-    entries = _entries(graph_module.graph)
     return CapturedProgram(
         graph_module=graph_module,
         in_spec=in_spec,
         in_leaves=in_leaves,
         out_spec=returned.spec,
         out_leaves=returned.leaves,
-        entries=entries,
+        entries=_entries(graph_module.graph),
         name=getattr(fn, "__qualname__", repr(fn)),
         requires_grad_inputs=frozenset(requires_grad_inputs),
         requires_grad_outputs=frozenset(requires_grad_outputs),
         custom_functions=tuple(interception.functions),
         values_read=frozenset(watch.values_read),
-        checks=checks,
+        checks=_return_checks(graph_module, watch.checks),
     )
 
 
