@@ -13,12 +13,15 @@ in order, other leaves are baked into the program as constants.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import dis
 import functools
 import itertools
 import math
 import os
 import re
+import sys
 import traceback
 import unittest.mock
 from collections.abc import Callable
@@ -64,7 +67,14 @@ from .custom_functions import (
 from .decompositions import DECOMPOSITIONS
 from .graph import source_line
 from .optable import DERIVATIVES, METADATA_OPS, OpEntry, lookup
-from .program_records import NUMBER, TENSOR, CapturedProgram, refuse_layout, refuse_lazy_bits
+from .program_records import (
+    NUMBER,
+    TENSOR,
+    CapturedProgram,
+    ValueCheck,
+    refuse_layout,
+    refuse_lazy_bits,
+)
 
 aten = torch.ops.aten
 
@@ -208,6 +218,9 @@ class _WatchGradMode(TorchFunctionMode):
         #: Flat inputs whose values the program is specialized on
         #: (`r[capture.data-dependent.input-values]`).
         self.values_read: set[int] = set()
+        #: The value checks that only decide whether the function raises, in order, each with
+        #: the node of the copy of its tensor (`r[capture.data-dependent.checks]`).
+        self.checks: list[tuple[torch.fx.Node, _RaisingBranch]] = []
 
     @contextlib.contextmanager
     def pausing(self):
@@ -266,6 +279,38 @@ class _WatchGradMode(TorchFunctionMode):
                 position = len(get_proxy_mode().tracer.graph.nodes)
                 self.requires_grad_calls.append(_RequiresGradCall(args[0], flag, position))
 
+    @contextlib.contextmanager
+    def checking_values(self):
+        """r[capture.data-dependent.checks]: while the function is traced, the bool of a traced
+        tensor that only decides whether the code raises is the bool that does not raise.
+        `Tensor.__bool__` itself is replaced: this mode does not see the calls inside a function
+        that it handles as a whole (`F.gaussian_nll_loss` has its own torch-function override)."""
+        original = torch.Tensor.__bool__
+
+        def checked_bool(t: torch.Tensor) -> bool:
+            if isinstance(t, FakeTensor) and not self.paused:
+                passing = self._value_check(t, sys._getframe(1))
+                if passing is not None:
+                    return passing
+            return original(t)
+
+        with unittest.mock.patch.object(torch.Tensor, "__bool__", checked_bool):
+            yield
+
+    def _value_check(self, t: torch.Tensor, frame) -> bool | None:
+        """r[capture.data-dependent.checks]: where `bool(t)` only decides whether the code of
+        `frame` raises, the bool that does not raise, with a copy of `t` taken for the call to
+        read; None for any other bool of a tensor's values."""
+        branch = _raising_branch(frame)
+        if branch is None or t.numel() != 1:
+            return None
+        copy = t.detach().clone()  # recorded in the graph, when `t` is a value of it
+        slot = get_proxy_slot(copy, get_proxy_mode().tracer, None)
+        if slot is None:
+            return None
+        self.checks.append((slot.proxy.node, branch))
+        return not branch.raises_when
+
     @staticmethod
     def _decomposed(func, args, kwargs):
         """r[capture.data-dependent.decompositions]: `func` by capture's own decomposition where
@@ -316,6 +361,74 @@ class _WatchGradMode(TorchFunctionMode):
                 fix="use a view op (x.t()) instead of the in-place one, or take the view again "
                 "after the in-place op from a tensor that is no view",
             ) from None
+
+
+@frozen
+class _RaisingBranch:
+    """A conditional jump one of whose ways only raises `error(*error_args)`, taken when the
+    bool it reads is `raises_when`."""
+
+    raises_when: bool
+    error: type[BaseException]
+    error_args: tuple[Any, ...]
+
+
+#: The jumps that read the bool of the value on top of the stack, by whether they jump on True.
+_CONDITIONAL_JUMPS = {
+    f"POP_JUMP{way}_IF_{flag}": flag == "TRUE"
+    for way in ("", "_FORWARD", "_BACKWARD")
+    for flag in ("TRUE", "FALSE")
+}
+
+#: What code that only makes an exception of a global class with constant arguments may run.
+_MAKING_AN_EXCEPTION = frozenset(
+    ["LOAD_GLOBAL", "LOAD_CONST", "PUSH_NULL", "PRECALL", "CALL", "CALL_FUNCTION"]
+    + ["EXTENDED_ARG", "NOP"]
+)
+
+
+def _raising_branch(frame) -> _RaisingBranch | None:
+    """r[capture.data-dependent.checks]: the branch `frame` is taking on a bool it converts now,
+    when one way of it does nothing but `raise SomeError(constants...)`: `if torch.any(x < 0):
+    raise ValueError("...")`. The bool must go straight to the jump (no `and`, `not` or
+    variable in between); else None."""
+    instructions = list(dis.get_instructions(frame.f_code))
+    at = {instruction.offset: k for k, instruction in enumerate(instructions)}
+    k = at.get(frame.f_lasti)
+    if k is not None and instructions[k].opname == "TO_BOOL":  # Python 3.13
+        k += 1
+    if k is None or instructions[k].opname not in _CONDITIONAL_JUMPS:
+        return None
+    jumps_when = _CONDITIONAL_JUMPS[instructions[k].opname]
+    for raises_when, start in ((jumps_when, at[instructions[k].argval]), (not jumps_when, k + 1)):
+        error = _raise_from(instructions[start:], frame)
+        if error is not None:
+            return _RaisingBranch(raises_when, *error)
+    return None
+
+
+def _raise_from(instructions: list, frame) -> tuple[type, tuple] | None:
+    """The exception class and constant arguments that `instructions` make and raise, when they
+    do nothing else; else None."""
+    loaded: list = []
+    for instruction in instructions:
+        if instruction.opname == "RAISE_VARARGS":
+            break
+        if instruction.opname not in _MAKING_AN_EXCEPTION:
+            return None
+        if instruction.opname in ("LOAD_GLOBAL", "LOAD_CONST"):
+            loaded.append(instruction)
+    else:
+        return None
+    if instruction.arg != 1 or not loaded or loaded[0].opname != "LOAD_GLOBAL":
+        return None
+    if any(load.opname != "LOAD_CONST" for load in loaded[1:]):
+        return None
+    name = loaded[0].argval
+    error = frame.f_globals.get(name, getattr(builtins, name, None))
+    if not (isinstance(error, type) and issubclass(error, BaseException)):
+        return None
+    return error, tuple(load.argval for load in loaded[1:])
 
 
 def _equal(a: torch.Tensor, b: torch.Tensor):
@@ -482,6 +595,57 @@ def _return_tensors_read(graph_module: torch.fx.GraphModule, numbers: list) -> N
     graph_module.recompile()
 
 
+def _return_checks(
+    graph_module: torch.fx.GraphModule, checks: list[tuple[torch.fx.Node, _RaisingBranch]]
+) -> tuple[ValueCheck, ...]:
+    """r[capture.data-dependent.checks]: the graph returns, after all its other outputs, the copy
+    of each checked tensor, for the call to read before it touches the caller's tensors. No op
+    before the first check may write a tensor (eager keeps the write when the check fails), nor
+    any op after it act beyond its outputs (draw random numbers, communicate, run an opaque op),
+    which eager would not have done when the check fails."""
+    if not checks:
+        return ()
+    graph = graph_module.graph
+    first = checks[0][0]
+    before = itertools.takewhile(lambda node: node is not first, graph.nodes)
+    for node in before:
+        if node.op == "call_function" and _mutates(node):
+            raise UnsupportedError(
+                f"the function writes a tensor with {node.target} ({source_line(node)}) before "
+                "it checks tensor values, raising when the check fails: eager keeps that write "
+                "when it raises, a compiled call writes nothing back",
+                rule="capture.data-dependent.checks",
+                fix="write after the check, or check the values outside the compiled function",
+            )
+    after = itertools.dropwhile(lambda node: node is not first, graph.nodes)
+    for node in after:
+        if node.op == "call_function" and _acts_beyond_outputs(node.target):
+            raise UnsupportedError(
+                f"the function checks tensor values, raising when the check fails, then runs "
+                f"{node.target} ({source_line(node)}), which a failed check would not have let "
+                "run",
+                rule="capture.data-dependent.checks",
+                fix="make the check after that op, or check the values outside the compiled "
+                "function",
+            )
+    output = graph.output_node()
+    n_outputs = len(output.args[0])
+    output.args = ([*output.args[0], *(node for node, _ in checks)],)
+    graph_module.recompile()
+    return tuple(
+        ValueCheck(n_outputs + k, branch.raises_when, branch.error, branch.error_args)
+        for k, (_, branch) in enumerate(checks)
+    )
+
+
+def _acts_beyond_outputs(target) -> bool:
+    """Whether an op of the graph acts on more than the values it returns and writes: draws from
+    a generator, or is no aten op (collectives, the generator's own ops, opaque custom ops)."""
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    return target.namespace != "aten" or torch.Tag.nondeterministic_seeded in target.tags
+
+
 def _caller_inputs(traced: tuple, tensors: list) -> dict[int, _CallerInput]:
     """The flat inputs whose values capture may read (`r[capture.data-dependent.input-values]`),
     by the id of their traced tensor."""
@@ -563,6 +727,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
         watch.callers = _caller_inputs(flat_tensors, tensors)
         with (
             watch,
+            watch.checking_values(),
             intercepting_apply(interception),
             _checkpoint_regions_noted(regions),
             _rng_state_recorded(),
@@ -597,19 +762,19 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     _refuse_value_dependent_shapes(graph_module.graph)
     _return_tensors_read(graph_module, returned.numbers)
     _drop_view_replays(graph_module)
-    entries = _entries(graph_module.graph)
     return CapturedProgram(
         graph_module=graph_module,
         in_spec=in_spec,
         in_leaves=in_leaves,
         out_spec=returned.spec,
         out_leaves=returned.leaves,
-        entries=entries,
+        entries=_entries(graph_module.graph),
         name=getattr(fn, "__qualname__", repr(fn)),
         requires_grad_inputs=frozenset(requires_grad_inputs),
         requires_grad_outputs=frozenset(requires_grad_outputs),
         custom_functions=tuple(interception.functions),
         values_read=frozenset(watch.values_read),
+        checks=_return_checks(graph_module, watch.checks),
     )
 
 

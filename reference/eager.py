@@ -84,6 +84,8 @@ def execute(program: CapturedProgram, args, kwargs) -> EagerRun:
     # inf and nan are values here, as in PyTorch; r[capture.autocast]: the casts are ops
     with np.errstate(all="ignore"), autocast_off():
         outputs = interpret(program, inputs, ledger, call=None if tape is None else tape.call)
+    # r[capture.data-dependent.checks]: before anything reaches the caller
+    program.raise_failed_check(lambda k: boundary.export(outputs[k]).item())
     boundary.apply_to_caller()  # r[boundary.failed-call]: reached only when the run succeeded
     torch_outputs = [boundary.export(value) for value in outputs]
     run = EagerRun(None, ledger, program)

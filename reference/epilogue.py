@@ -27,6 +27,17 @@ from .program_records import (
 from .storage import Layout
 
 
+def raise_failed_check(program: FunctionalProgram, flats: list[torch.Tensor]) -> None:
+    """r[capture.data-dependent.checks]: after the forward graph, before the epilogue touches
+    any of the caller's tensors, eager's exception for a value check that fails."""
+
+    def value_of(k: int):
+        output = program.outputs[k]
+        return _viewed_as(flats[output.storage.output_index], output.layout).item()
+
+    program.captured.raise_failed_check(value_of)
+
+
 def apply_epilogue(
     program: FunctionalProgram, tensors, caller_storages, flats: list[torch.Tensor]
 ) -> None:

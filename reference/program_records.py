@@ -19,6 +19,7 @@ Conventions: `n` counts bytes; an input index is a flat tensor input's position.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -58,6 +59,18 @@ NUMBER = _NumberSlot()
 
 
 @frozen
+class ValueCheck:
+    """r[capture.data-dependent.checks]: the function raises `error(*error_args)` when the bool of
+    graph output `output_index`, a copy of the one-element tensor it converts to bool, is
+    `raises_when`; capture traced the path where it does not raise."""
+
+    output_index: int
+    raises_when: bool
+    error: type[BaseException]
+    error_args: tuple[Any, ...]
+
+
+@frozen
 class CapturedProgram:
     """A captured program: the graph plus how to get from user arguments to it and back."""
 
@@ -85,10 +98,20 @@ class CapturedProgram:
     #: Flat inputs whose values, read at capture, the program is specialized on
     #: (`r[capture.data-dependent.input-values]`).
     values_read: frozenset[int] = frozenset()
+    #: The value checks whose outcome only decides whether the function raises, in the order it
+    #: makes them; their graph outputs come last (`r[capture.data-dependent.checks]`).
+    checks: tuple[ValueCheck, ...] = ()
 
     @property
     def graph(self) -> torch.fx.Graph:
         return self.graph_module.graph
+
+    def raise_failed_check(self, value_of: Callable[[int], Any]) -> None:
+        """r[capture.data-dependent.checks]: eager's exception for the first check, in the
+        function's order, that fails; `value_of(k)` is the number graph output `k` holds."""
+        for check in self.checks:
+            if bool(value_of(check.output_index)) == check.raises_when:
+                raise check.error(*check.error_args)
 
     def tensor_inputs(self, args, kwargs) -> list[torch.Tensor]:
         leaves, _ = pytree.tree_flatten((tuple(args), dict(kwargs)))

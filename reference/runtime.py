@@ -9,8 +9,9 @@ skeleton does the rest, in this order, on the caller's real torch tensors:
 2. With autograd, the forward runs inside one `torch.autograd.Function`: non-leaf inputs that
    get no gradient are detached (`r[autograd.detach-no-grad-inputs]`), saved inputs are noted
    with their versions (`r[autograd.saved-inputs]`), and the saved values stay with the node.
-3. The epilogue acts on the caller's tensors and the outputs are built as views
-   (`epilogue.py`).
+3. A value check that fails raises eager's exception, before anything reaches the caller
+   (`r[capture.data-dependent.checks]`); else the epilogue acts on the caller's tensors and
+   the outputs are built as views (`epilogue.py`).
 4. The backward checks the saved inputs (`r[autograd.saved-inputs.version]`), lays the
    tangents out as traced (`r[autograd.tangent-layout]`), runs the backward graph boxed on the
    saved values and tangents (`r[autograd.saved-freed-in-backward]`; the node keeps them when
@@ -32,7 +33,12 @@ from attrs import define, field
 from aotspec.errors import SECOND_BACKWARD, SpecViolation, UnsupportedError
 
 from .boundary import autocast_off, grad_on_recording_nothing
-from .epilogue import apply_backward_writes, apply_epilogue, build_outputs
+from .epilogue import (
+    apply_backward_writes,
+    apply_epilogue,
+    build_outputs,
+    raise_failed_check,
+)
 from .plan_records import Plan
 from .storage import Layout
 
@@ -97,6 +103,7 @@ def run_plan(
             for i in handed_over:
                 inputs[i] = tensors[i] = _stand_in(inputs[i])
             flats = list(_Forward.apply(call, *inputs))
+    raise_failed_check(program, flats)  # r[capture.data-dependent.checks]
     apply_epilogue(program, tensors, caller_storages, flats)
     # r[autograd.input-writes.synthetic-base.metadata]: before the versions are noted
     plan.bases.relayout_callers(callers)

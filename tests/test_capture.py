@@ -308,3 +308,80 @@ def test_values_read_are_guarded_when_arguments_share_a_base(backend):
         assert [e.tolist() for e in expected] == [g.tolist() for g in got]
         assert eager_x.tolist() == x.tolist()
         assert compilations == compiled.compilations
+
+
+def _either_check(x):
+    if not torch.all(x > -10) or torch.any(x > 10):
+        raise ValueError("out of range")
+    if (x == 0).all():
+        raise RuntimeError("all zero", 0)
+    return x * 2
+
+
+@pytest.mark.parametrize(
+    ("values", "error", "message"),
+    [
+        ([1.0, -11.0], ValueError, "out of range"),  # the `not` way fails
+        ([1.0, 11.0], ValueError, "out of range"),  # the `or` way fails
+        ([0.0, 0.0], RuntimeError, "('all zero', 0)"),  # the second check fails
+    ],
+)
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_value_checks_raise_eager_errors_in_order(values, error, message, backend):
+    """r[capture.data-dependent.checks]: `if not a`, `if a or b` and several checks are each
+    captured; the call raises eager's exception for the first that fails, and passes when none
+    does."""
+    compiled = aotspec.compile(_either_check, backend=backend)
+    torch.testing.assert_close(torch.tensor([2.0, -4.0]), compiled(torch.tensor([1.0, -2.0])))
+    with pytest.raises(error) as raised:
+        _either_check(torch.tensor(values))
+    assert message == str(raised.value)  # eager's, to compare with
+    with pytest.raises(error) as raised:
+        compiled(torch.tensor(values))
+    assert message == str(raised.value)
+
+
+def _check_then_branch(x):
+    if x.sum() > 0:
+        x = x + 1
+    return x
+
+
+def _check_with_and(x):
+    if torch.any(x < 0) and torch.any(x > 1):
+        raise ValueError("both")
+    return x
+
+
+def _check_with_computed_message(x):
+    if torch.any(x < 0):
+        raise ValueError(f"negative: {x.shape}")
+    return x
+
+
+@pytest.mark.parametrize(
+    "program", [_check_then_branch, _check_with_and, _check_with_computed_message]
+)
+def test_other_bools_of_values_stay_refused(program):
+    """r[capture.data-dependent.checks]: a bool whose branch does more than raise, one whose
+    True way goes on to another condition, or an exception built from more than constants, stays
+    refused by r[capture.data-dependent]."""
+    with pytest.raises(aotspec.UnsupportedError) as raised:
+        aotspec.compile(program)(torch.tensor([1.0, 2.0]))
+    assert "capture.data-dependent" == raised.value.rule
+
+
+def _check_then_draw(x):
+    if torch.any(x < 0):
+        raise ValueError("negative")
+    return x + torch.rand(2)
+
+
+def test_value_check_before_a_random_draw_is_refused():
+    """r[capture.data-dependent.checks]: eager does not draw when its check fails; a compiled
+    call would, having run the whole forward graph."""
+    state = torch.get_rng_state()
+    with pytest.raises(aotspec.UnsupportedError) as raised:
+        aotspec.compile(_check_then_draw)(torch.tensor([1.0, 2.0]))
+    assert "capture.data-dependent.checks" == raised.value.rule
+    assert torch.equal(state, torch.get_rng_state())

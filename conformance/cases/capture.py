@@ -1,5 +1,7 @@
 """Cases for specs/capture.md: what capture keeps, what it must not touch, and the boundary."""
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -1118,3 +1120,71 @@ CASES += [
         skip={"torch-eager": "eager regenerates the view's history by address, and runs it"},
     ),
 ]
+
+
+def _gaussian_nll_then_write(x, target, var):
+    loss = F.gaussian_nll_loss(x, target, var)  # checks `torch.any(var < 0)`, raising if so
+    target.add_(1)  # eager reaches it only when the check passes
+    return loss
+
+
+def _gaussian_world(var):
+    return lambda: {
+        "x": torch.tensor([1.0, 3.0], requires_grad=True),
+        "target": torch.tensor([0.0, 1.0]),
+        "var": torch.tensor(var, requires_grad=True),
+    }
+
+
+CASES.append(
+    Case(
+        name="capture.value-check-passing-runs-as-eager",
+        rules=["capture.data-dependent.checks"],
+        setup=_gaussian_world([1.0, 2.0]),
+        args=["x", "target", "var"],
+        program=_gaussian_nll_then_write,
+        backward=True,
+        # eager: the mean of 0.5 * (log(var) + (x - target)**2 / var) over [0.5, 0.5 * log(2) +
+        # 1]; d/dx = 0.5 * (x - target) / var / 2 = [0.5, 0.5]; d/dvar = 0.25 * (1 / var -
+        # (x - target)**2 / var**2) = [0, -0.125]; target written after the check
+        expect=[
+            Values("out0", 0.75 + 0.25 * math.log(2.0)),
+            Values("x.grad", [0.5, 0.5]),
+            Values("var.grad", [0.0, -0.125]),
+            Values("target", [1.0, 2.0]),
+        ],
+    )
+)
+
+CASES.append(
+    Case(
+        name="capture.value-check-failing-raises-eager-error",
+        rules=["capture.data-dependent.checks", "boundary.failed-call"],
+        setup=_gaussian_world([1.0, -2.0]),
+        args=["x", "target", "var"],
+        program=_gaussian_nll_then_write,
+        # eager raises before it writes target
+        expect=[Raises(ValueError, match="var has negative entry/entries")],
+    )
+)
+
+
+def _writes_then_checks(x, var):
+    x.add_(1)
+    if torch.any(var < 0):
+        raise ValueError("var has negative entries")
+    return x * var
+
+
+CASES.append(
+    Case(
+        name="capture.value-check-after-a-write-raises",
+        rules=["capture.data-dependent.checks"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0]), "var": torch.tensor([1.0, -1.0])},
+        args=["x", "var"],
+        program=_writes_then_checks,
+        # eager writes x to [2, 3], then raises its ValueError
+        expect=[Raises(UnsupportedError, rule="capture.data-dependent.checks")],
+        skip={"torch-eager": "eager writes x, then raises its ValueError"},
+    )
+)
