@@ -8,7 +8,8 @@ the table prints medians over the rounds in microseconds.
 The phases are timed by wrapping, from here, the functions the call goes through (the library holds
 no timing code):
 
-- guard + lift: `lift` (r[capture.lift]: the tensors the step reaches, looked up at every call);
+- guard + lift: `Lifter.lift` (r[capture.lift]: the tensors the step reaches, found at each
+  call);
 - flatten: `_flatten` (the pytree of the arguments);
 - input facts / key: `input_facts` and `bases_key` (what the guard compares);
 - other key work: the rest of `CompiledFunction.__call__` before the runtime runs;
@@ -71,7 +72,7 @@ class _Phases:
         setattr(owner, name, timed)
 
     def install(self) -> None:
-        self._wrap(api, "lift", "guard + lift")
+        self._wrap(api.Lifter, "lift", "guard + lift")
         self._wrap(api, "_flatten", "flatten")
         self._wrap(api, "input_facts", "input facts / key")
         self._wrap(api, "bases_key", "input facts / key")

@@ -11,6 +11,7 @@ tensors a call uses are the ones in place at that call, and a tensor reached twi
 from __future__ import annotations
 
 import types
+import weakref
 from collections.abc import Iterator
 
 import torch
@@ -104,44 +105,122 @@ class Lifted:
 
 def lift(fn) -> Lifted:
     """r[capture.lift]: the tensors `fn` reaches from its code, in a stable order."""
+    return _walk(fn).lifted()
+
+
+class Lifter:
+    """r[capture.lift] at every call of one function, without walking again what has not
+    changed: the latest walk is kept with what it read (each function's code, closure cells and
+    globals it uses, each module's attributes, parameters, buffers and submodules), and is walked
+    again when any of those is a different object. The tensors are read from their slots at each
+    call, so a call uses the tensors in place at that call."""
+
+    def __init__(self, fn) -> None:
+        self._fn = fn
+        self._walk: _Walk | None = None
+
+    def lift(self) -> Lifted:
+        walk = self._walk
+        if walk is None or walk.changed():
+            walk = self._walk = _walk(self._fn)
+        return walk.lifted()
+
+
+class _Walk:
+    """The slots one walk found, and what it read to find them."""
+
+    def __init__(self, reaches: tuple, modules: tuple, reads: list) -> None:
+        self._reaches = reaches
+        self._modules = modules
+        #: (read, source, ids of what it gave, what it gave other than tensors, weak references
+        #: to the tensors it gave): `read(source)` gives the same objects while the walk holds.
+        #: The walk keeps no tensor alive (a tensor that died may leave its id to another
+        #: object); it reads them from their slots anew (`lifted`).
+        self._reads = reads
+
+    def changed(self) -> bool:
+        for read, source, ids, _, tensors in self._reads:
+            if list(map(id, read(source))) != ids or any(t() is None for t in tensors):
+                return True
+        return False
+
+    def lifted(self) -> Lifted:
+        tensors = tuple(slots[0].get() for slots in self._reaches)
+        return Lifted(tensors, self._reaches, self._modules)
+
+
+def _walk(fn) -> _Walk:
     by_tensor: dict[int, list[Reach]] = {}
     tensors: list[torch.Tensor] = []
     modules: list[torch.nn.Module] = []
-    for reach in _reaches(fn, set(), modules):
+    reads: list = []
+    for reach in _reaches(fn, set(), modules, reads):
         tensor = reach.get()
         if id(tensor) not in by_tensor:
             by_tensor[id(tensor)] = []
             tensors.append(tensor)
         by_tensor[id(tensor)].append(reach)
     reaches = tuple(tuple(by_tensor[id(t)]) for t in tensors)
-    return Lifted(tuple(tensors), reaches, tuple(modules))
+    return _Walk(reaches, tuple(modules), reads)
 
 
-def _reaches(value, seen: set[int], modules: list) -> Iterator[Reach]:
+def _record(reads: list, read, source) -> None:
+    """Keeps what `read(source)` gives now, for `_Walk.changed`."""
+    values = read(source)
+    kept = [value for value in values if not isinstance(value, torch.Tensor)]
+    tensors = [weakref.ref(value) for value in values if isinstance(value, torch.Tensor)]
+    reads.append((read, source, list(map(id, values)), kept, tensors))
+
+
+def _reaches(value, seen: set[int], modules: list, reads: list) -> Iterator[Reach]:
     """The slots of the tensors `value` reaches; the modules it reaches are added to
-    `modules`."""
+    `modules`, and what the walk reads to `reads`."""
     if id(value) in seen:
         return
     seen.add(id(value))
     if isinstance(value, torch.nn.Module):
-        yield from _module_reaches(value, seen, modules)
+        yield from _module_reaches(value, seen, modules, reads)
     elif isinstance(value, types.MethodType):
-        yield from _reaches(value.__self__, seen, modules)
-        yield from _reaches(value.__func__, seen, modules)
+        yield from _reaches(value.__self__, seen, modules, reads)
+        yield from _reaches(value.__func__, seen, modules, reads)
     elif isinstance(value, types.FunctionType) and not _is_library(value):
-        yield from _function_reaches(value, seen, modules)
+        yield from _function_reaches(value, seen, modules, reads)
 
 
-def _function_reaches(fn: types.FunctionType, seen: set[int], modules: list) -> Iterator[Reach]:
+_EMPTY_CELL = object()
+
+
+def _function_reads(code: types.CodeType):
+    """What a walk of a function with this code reads from it."""
+    names = tuple(_global_names(code))
+
+    def read(fn: types.FunctionType) -> tuple:
+        cells = tuple(_cell_contents(cell) for cell in fn.__closure__ or ())
+        globals_ = fn.__globals__
+        return (fn.__code__, fn.__module__, *cells, *(globals_.get(n, _EMPTY_CELL) for n in names))
+
+    return read
+
+
+def _cell_contents(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # a cell not yet filled (a name bound after the function)
+        return _EMPTY_CELL
+
+
+def _function_reaches(
+    fn: types.FunctionType, seen: set[int], modules: list, reads: list
+) -> Iterator[Reach]:
+    _record(reads, _function_reads(fn.__code__), fn)
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
-        try:
-            contents = cell.cell_contents
-        except ValueError:  # a cell not yet filled (a name bound after the function)
+        contents = _cell_contents(cell)
+        if contents is _EMPTY_CELL:
             continue
         if isinstance(contents, torch.Tensor):
             yield Reach("cell", cell, name)
         else:
-            yield from _reaches(contents, seen, modules)
+            yield from _reaches(contents, seen, modules, reads)
     for name in _global_names(fn.__code__):
         if name not in fn.__globals__:
             continue
@@ -149,15 +228,35 @@ def _function_reaches(fn: types.FunctionType, seen: set[int], modules: list) -> 
         if isinstance(contents, torch.Tensor):
             yield Reach("global", fn.__globals__, name)
         else:
-            yield from _reaches(contents, seen, modules)
+            yield from _reaches(contents, seen, modules, reads)
 
 
-def _module_reaches(module: torch.nn.Module, seen: set[int], modules: list) -> Iterator[Reach]:
+def _module_reads(module: torch.nn.Module) -> tuple:
+    """What a walk reads from a module: its class, attributes, parameters, buffers and
+    submodules, names and values."""
+    attributes = vars(module)
+    return (
+        type(module),
+        *attributes,
+        *attributes.values(),
+        *module._parameters,
+        *module._parameters.values(),
+        *module._buffers,
+        *module._buffers.values(),
+        *module._modules,
+        *module._modules.values(),
+    )
+
+
+def _module_reaches(
+    module: torch.nn.Module, seen: set[int], modules: list, reads: list
+) -> Iterator[Reach]:
     for owner in module.modules():
         if owner is not module and id(owner) in seen:
             continue
         seen.add(id(owner))
         modules.append(owner)  # r[capture.module-mode]
+        _record(reads, _module_reads, owner)
         for name, parameter in owner._parameters.items():
             if parameter is not None:
                 yield Reach("parameter", owner, name)

@@ -282,3 +282,51 @@ def test_a_stolen_activation_that_requires_grad_dies_at_its_last_use(grad_enable
     out.backward()
     assert [True] == _FREED_AT_PROBE and [] == acts
     torch.testing.assert_close(leaf.grad, 2 * leaf.detach().mul(2).exp() * w.detach())
+
+
+SCALE = torch.tensor(2.0)
+
+
+def _scaled(x):
+    return x * SCALE
+
+
+def test_every_call_sees_what_its_slots_hold_now():
+    """r[capture.lift]: a call after any slot the lifting reads changed (a closure variable, a
+    global, a module's parameter, buffer, tensor attribute or submodule, a helper's code) uses
+    what is there now, as eager does."""
+    global SCALE
+    layer = torch.nn.Linear(3, 3)
+    offset = torch.zeros(3)
+
+    def step(x):
+        y = _scaled(layer(x)) + offset
+        for extra in ("shift",):
+            if hasattr(layer, extra):
+                y = y + getattr(layer, extra)
+        return y
+
+    compiled = aotspec.compile(step, backend="fast")
+    x = torch.randn(2, 3)
+
+    def same():
+        torch.testing.assert_close(compiled(x), step(x))
+
+    same()
+    changes = [
+        lambda: layer.register_buffer("unused", torch.ones(3)),
+        lambda: setattr(layer, "weight", torch.nn.Parameter(torch.eye(3))),
+        lambda: setattr(layer, "shift", torch.full((3,), 5.0)),
+        lambda: layer._parameters.__setitem__("bias", torch.nn.Parameter(torch.ones(3))),
+    ]
+    for change in changes:
+        change()
+        same()
+    offset = torch.full((3,), -1.0)  # the closure cell now holds another tensor
+    same()
+    SCALE = torch.tensor(3.0)
+    try:
+        same()
+    finally:
+        SCALE = torch.tensor(2.0)
+    same()
