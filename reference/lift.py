@@ -10,12 +10,13 @@ tensors a call uses are the ones in place at that call, and a tensor reached twi
 
 from __future__ import annotations
 
+import operator
 import types
-import weakref
 from collections.abc import Iterator
+from itertools import chain
 
 import torch
-from attrs import frozen
+from attrs import Factory, define, frozen
 
 #: Modules whose functions are library code, not the user's: they are not followed.
 _LIBRARY_PREFIXES = ("torch", "numpy", "builtins", "functools", "typing")
@@ -121,39 +122,59 @@ class Lifter:
 
     def lift(self) -> Lifted:
         walk = self._walk
-        if walk is None or walk.changed():
-            walk = self._walk = _walk(self._fn)
-        return walk.lifted()
+        lifted = None if walk is None or walk.changed() else walk.lifted()
+        if lifted is None:
+            self._walk = _walk(self._fn)
+            lifted = self._walk.lifted()
+        return lifted
 
 
 class _Walk:
-    """The slots one walk found, and what it read to find them."""
+    """The slots one walk found, and what it read to find them: `readers[k](sources[k])` gave
+    the objects whose ids are `ids`, in order."""
 
-    def __init__(self, reaches: tuple, modules: tuple, reads: list) -> None:
+    def __init__(self, reaches: tuple, modules: tuple, reads: _Reads) -> None:
         self._reaches = reaches
         self._modules = modules
-        #: (read, source, ids of what it gave, what it gave other than tensors, weak references
-        #: to the tensors it gave): `read(source)` gives the same objects while the walk holds.
-        #: The walk keeps no tensor alive (a tensor that died may leave its id to another
-        #: object); it reads them from their slots anew (`lifted`).
-        self._reads = reads
+        self._readers = reads.readers
+        self._sources = reads.sources
+        self._ids = list(map(id, reads.values))
+        #: What the walk read, tensors aside, kept alive so that no other object takes its id.
+        #: Tensors are not kept: the walk reads them from their slots at each call (`lifted`).
+        self._kept = [value for value in reads.values if not isinstance(value, torch.Tensor)]
 
     def changed(self) -> bool:
-        for read, source, ids, _, tensors in self._reads:
-            if list(map(id, read(source))) != ids or any(t() is None for t in tensors):
-                return True
-        return False
+        read = chain.from_iterable(map(operator.call, self._readers, self._sources))
+        return list(map(id, read)) != self._ids
 
-    def lifted(self) -> Lifted:
+    def lifted(self) -> Lifted | None:
+        """The tensors in the slots now; None where a slot holds something else (a tensor that
+        died left its id to it)."""
         tensors = tuple(slots[0].get() for slots in self._reaches)
+        if not all(isinstance(tensor, torch.Tensor) for tensor in tensors):
+            return None
         return Lifted(tensors, self._reaches, self._modules)
+
+
+@define
+class _Reads:
+    """What a walk reads, as it goes."""
+
+    readers: list = Factory(list)
+    sources: list = Factory(list)
+    values: list = Factory(list)
+
+    def record(self, read, source) -> None:
+        self.readers.append(read)
+        self.sources.append(source)
+        self.values.extend(read(source))
 
 
 def _walk(fn) -> _Walk:
     by_tensor: dict[int, list[Reach]] = {}
     tensors: list[torch.Tensor] = []
     modules: list[torch.nn.Module] = []
-    reads: list = []
+    reads = _Reads()
     for reach in _reaches(fn, set(), modules, reads):
         tensor = reach.get()
         if id(tensor) not in by_tensor:
@@ -164,15 +185,7 @@ def _walk(fn) -> _Walk:
     return _Walk(reaches, tuple(modules), reads)
 
 
-def _record(reads: list, read, source) -> None:
-    """Keeps what `read(source)` gives now, for `_Walk.changed`."""
-    values = read(source)
-    kept = [value for value in values if not isinstance(value, torch.Tensor)]
-    tensors = [weakref.ref(value) for value in values if isinstance(value, torch.Tensor)]
-    reads.append((read, source, list(map(id, values)), kept, tensors))
-
-
-def _reaches(value, seen: set[int], modules: list, reads: list) -> Iterator[Reach]:
+def _reaches(value, seen: set[int], modules: list, reads: _Reads) -> Iterator[Reach]:
     """The slots of the tensors `value` reaches; the modules it reaches are added to
     `modules`, and what the walk reads to `reads`."""
     if id(value) in seen:
@@ -210,9 +223,9 @@ def _cell_contents(cell):
 
 
 def _function_reaches(
-    fn: types.FunctionType, seen: set[int], modules: list, reads: list
+    fn: types.FunctionType, seen: set[int], modules: list, reads: _Reads
 ) -> Iterator[Reach]:
-    _record(reads, _function_reads(fn.__code__), fn)
+    reads.record(_function_reads(fn.__code__), fn)
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
         contents = _cell_contents(cell)
         if contents is _EMPTY_CELL:
@@ -232,40 +245,43 @@ def _function_reaches(
 
 
 def _module_reads(module: torch.nn.Module) -> tuple:
-    """What a walk reads from a module: its class, attributes, parameters, buffers and
-    submodules, names and values."""
-    attributes = vars(module)
+    """What a walk reads from a module: its class, attributes, parameters and buffers (names
+    and values: a name is a slot), and submodules."""
+    return (*_module_values(module), *vars(module))
+
+
+def _module_values(module: torch.nn.Module) -> tuple:
+    """What a walk reads from a module holding no tensor attribute: the names of its
+    attributes are no slots, and one that comes to hold a tensor changes a value."""
     return (
         type(module),
-        *attributes,
-        *attributes.values(),
+        *vars(module).values(),
         *module._parameters,
         *module._parameters.values(),
         *module._buffers,
         *module._buffers.values(),
-        *module._modules,
         *module._modules.values(),
     )
 
 
 def _module_reaches(
-    module: torch.nn.Module, seen: set[int], modules: list, reads: list
+    module: torch.nn.Module, seen: set[int], modules: list, reads: _Reads
 ) -> Iterator[Reach]:
     for owner in module.modules():
         if owner is not module and id(owner) in seen:
             continue
         seen.add(id(owner))
         modules.append(owner)  # r[capture.module-mode]
-        _record(reads, _module_reads, owner)
+        attributes = [n for n, value in vars(owner).items() if isinstance(value, torch.Tensor)]
+        reads.record(_module_reads if attributes else _module_values, owner)
         for name, parameter in owner._parameters.items():
             if parameter is not None:
                 yield Reach("parameter", owner, name)
         for name, buffer in owner._buffers.items():
             if buffer is not None:
                 yield Reach("buffer", owner, name)
-        for name, attribute in vars(owner).items():
-            if isinstance(attribute, torch.Tensor):
-                yield Reach("attribute", owner, name)
+        for name in attributes:
+            yield Reach("attribute", owner, name)
 
 
 def _global_names(code: types.CodeType) -> Iterator[str]:

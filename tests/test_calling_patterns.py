@@ -330,3 +330,23 @@ def test_every_call_sees_what_its_slots_hold_now():
     finally:
         SCALE = torch.tensor(2.0)
     same()
+
+
+def test_a_call_after_two_tensor_attributes_swap_names_uses_them_by_their_new_names():
+    """r[capture.lift]: the same two tensors under each other's names (the same objects in the
+    same order among the module's attributes) are read by name, as eager reads them: a call
+    that kept the tensors of its first call would compute 2 * 1 + 10."""
+    module = torch.nn.Module()
+    module.a, module.b = torch.tensor([1.0]), torch.tensor([10.0])
+
+    def step(x):
+        return x * module.a + module.b
+
+    compiled = aotspec.compile(step, backend="fast")
+    x = torch.tensor([2.0])
+    torch.testing.assert_close(compiled(x), step(x))
+    a, b = module.a, module.b
+    del module.a, module.b
+    module.b, module.a = a, b
+    torch.testing.assert_close(compiled(x), step(x))
+    assert step(x).item() == 21.0  # 2 * 10 + 1: the names moved
