@@ -10,8 +10,10 @@ tensors a call uses are the ones in place at that call, and a tensor reached twi
 
 from __future__ import annotations
 
+import functools
 import operator
 import types
+import weakref
 from collections.abc import Iterator
 from itertools import chain
 
@@ -114,7 +116,8 @@ class Lifter:
     changed: the latest walk is kept with what it read (each function's code, closure cells and
     globals it uses, each module's attributes, parameters, buffers and submodules), and is walked
     again when any of those is a different object. The tensors are read from their slots at each
-    call, so a call uses the tensors in place at that call."""
+    call, so a call uses the tensors in place at that call; and the walk holds weakly what can
+    die, so an object the caller drops between calls dies then, as without the walk."""
 
     def __init__(self, fn) -> None:
         self._fn = fn
@@ -122,38 +125,64 @@ class Lifter:
 
     def lift(self) -> Lifted:
         walk = self._walk
-        lifted = None if walk is None or walk.changed() else walk.lifted()
-        if lifted is None:
-            self._walk = _walk(self._fn)
-            lifted = self._walk.lifted()
-        return lifted
+        if walk is None or walk.changed():
+            walk = self._walk = _walk(self._fn)
+        return walk.lifted()
 
 
 class _Walk:
     """The slots one walk found, and what it read to find them: `readers[k](sources[k])` gave
-    the objects whose ids are `ids`, in order."""
+    the objects whose ids are `ids`, in order. What the walk found is held by weak reference
+    where it can be; when one of those dies (its id may go to another object), the walk is
+    stale and lets go of the rest."""
 
     def __init__(self, reaches: tuple, modules: tuple, reads: _Reads) -> None:
-        self._reaches = reaches
-        self._modules = modules
+        self._stale = False
         self._readers = reads.readers
-        self._sources = reads.sources
         self._ids = list(map(id, reads.values))
-        #: What the walk read, tensors aside, kept alive so that no other object takes its id.
-        #: Tensors are not kept: the walk reads them from their slots at each call (`lifted`).
-        self._kept = [value for value in reads.values if not isinstance(value, torch.Tensor)]
+        #: What the walk read that takes no weak reference (cells, dicts, numbers...).
+        self._kept: list = []
+        #: What takes one, watched (a tensor is read from its slot anew at each call).
+        self._watched = [
+            self._hold(value) for value in reads.values if not isinstance(value, torch.Tensor)
+        ] + [weakref.ref(slots[0].get(), self._forget) for slots in reaches]
+        self._sources = [self._hold(source) for source in reads.sources]
+        self._reaches = tuple(
+            tuple((reach.kind, self._hold(reach.owner), reach.name) for reach in slots)
+            for slots in reaches
+        )
+        self._modules = [self._hold(module) for module in modules]
+
+    def _hold(self, value):
+        """A callable giving `value` back: a weak reference where `value` takes one."""
+        if type(value).__weakrefoffset__:
+            return weakref.ref(value, self._forget)
+        self._kept.append(value)
+        return functools.partial(_same, value)
+
+    def _forget(self, _) -> None:
+        """An object the walk found died: the walk lets go of everything it holds."""
+        self._stale = True
+        self._kept, self._watched, self._sources, self._reaches, self._modules = [], [], [], (), []
 
     def changed(self) -> bool:
-        read = chain.from_iterable(map(operator.call, self._readers, self._sources))
+        if self._stale:
+            return True
+        sources = map(operator.call, self._sources)
+        read = chain.from_iterable(map(operator.call, self._readers, sources))
         return list(map(id, read)) != self._ids
 
-    def lifted(self) -> Lifted | None:
-        """The tensors in the slots now; None where a slot holds something else (a tensor that
-        died left its id to it)."""
-        tensors = tuple(slots[0].get() for slots in self._reaches)
-        if not all(isinstance(tensor, torch.Tensor) for tensor in tensors):
-            return None
-        return Lifted(tensors, self._reaches, self._modules)
+    def lifted(self) -> Lifted:
+        reaches = tuple(
+            tuple(Reach(kind, owner(), name) for kind, owner, name in slots)
+            for slots in self._reaches
+        )
+        tensors = tuple(slots[0].get() for slots in reaches)
+        return Lifted(tensors, reaches, tuple(module() for module in self._modules))
+
+
+def _same(value):
+    return value
 
 
 @define

@@ -4,6 +4,9 @@ optimizer steps through Dynamo, and backward() inside a compiled function (`r[ca
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -350,3 +353,18 @@ def test_a_call_after_two_tensor_attributes_swap_names_uses_them_by_their_new_na
     module.b, module.a = a, b
     torch.testing.assert_close(compiled(x), step(x))
     assert step(x).item() == 21.0  # 2 * 10 + 1: the names moved
+
+
+def test_a_module_swapped_out_between_calls_dies_when_the_caller_drops_it():
+    """r[capture.lift]: the lookup a call makes keeps nothing of its own alive: a submodule the
+    caller replaces between calls is freed then, as in eager, not at the next call."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    compiled = aotspec.compile(lambda x: model(x).sum(), backend="fast")
+    x = torch.randn(2, 4)
+    compiled(x)
+    compiled(x)
+    old_layer, old_weight = weakref.ref(model[0]), weakref.ref(model[0].weight)
+    model[0] = torch.nn.Linear(4, 4)
+    gc.collect()
+    assert old_layer() is None and old_weight() is None
+    torch.testing.assert_close(compiled(x), model(x).sum())
