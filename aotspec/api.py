@@ -19,7 +19,7 @@ import torch.utils._pytree as pytree
 from aotspec.errors import UnsupportedError
 from aotspec.reference.boundary import autocast_state, refuse_transformed
 from aotspec.reference.compiled import run_compiled
-from aotspec.reference.lift import lift
+from aotspec.reference.lift import Lifter, lift
 from aotspec.reference.optable import collecting_refusals
 from aotspec.reference.pipeline import HOOK_FILTERS, HooksRequest, SavedTensorHooks, build_plan
 from aotspec.reference.plan_records import Placement, Plan
@@ -155,6 +155,7 @@ class CompiledFunction:
         #: (`r[capture.data-dependent.input-values]`).
         self._values_read: dict = {}
         self.last_run = None
+        self._lifter = Lifter(fn)
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", "compiled")
 
@@ -180,7 +181,7 @@ class CompiledFunction:
 
     def __call__(self, *args, **kwargs):
         stolen_lists = self._stolen_lists(args, kwargs)
-        fn, lifted = self.fn, lift(self.fn)
+        fn, lifted = self.fn, self._lifter.lift()
         if lifted.tensors:  # r[capture.lift]: looked up again at every call
             fn, args = lifted.wrap(self.fn), (list(lifted.tensors), *args)
         leaves, structure = _flatten(args, kwargs)

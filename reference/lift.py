@@ -10,11 +10,15 @@ tensors a call uses are the ones in place at that call, and a tensor reached twi
 
 from __future__ import annotations
 
+import functools
+import operator
 import types
+import weakref
 from collections.abc import Iterator
+from itertools import chain
 
 import torch
-from attrs import frozen
+from attrs import Factory, define, frozen
 
 #: Modules whose functions are library code, not the user's: they are not followed.
 _LIBRARY_PREFIXES = ("torch", "numpy", "builtins", "functools", "typing")
@@ -104,44 +108,161 @@ class Lifted:
 
 def lift(fn) -> Lifted:
     """r[capture.lift]: the tensors `fn` reaches from its code, in a stable order."""
+    return _walk(fn).lifted()
+
+
+class Lifter:
+    """r[capture.lift] at every call of one function, without walking again what has not
+    changed: the latest walk is kept with what it read (each function's code, closure cells and
+    globals it uses, each module's attributes, parameters, buffers and submodules), and is walked
+    again when any of those is a different object. The tensors are read from their slots at each
+    call, so a call uses the tensors in place at that call; and the walk holds weakly what can
+    die, so an object the caller drops between calls dies then, as without the walk."""
+
+    def __init__(self, fn) -> None:
+        self._fn = fn
+        self._walk: _Walk | None = None
+
+    def lift(self) -> Lifted:
+        walk = self._walk
+        if walk is None or walk.changed():
+            walk = self._walk = _walk(self._fn)
+        return walk.lifted()
+
+
+class _Walk:
+    """The slots one walk found, and what it read to find them: `readers[k](sources[k])` gave
+    the objects whose ids are `ids`, in order. What the walk found is held by weak reference
+    where it can be; when one of those dies (its id may go to another object), the walk is
+    stale and lets go of the rest."""
+
+    def __init__(self, reaches: tuple, modules: tuple, reads: _Reads) -> None:
+        self._stale = False
+        self._readers = reads.readers
+        self._ids = list(map(id, reads.values))
+        #: What the walk read that takes no weak reference (cells, dicts, numbers...).
+        self._kept: list = []
+        #: What takes one, watched (a tensor is read from its slot anew at each call).
+        self._watched = [
+            self._hold(value) for value in reads.values if not isinstance(value, torch.Tensor)
+        ] + [weakref.ref(slots[0].get(), self._forget) for slots in reaches]
+        self._sources = [self._hold(source) for source in reads.sources]
+        self._reaches = tuple(
+            tuple((reach.kind, self._hold(reach.owner), reach.name) for reach in slots)
+            for slots in reaches
+        )
+        self._modules = [self._hold(module) for module in modules]
+
+    def _hold(self, value):
+        """A callable giving `value` back: a weak reference where `value` takes one."""
+        if type(value).__weakrefoffset__:
+            return weakref.ref(value, self._forget)
+        self._kept.append(value)
+        return functools.partial(_same, value)
+
+    def _forget(self, _) -> None:
+        """An object the walk found died: the walk lets go of everything it holds."""
+        self._stale = True
+        self._kept, self._watched, self._sources, self._reaches, self._modules = [], [], [], (), []
+
+    def changed(self) -> bool:
+        if self._stale:
+            return True
+        sources = map(operator.call, self._sources)
+        read = chain.from_iterable(map(operator.call, self._readers, sources))
+        return list(map(id, read)) != self._ids
+
+    def lifted(self) -> Lifted:
+        reaches = tuple(
+            tuple(Reach(kind, owner(), name) for kind, owner, name in slots)
+            for slots in self._reaches
+        )
+        tensors = tuple(slots[0].get() for slots in reaches)
+        return Lifted(tensors, reaches, tuple(module() for module in self._modules))
+
+
+def _same(value):
+    return value
+
+
+@define
+class _Reads:
+    """What a walk reads, as it goes."""
+
+    readers: list = Factory(list)
+    sources: list = Factory(list)
+    values: list = Factory(list)
+
+    def record(self, read, source) -> None:
+        self.readers.append(read)
+        self.sources.append(source)
+        self.values.extend(read(source))
+
+
+def _walk(fn) -> _Walk:
     by_tensor: dict[int, list[Reach]] = {}
     tensors: list[torch.Tensor] = []
     modules: list[torch.nn.Module] = []
-    for reach in _reaches(fn, set(), modules):
+    reads = _Reads()
+    for reach in _reaches(fn, set(), modules, reads):
         tensor = reach.get()
         if id(tensor) not in by_tensor:
             by_tensor[id(tensor)] = []
             tensors.append(tensor)
         by_tensor[id(tensor)].append(reach)
     reaches = tuple(tuple(by_tensor[id(t)]) for t in tensors)
-    return Lifted(tuple(tensors), reaches, tuple(modules))
+    return _Walk(reaches, tuple(modules), reads)
 
 
-def _reaches(value, seen: set[int], modules: list) -> Iterator[Reach]:
+def _reaches(value, seen: set[int], modules: list, reads: _Reads) -> Iterator[Reach]:
     """The slots of the tensors `value` reaches; the modules it reaches are added to
-    `modules`."""
+    `modules`, and what the walk reads to `reads`."""
     if id(value) in seen:
         return
     seen.add(id(value))
     if isinstance(value, torch.nn.Module):
-        yield from _module_reaches(value, seen, modules)
+        yield from _module_reaches(value, seen, modules, reads)
     elif isinstance(value, types.MethodType):
-        yield from _reaches(value.__self__, seen, modules)
-        yield from _reaches(value.__func__, seen, modules)
+        yield from _reaches(value.__self__, seen, modules, reads)
+        yield from _reaches(value.__func__, seen, modules, reads)
     elif isinstance(value, types.FunctionType) and not _is_library(value):
-        yield from _function_reaches(value, seen, modules)
+        yield from _function_reaches(value, seen, modules, reads)
 
 
-def _function_reaches(fn: types.FunctionType, seen: set[int], modules: list) -> Iterator[Reach]:
+_EMPTY_CELL = object()
+
+
+def _function_reads(code: types.CodeType):
+    """What a walk of a function with this code reads from it."""
+    names = tuple(_global_names(code))
+
+    def read(fn: types.FunctionType) -> tuple:
+        cells = tuple(_cell_contents(cell) for cell in fn.__closure__ or ())
+        globals_ = fn.__globals__
+        return (fn.__code__, fn.__module__, *cells, *(globals_.get(n, _EMPTY_CELL) for n in names))
+
+    return read
+
+
+def _cell_contents(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # a cell not yet filled (a name bound after the function)
+        return _EMPTY_CELL
+
+
+def _function_reaches(
+    fn: types.FunctionType, seen: set[int], modules: list, reads: _Reads
+) -> Iterator[Reach]:
+    reads.record(_function_reads(fn.__code__), fn)
     for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or (), strict=True):
-        try:
-            contents = cell.cell_contents
-        except ValueError:  # a cell not yet filled (a name bound after the function)
+        contents = _cell_contents(cell)
+        if contents is _EMPTY_CELL:
             continue
         if isinstance(contents, torch.Tensor):
             yield Reach("cell", cell, name)
         else:
-            yield from _reaches(contents, seen, modules)
+            yield from _reaches(contents, seen, modules, reads)
     for name in _global_names(fn.__code__):
         if name not in fn.__globals__:
             continue
@@ -149,24 +270,47 @@ def _function_reaches(fn: types.FunctionType, seen: set[int], modules: list) -> 
         if isinstance(contents, torch.Tensor):
             yield Reach("global", fn.__globals__, name)
         else:
-            yield from _reaches(contents, seen, modules)
+            yield from _reaches(contents, seen, modules, reads)
 
 
-def _module_reaches(module: torch.nn.Module, seen: set[int], modules: list) -> Iterator[Reach]:
+def _module_reads(module: torch.nn.Module) -> tuple:
+    """What a walk reads from a module: its class, attributes, parameters and buffers (names
+    and values: a name is a slot), and submodules."""
+    return (*_module_values(module), *vars(module))
+
+
+def _module_values(module: torch.nn.Module) -> tuple:
+    """What a walk reads from a module holding no tensor attribute: the names of its
+    attributes are no slots, and one that comes to hold a tensor changes a value."""
+    return (
+        type(module),
+        *vars(module).values(),
+        *module._parameters,
+        *module._parameters.values(),
+        *module._buffers,
+        *module._buffers.values(),
+        *module._modules.values(),
+    )
+
+
+def _module_reaches(
+    module: torch.nn.Module, seen: set[int], modules: list, reads: _Reads
+) -> Iterator[Reach]:
     for owner in module.modules():
         if owner is not module and id(owner) in seen:
             continue
         seen.add(id(owner))
         modules.append(owner)  # r[capture.module-mode]
+        attributes = [n for n, value in vars(owner).items() if isinstance(value, torch.Tensor)]
+        reads.record(_module_reads if attributes else _module_values, owner)
         for name, parameter in owner._parameters.items():
             if parameter is not None:
                 yield Reach("parameter", owner, name)
         for name, buffer in owner._buffers.items():
             if buffer is not None:
                 yield Reach("buffer", owner, name)
-        for name, attribute in vars(owner).items():
-            if isinstance(attribute, torch.Tensor):
-                yield Reach("attribute", owner, name)
+        for name in attributes:
+            yield Reach("attribute", owner, name)
 
 
 def _global_names(code: types.CodeType) -> Iterator[str]:

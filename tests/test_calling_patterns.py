@@ -4,6 +4,9 @@ optimizer steps through Dynamo, and backward() inside a compiled function (`r[ca
 
 from __future__ import annotations
 
+import gc
+import weakref
+
 import pytest
 import torch
 
@@ -282,3 +285,86 @@ def test_a_stolen_activation_that_requires_grad_dies_at_its_last_use(grad_enable
     out.backward()
     assert [True] == _FREED_AT_PROBE and [] == acts
     torch.testing.assert_close(leaf.grad, 2 * leaf.detach().mul(2).exp() * w.detach())
+
+
+SCALE = torch.tensor(2.0)
+
+
+def _scaled(x):
+    return x * SCALE
+
+
+def test_every_call_sees_what_its_slots_hold_now():
+    """r[capture.lift]: a call after any slot the lifting reads changed (a closure variable, a
+    global, a module's parameter, buffer, tensor attribute or submodule, a helper's code) uses
+    what is there now, as eager does."""
+    global SCALE
+    layer = torch.nn.Linear(3, 3)
+    offset = torch.zeros(3)
+
+    def step(x):
+        y = _scaled(layer(x)) + offset
+        for extra in ("shift",):
+            if hasattr(layer, extra):
+                y = y + getattr(layer, extra)
+        return y
+
+    compiled = aotspec.compile(step, backend="fast")
+    x = torch.randn(2, 3)
+
+    def same():
+        torch.testing.assert_close(compiled(x), step(x))
+
+    same()
+    changes = [
+        lambda: layer.register_buffer("unused", torch.ones(3)),
+        lambda: setattr(layer, "weight", torch.nn.Parameter(torch.eye(3))),
+        lambda: setattr(layer, "shift", torch.full((3,), 5.0)),
+        lambda: layer._parameters.__setitem__("bias", torch.nn.Parameter(torch.ones(3))),
+    ]
+    for change in changes:
+        change()
+        same()
+    offset = torch.full((3,), -1.0)  # the closure cell now holds another tensor
+    same()
+    SCALE = torch.tensor(3.0)
+    try:
+        same()
+    finally:
+        SCALE = torch.tensor(2.0)
+    same()
+
+
+def test_a_call_after_two_tensor_attributes_swap_names_uses_them_by_their_new_names():
+    """r[capture.lift]: the same two tensors under each other's names (the same objects in the
+    same order among the module's attributes) are read by name, as eager reads them: a call
+    that kept the tensors of its first call would compute 2 * 1 + 10."""
+    module = torch.nn.Module()
+    module.a, module.b = torch.tensor([1.0]), torch.tensor([10.0])
+
+    def step(x):
+        return x * module.a + module.b
+
+    compiled = aotspec.compile(step, backend="fast")
+    x = torch.tensor([2.0])
+    torch.testing.assert_close(compiled(x), step(x))
+    a, b = module.a, module.b
+    del module.a, module.b
+    module.b, module.a = a, b
+    torch.testing.assert_close(compiled(x), step(x))
+    assert step(x).item() == 21.0  # 2 * 10 + 1: the names moved
+
+
+def test_a_module_swapped_out_between_calls_dies_when_the_caller_drops_it():
+    """r[capture.lift]: the lookup a call makes keeps nothing of its own alive: a submodule the
+    caller replaces between calls is freed then, as in eager, not at the next call."""
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    compiled = aotspec.compile(lambda x: model(x).sum(), backend="fast")
+    x = torch.randn(2, 4)
+    compiled(x)
+    compiled(x)
+    old_layer, old_weight = weakref.ref(model[0]), weakref.ref(model[0].weight)
+    model[0] = torch.nn.Linear(4, 4)
+    gc.collect()
+    assert old_layer() is None and old_weight() is None
+    torch.testing.assert_close(compiled(x), model(x).sum())
