@@ -91,6 +91,12 @@ def _functional_copy_into_every_other(x, y):
     return torch.ops.aten.copy(x[::2], y)  # what functionalizing x[::2].copy_(y) computes
 
 
+def _scatter_into_the_gap(x, y):
+    """A window whose offset counts from the storage's start: it lands in the element between
+    x[::2]'s two, which is not an element of the view."""
+    return torch.ops.aten.as_strided_scatter(x[::2], y, (1,), (1,), 1)
+
+
 def _scatter_into_nothing(x, y):
     # what functionalizing a write through the empty view x[:0] computes
     return torch.ops.aten.as_strided_scatter(x[:0], y[:0], (0,), (1,), 0)
@@ -1002,6 +1008,22 @@ CASES = [
             Layout("out0", shape=(2,), strides=(2,), offset=0),
             StorageBytes("out0", 16),
             Separate("x", "out0"),
+            Values("x", [0.0, 1.0, 2.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="ops.as-strided-scatter-writes-the-clone-of-the-storage",
+        rules=["ops.fresh-output.cloned-storage"],
+        setup=lambda: {"x": torch.arange(4.0), "y": torch.tensor([5.0])},
+        args=["x", "y"],
+        program=_scatter_into_the_gap,
+        # eager: the result reads the clone of x's storage as x[::2] does, and the 5 lands in a
+        # byte of the clone the view does not read (storage [0, 5, 2, 3]): the result's values
+        # are the argument's
+        expect=[
+            Values("out0", [0.0, 2.0]),
+            Layout("out0", shape=(2,), strides=(2,), offset=0),
+            StorageBytes("out0", 16),
             Values("x", [0.0, 1.0, 2.0, 3.0]),
         ],
     ),
