@@ -185,13 +185,19 @@ def _on_a_clone_of_the_storage(overload, bound, meta, name: str) -> Tensor:
     the result's layout, `as_strided_scatter` through its window, whose offset counts from the
     storage's start (bytes past the argument's extent keep the argument's storage's bytes)."""
     x, src = bound[0], bound[1]
-    out = Tensor(Storage(x.storage.buffer.copy()), Layout.of(meta), name=name)
+    clone = Tensor(Storage(x.storage.buffer.copy()), x.layout, name=name)
     if overload is torch.ops.aten.copy.default:
-        out.write(src.read())
-        return out
-    size, stride, offset = bound[2:]
-    layout = Layout(out.layout.dtype, tuple(size), tuple(stride), offset or 0)
-    Tensor(out.storage, layout).write(src.read())
+        clone.write(src.read())
+    else:
+        size, stride, offset = bound[2:]
+        window = Layout(x.layout.dtype, tuple(size), tuple(stride), offset or 0)
+        Tensor(clone.storage, window).write(src.read())
+    layout = Layout.of(meta)
+    if layout == x.layout:
+        return clone
+    # r[ops.fresh-output.meta-layout]: the values, laid out as the meta value says
+    out = Tensor(Storage.zeros(max(x.storage.nbytes, layout.extent_bytes())), layout, name=name)
+    out.write(clone.read())
     return out
 
 
