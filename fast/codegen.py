@@ -42,8 +42,9 @@ def meta_strided(value: torch.Tensor, strides: tuple[int, ...], nbytes: int) -> 
     with _disable_current_modes():
         storage = value.untyped_storage()
         if value.storage_offset() != 0 or nbytes > storage.nbytes():  # not its own: copied
-            copy = torch.empty_strided(value.shape, strides, dtype=value.dtype)
-            return copy.copy_(value)
+            own = torch.empty(0, dtype=value.dtype, device=value.device)
+            own.set_(torch.UntypedStorage(nbytes, device=value.device), 0, value.shape, strides)
+            return own.copy_(value)
         dims = zip(value.stride(), strides, value.shape, strict=True)
         moved = any(a != b and n > 1 for a, b, n in dims)
         values = value.clone() if moved else None
@@ -143,9 +144,23 @@ def _meta_layout(node: torch.fx.Node) -> list[str]:
             f"{node.name}.untyped_storage().nbytes() != {nbytes})"
         )
         return [f"    if {test}:", relaid]
+    if kind is OpKind.COMPUTE and source.target in _CLONES_STORAGE:
+        # r[ops.fresh-output.cloned-storage]: the kernel lays the result out as its argument,
+        # at its storage offset, where the traced meta value may start at 0; its storage keeps
+        # the clone's bytes
+        test = f"{node.name}.storage_offset() != {value.storage_offset()}"
+        kept = f"{node.name}.untyped_storage().nbytes()"
+        relaid = f"        {node.name} = meta_strided({node.name}, {strides}, {kept})"
+        return [f"    if {test} or {node.name}.stride() != {strides}:", relaid]
     if kind is OpKind.COMPUTE and value.dim() >= 2:
         return [f"    if {node.name}.stride() != {strides}:", relaid]
     return []
+
+
+#: Compute ops whose kernel lays the result out as its first argument, on a clone of its storage.
+_CLONES_STORAGE = frozenset(
+    {torch.ops.aten.copy.default, torch.ops.aten.as_strided_scatter.default}
+)
 
 
 def _call(node: torch.fx.Node, names: dict) -> str:
