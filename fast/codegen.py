@@ -42,9 +42,8 @@ def meta_strided(value: torch.Tensor, strides: tuple[int, ...], nbytes: int) -> 
     with _disable_current_modes():
         storage = value.untyped_storage()
         if value.storage_offset() != 0 or nbytes > storage.nbytes():  # not its own: copied
-            own = torch.empty(0, dtype=value.dtype, device=value.device)
-            own.set_(torch.UntypedStorage(nbytes, device=value.device), 0, value.shape, strides)
-            return own.copy_(value)
+            copy = torch.empty_strided(value.shape, strides, dtype=value.dtype)
+            return copy.copy_(value)
         dims = zip(value.stride(), strides, value.shape, strict=True)
         moved = any(a != b and n > 1 for a, b, n in dims)
         values = value.clone() if moved else None
@@ -56,6 +55,16 @@ def meta_strided(value: torch.Tensor, strides: tuple[int, ...], nbytes: int) -> 
         return value
 
 
+def meta_placed(value: torch.Tensor, strides: tuple[int, ...], offset: int) -> torch.Tensor:
+    """r[ops.fresh-output.cloned-storage]: the kernel's result, which it laid out as its first
+    argument on a clone of that argument's storage, moved on that storage to the meta value's
+    strides and storage offset; the op's own work, with the dispatch modes off."""
+    with _disable_current_modes():
+        values = value.clone()
+        value.as_strided_(value.shape, strides, offset)
+        return value.copy_(values)
+
+
 #: Names the generated code reads; graph values never shadow them (see `_check_names`). Each
 #: function gets its own `aten`, holding the ops it calls.
 _BUILTIN_NAMES = {
@@ -64,6 +73,7 @@ _BUILTIN_NAMES = {
     "inf": math.inf,
     "nan": math.nan,
     "meta_strided": meta_strided,
+    "meta_placed": meta_placed,
 }
 
 
@@ -146,12 +156,11 @@ def _meta_layout(node: torch.fx.Node) -> list[str]:
         return [f"    if {test}:", relaid]
     if kind is OpKind.COMPUTE and source.target in _CLONES_STORAGE:
         # r[ops.fresh-output.cloned-storage]: the kernel lays the result out as its argument,
-        # at its storage offset, where the traced meta value may start at 0; its storage keeps
-        # the clone's bytes
-        test = f"{node.name}.storage_offset() != {value.storage_offset()}"
-        kept = f"{node.name}.untyped_storage().nbytes()"
-        relaid = f"        {node.name} = meta_strided({node.name}, {strides}, {kept})"
-        return [f"    if {test} or {node.name}.stride() != {strides}:", relaid]
+        # at its storage offset, where the traced meta value may start at 0
+        offset = value.storage_offset()
+        test = f"{node.name}.storage_offset() != {offset} or {node.name}.stride() != {strides}"
+        placed = f"        {node.name} = meta_placed({node.name}, {strides}, {offset})"
+        return [f"    if {test}:", placed]
     if kind is OpKind.COMPUTE and value.dim() >= 2:
         return [f"    if {node.name}.stride() != {strides}:", relaid]
     return []
