@@ -55,6 +55,16 @@ def meta_strided(value: torch.Tensor, strides: tuple[int, ...], nbytes: int) -> 
         return value
 
 
+def meta_placed(value: torch.Tensor, strides: tuple[int, ...], offset: int) -> torch.Tensor:
+    """r[ops.fresh-output.cloned-storage]: the kernel's result, which it laid out as its first
+    argument on a clone of that argument's storage, moved on that storage to the meta value's
+    strides and storage offset; the op's own work, with the dispatch modes off."""
+    with _disable_current_modes():
+        values = value.clone()
+        value.as_strided_(value.shape, strides, offset)
+        return value.copy_(values)
+
+
 #: Names the generated code reads; graph values never shadow them (see `_check_names`). Each
 #: function gets its own `aten`, holding the ops it calls.
 _BUILTIN_NAMES = {
@@ -63,6 +73,7 @@ _BUILTIN_NAMES = {
     "inf": math.inf,
     "nan": math.nan,
     "meta_strided": meta_strided,
+    "meta_placed": meta_placed,
 }
 
 
@@ -143,9 +154,22 @@ def _meta_layout(node: torch.fx.Node) -> list[str]:
             f"{node.name}.untyped_storage().nbytes() != {nbytes})"
         )
         return [f"    if {test}:", relaid]
+    if kind is OpKind.COMPUTE and source.target in _CLONES_STORAGE:
+        # r[ops.fresh-output.cloned-storage]: the kernel lays the result out as its argument,
+        # at its storage offset, where the traced meta value may start at 0
+        offset = value.storage_offset()
+        test = f"{node.name}.storage_offset() != {offset} or {node.name}.stride() != {strides}"
+        placed = f"        {node.name} = meta_placed({node.name}, {strides}, {offset})"
+        return [f"    if {test}:", placed]
     if kind is OpKind.COMPUTE and value.dim() >= 2:
         return [f"    if {node.name}.stride() != {strides}:", relaid]
     return []
+
+
+#: Compute ops whose kernel lays the result out as its first argument, on a clone of its storage.
+_CLONES_STORAGE = frozenset(
+    {torch.ops.aten.copy.default, torch.ops.aten.as_strided_scatter.default}
+)
 
 
 def _call(node: torch.fx.Node, names: dict) -> str:

@@ -108,9 +108,11 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
         if entry.kind is OpKind.COMPUTE and _aten_valued_dtype(bound, meta):
             # r[ops.complex.aten-values], r[memory.layout.unsigned]
             return _named(run_aten(node.target, meta, *bound), node.name)
+        if entry.kind is OpKind.COMPUTE and _clones_storage(node.target, bound):
+            return _on_a_clone_of_the_storage(node.target, bound, meta, node.name)
         if entry.kind is OpKind.COMPUTE:
             values = entry.rule(*pytree.tree_map(_read_for_compute, bound))
-            return _storage_cloned(node.target, bound, _fresh(values, meta, node.name))
+            return _fresh(values, meta, node.name)
         if entry.kind in (OpKind.ATEN, OpKind.COLLECTIVE):
             return _named(entry.rule(node.target, meta, *bound), node.name)
         if entry.kind is OpKind.VIEW:
@@ -173,12 +175,29 @@ _CLONES_STORAGE = frozenset(
 )
 
 
-def _storage_cloned(overload, bound, out):
-    """`out`, on a storage of its first argument's bytes where the op clones that storage."""
-    if overload not in _CLONES_STORAGE or bound[0].layout.has_internal_overlap():
-        return out
-    # r[ops.fresh-output.cloned-storage]
-    out.storage.resize(max(out.storage.nbytes, bound[0].storage.nbytes))
+def _clones_storage(overload, bound) -> bool:
+    return overload in _CLONES_STORAGE and not bound[0].layout.has_internal_overlap()
+
+
+def _on_a_clone_of_the_storage(overload, bound, meta, name: str) -> Tensor:
+    """r[ops.fresh-output.cloned-storage]: the result is laid out as the first argument, on a
+    copy of that argument's whole storage, and the op writes its values there: `copy` through
+    the result's layout, `as_strided_scatter` through its window, whose offset counts from the
+    storage's start (bytes past the argument's extent keep the argument's storage's bytes)."""
+    x, src = bound[0], bound[1]
+    clone = Tensor(Storage(x.storage.buffer.copy()), x.layout, name=name)
+    if overload is torch.ops.aten.copy.default:
+        clone.write(src.read())
+    else:
+        size, stride, offset = bound[2:]
+        window = Layout(x.layout.dtype, tuple(size), tuple(stride), offset or 0)
+        Tensor(clone.storage, window).write(src.read())
+    layout = Layout.of(meta)
+    if layout == x.layout:
+        return clone
+    # r[ops.fresh-output.meta-layout]: the values, laid out as the meta value says
+    out = Tensor(Storage.zeros(max(x.storage.nbytes, layout.extent_bytes())), layout, name=name)
+    out.write(clone.read())
     return out
 
 

@@ -91,6 +91,18 @@ def _functional_copy_into_every_other(x, y):
     return torch.ops.aten.copy(x[::2], y)  # what functionalizing x[::2].copy_(y) computes
 
 
+def _scatter_into_the_gap(x, y):
+    """A window whose offset counts from the storage's start: it lands in the element between
+    x[::2]'s two, which is not an element of the view."""
+    return torch.ops.aten.as_strided_scatter(x[::2], y, (1,), (1,), 1)
+
+
+def _scatter_before_the_view(x, y):
+    """A window at the storage's start, before x[1:3]'s first element: not an element of the
+    view."""
+    return torch.ops.aten.as_strided_scatter(x[1:3], y, (1,), (1,), 0)
+
+
 def _scatter_into_nothing(x, y):
     # what functionalizing a write through the empty view x[:0] computes
     return torch.ops.aten.as_strided_scatter(x[:0], y[:0], (0,), (1,), 0)
@@ -1002,6 +1014,37 @@ CASES = [
             Layout("out0", shape=(2,), strides=(2,), offset=0),
             StorageBytes("out0", 16),
             Separate("x", "out0"),
+            Values("x", [0.0, 1.0, 2.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="ops.as-strided-scatter-writes-the-clone-of-the-storage",
+        rules=["ops.fresh-output.cloned-storage"],
+        setup=lambda: {"x": torch.arange(4.0), "y": torch.tensor([5.0])},
+        args=["x", "y"],
+        program=_scatter_into_the_gap,
+        # eager: the result reads the clone of x's storage as x[::2] does, and the 5 lands in a
+        # byte of the clone the view does not read (storage [0, 5, 2, 3]): the result's values
+        # are the argument's
+        expect=[
+            Values("out0", [0.0, 2.0]),
+            Layout("out0", shape=(2,), strides=(2,), offset=0),
+            StorageBytes("out0", 16),
+            Values("x", [0.0, 1.0, 2.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="ops.as-strided-scatter-before-an-offset-view-keeps-its-values",
+        rules=["ops.fresh-output.cloned-storage", "ops.fresh-output.meta-layout"],
+        setup=lambda: {"x": torch.arange(4.0), "y": torch.tensor([5.0])},
+        args=["x", "y"],
+        program=_scatter_before_the_view,
+        # eager: the 5 lands in the clone's first element, which x[1:3] does not read: the
+        # result's values are the argument's
+        # (the traced meta value starts at offset 0, the kernel's result at 1: the values stay)
+        expect=[
+            Values("out0", [1.0, 2.0]),
+            StorageBytes("out0", 16),
             Values("x", [0.0, 1.0, 2.0, 3.0]),
         ],
     ),
