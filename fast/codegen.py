@@ -30,7 +30,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from aotspec.errors import InternalError
 from aotspec.reference.collectives import COLLECTIVES, on_group
 from aotspec.reference.lifetimes import last_uses
-from aotspec.reference.optable import OpKind, lookup
+from aotspec.reference.optable import CLONES_STORAGE, OpKind, lookup
 
 
 def meta_strided(value: torch.Tensor, strides: tuple[int, ...], nbytes: int) -> torch.Tensor:
@@ -154,7 +154,7 @@ def _meta_layout(node: torch.fx.Node) -> list[str]:
             f"{node.name}.untyped_storage().nbytes() != {nbytes})"
         )
         return [f"    if {test}:", relaid]
-    if kind is OpKind.COMPUTE and source.target in _CLONES_STORAGE:
+    if kind is OpKind.COMPUTE and source.target in CLONES_STORAGE:
         # r[ops.fresh-output.cloned-storage]: the kernel lays the result out as its argument,
         # at its storage offset, where the traced meta value may start at 0
         offset = value.storage_offset()
@@ -164,12 +164,6 @@ def _meta_layout(node: torch.fx.Node) -> list[str]:
     if kind is OpKind.COMPUTE and value.dim() >= 2:
         return [f"    if {node.name}.stride() != {strides}:", relaid]
     return []
-
-
-#: Compute ops whose kernel lays the result out as its first argument, on a clone of its storage.
-_CLONES_STORAGE = frozenset(
-    {torch.ops.aten.copy.default, torch.ops.aten.as_strided_scatter.default}
-)
 
 
 def _call(node: torch.fx.Node, names: dict) -> str:

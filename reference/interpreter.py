@@ -29,7 +29,7 @@ from .boundary import storage_from_torch
 from .custom_functions import custom_function_call
 from .ledger import Ledger
 from .lifetimes import last_uses
-from .optable import OpEntry, OpKind, bind
+from .optable import CLONES_STORAGE, OpEntry, OpKind, bind
 from .storage import REDUCED_FLOATS, WIDE_UNSIGNED, Layout, Storage, Tensor
 
 
@@ -168,15 +168,8 @@ def _fresh(values, meta, name: str):
     return out
 
 
-#: Compute ops whose kernel, and meta kernel, clone their first argument's whole storage and lay
-#: the result out on the clone as that argument is laid out (r[ops.fresh-output.cloned-storage]).
-_CLONES_STORAGE = frozenset(
-    {torch.ops.aten.copy.default, torch.ops.aten.as_strided_scatter.default}
-)
-
-
 def _clones_storage(overload, bound) -> bool:
-    return overload in _CLONES_STORAGE and not bound[0].layout.has_internal_overlap()
+    return overload in CLONES_STORAGE and not bound[0].layout.has_internal_overlap()
 
 
 def _on_a_clone_of_the_storage(overload, bound, meta, name: str) -> Tensor:

@@ -48,6 +48,13 @@ METADATA_OPS = frozenset(
 ) | {torch._C.TensorBase.as_strided_}
 
 
+#: Compute ops whose kernel, and meta kernel, clone their first argument's whole storage and lay
+#: the result out on the clone as that argument is laid out (r[ops.fresh-output.cloned-storage]):
+#: the reference interpreter and the fast backend's code both place their results so.
+CLONES_STORAGE = frozenset(
+    {torch.ops.aten.copy.default, torch.ops.aten.as_strided_scatter.default}
+)
+
 #: Namespaces whose ops must be in the table; ops of any other namespace (torch.library custom
 #: ops) run opaquely through their own kernel (`r[ops.opaque.schema]`). The functional collectives
 #: are in the table, and the rest of their namespaces is refused (r[collectives.ops]).
