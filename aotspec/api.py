@@ -116,10 +116,24 @@ def _parameters(fn) -> dict:
 
 
 def _flatten(args: tuple, kwargs: dict):
-    """The flat leaves of (args, kwargs), and what the guard keeps of their structure: the number
-    of arguments when they are all tensors (cheap to hash), else pytree's spec."""
-    if not kwargs and all(isinstance(arg, torch.Tensor) for arg in args):
-        return list(args), len(args)
+    """The flat leaves of (args, kwargs), and what the guard keeps of their structure. Where
+    every argument is a tensor or a list of tensors (the lifted tensors come as one), that is
+    a tuple of ints, cheap to hash: -1 for a tensor, a list's length for a list; else pytree's
+    spec."""
+    if not kwargs:
+        leaves: list = []
+        structure = []
+        for arg in args:
+            if isinstance(arg, torch.Tensor):
+                leaves.append(arg)
+                structure.append(-1)
+            elif type(arg) is list and all(isinstance(t, torch.Tensor) for t in arg):
+                leaves += arg
+                structure.append(len(arg))
+            else:
+                break
+        else:
+            return leaves, tuple(structure)
     return pytree.tree_flatten((tuple(args), dict(kwargs)))
 
 
@@ -181,9 +195,9 @@ class CompiledFunction:
 
     def __call__(self, *args, **kwargs):
         stolen_lists = self._stolen_lists(args, kwargs)
-        fn, lifted = self.fn, self._lifter.lift()
+        lifted = self._lifter.lift()
         if lifted.tensors:  # r[capture.lift]: looked up again at every call
-            fn, args = lifted.wrap(self.fn), (list(lifted.tensors), *args)
+            args = (list(lifted.tensors), *args)
         leaves, structure = _flatten(args, kwargs)
         tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         refuse_transformed(tensors)
@@ -217,7 +231,7 @@ class CompiledFunction:
             lifted.key,
         )
         # r[capture.data-dependent.input-values]: the values capture read are part of the key
-        reads = self._values_read.get(key, ())
+        reads = self._values_read.get(key, ()) if self._values_read else ()
         compiled = self._plans.get((key, _values_at(tensors, reads)) if reads else key)
         if compiled is None:
             hooks_request = None
@@ -225,6 +239,7 @@ class CompiledFunction:
                 hooks_request = HooksRequest(
                     hooks, self.hooks_filter, static, self.hook_placement
                 )
+            fn = lifted.wrap(self.fn) if lifted.tensors else self.fn
             # r[functionalize.errors-before-running]: before the call touches any input
             plan = build_plan(fn, args, kwargs, tensors, stolen, hooks_request)
             compiled = self._runtime.prepare(plan)

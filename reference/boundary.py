@@ -35,23 +35,37 @@ def autocast_state() -> tuple:
     )
 
 
-@contextlib.contextmanager
-def autocast_off():
+_NOTHING_TO_DO = contextlib.nullcontext()
+
+
+def autocast_off() -> contextlib.AbstractContextManager:
     """r[capture.autocast]: graphs hold autocast's casts as ops, so they run with autocast off,
-    each cast applied once."""
+    each cast applied once. (Entered at every call: nothing to enter when autocast is off.)"""
     enabled = [device for device in AUTOCAST_DEVICES if torch.is_autocast_enabled(device)]
+    return _autocast_disabled(enabled) if enabled else _NOTHING_TO_DO
+
+
+@contextlib.contextmanager
+def _autocast_disabled(devices: list[str]):
     with contextlib.ExitStack() as stack:
-        for device in enabled:
+        for device in devices:
             stack.enter_context(torch.autocast(device, enabled=False))
         yield
 
 
-@contextlib.contextmanager
-def grad_on_recording_nothing():
+class grad_on_recording_nothing:  # noqa: N801  (used as a function: `with grad_on_...():`)
     """r[ops.aten-values.grad-mode]: kernels see grad mode on, as eager's do where autograd
     records, while autograd's own kernels are skipped, so nothing records a history."""
-    with torch.enable_grad(), torch._C._AutoDispatchBelowAutograd():
-        yield
+
+    def __enter__(self) -> None:
+        self._was_enabled = torch.is_grad_enabled()
+        torch._C._set_grad_enabled(True)
+        self._below_autograd = torch._C._AutoDispatchBelowAutograd()
+        self._below_autograd.__enter__()
+
+    def __exit__(self, *exc_info) -> None:
+        self._below_autograd.__exit__(*exc_info)
+        torch._C._set_grad_enabled(self._was_enabled)
 
 
 def refuse_transformed(tensors: list[torch.Tensor]) -> None:

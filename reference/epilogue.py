@@ -12,6 +12,8 @@ backend uses this module as it is.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .boundary import set_within, tensor_on
@@ -152,21 +154,27 @@ def build_outputs(
     program: FunctionalProgram, tensors, caller_storages, flats
 ) -> list[torch.Tensor]:
     on_storage = {}
-    for t in tensors:
-        if t is not None:
-            on_storage.setdefault((t.untyped_storage()._cdata, t.dtype), t)
+    if program.reads_caller_storages:
+        for t in tensors:
+            if t is not None:
+                on_storage.setdefault((t.untyped_storage()._cdata, t.dtype), t)
     outputs = []
     returned: set[int] = set()
+    grad_enabled = torch.is_grad_enabled()
     for output in program.outputs:
         if isinstance(output, OutputIsInput):
             outputs.append(tensors[output.input_index])
             continue
+        view = functools.partial(
+            _output_view, output, tensors, on_storage, caller_storages, flats, returned
+        )
+        if output.made_with_grad == grad_enabled:
+            outputs.append(view())
+            continue
         # r[autograd.grad-mode-inside.views]: an output view is built under the grad mode the
         # program took it in, whatever the mode of the call
         with torch.set_grad_enabled(output.made_with_grad):
-            outputs.append(
-                _output_view(output, tensors, on_storage, caller_storages, flats, returned)
-            )
+            outputs.append(view())
     return outputs
 
 

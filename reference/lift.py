@@ -14,7 +14,7 @@ import functools
 import operator
 import types
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import chain
 
 import torch
@@ -35,15 +35,7 @@ class Reach:
     name: str
 
     def get(self):
-        if self.kind == "cell":
-            return self.owner.cell_contents
-        if self.kind == "global":
-            return self.owner[self.name]
-        if self.kind == "parameter":
-            return self.owner._parameters[self.name]
-        if self.kind == "buffer":
-            return self.owner._buffers[self.name]
-        return self.owner.__dict__[self.name]
+        return _slot_value(self.kind, self.owner, self.name)
 
     def put(self, value) -> None:
         """Stores `value` in the slot without the checks nn.Module's setattr makes, so a stand-in
@@ -67,38 +59,44 @@ class Reach:
         return f"{type(self.owner).__name__}.{self.name} ({self.kind})"
 
 
+def _slot_value(kind: str, owner, name: str):
+    if kind == "cell":
+        return owner.cell_contents
+    if kind == "global":
+        return owner[name]
+    if kind == "parameter":
+        return owner._parameters[name]
+    if kind == "buffer":
+        return owner._buffers[name]
+    return owner.__dict__[name]
+
+
 @frozen
 class Lifted:
-    """The tensors one call lifts: `tensors[k]` is held by every slot in `reaches[k]`."""
+    """The tensors one call lifts: `tensors[k]` is the tensor in the slots `reaches()[k]`."""
 
     tensors: tuple[torch.Tensor, ...]
-    reaches: tuple[tuple[Reach, ...], ...]
-    #: Every module reached (`r[capture.module-mode]`).
-    modules: tuple[torch.nn.Module, ...] = ()
-
-    @property
-    def key(self) -> tuple:
-        """What the guard keeps: which slots hold which lifted input (not the tensors, which
-        are inputs and guarded as such), and which modules reached are in training mode
-        (`r[capture.module-mode]`)."""
-        slots = tuple(
-            tuple((r.kind, id(r.owner), r.name) for r in slots) for slots in self.reaches
-        )
-        return slots, tuple(module.training for module in self.modules)
+    #: What the guard keeps: which slots hold which lifted input (not the tensors, which are
+    #: inputs and guarded as such), and which modules reached are in training mode
+    #: (`r[capture.module-mode]`).
+    key: tuple
+    #: The slots of each tensor, looked up when the call compiles (`wrap`).
+    reaches: Callable[[], tuple[tuple[Reach, ...], ...]]
 
     def wrap(self, fn):
         """`fn` as a function of (the lifted tensors as a list, *args, **kwargs): while it runs,
         the slots hold the tensors given in the list (the trace's stand-ins)."""
+        reaches = self.reaches()
 
         def with_lifted_inputs(lifted: list, *args, **kwargs):
-            saved = [[reach.get() for reach in slots] for slots in self.reaches]
+            saved = [[reach.get() for reach in slots] for slots in reaches]
             try:
-                for slots, stand_in in zip(self.reaches, lifted, strict=True):
+                for slots, stand_in in zip(reaches, lifted, strict=True):
                     for reach in slots:
                         reach.put(stand_in)
                 return fn(*args, **kwargs)
             finally:
-                for slots, values in zip(self.reaches, saved, strict=True):
+                for slots, values in zip(reaches, saved, strict=True):
                     for reach, value in zip(slots, values, strict=True):
                         reach.put(value)
 
@@ -114,10 +112,11 @@ def lift(fn) -> Lifted:
 class Lifter:
     """r[capture.lift] at every call of one function, without walking again what has not
     changed: the latest walk is kept with what it read (each function's code, closure cells and
-    globals it uses, each module's attributes, parameters, buffers and submodules), and is walked
-    again when any of those is a different object. The tensors are read from their slots at each
-    call, so a call uses the tensors in place at that call; and the walk holds weakly what can
-    die, so an object the caller drops between calls dies then, as without the walk."""
+    globals it uses; each module's class, attributes, and parameters, buffers and submodules by
+    name), and is walked again when any of those is a different object. The tensors are read
+    from their slots at each call, so a call uses the tensors in place at that call; and the walk
+    holds weakly what can die, so an object the caller drops between calls dies then, as without
+    the walk."""
 
     def __init__(self, fn) -> None:
         self._fn = fn
@@ -130,28 +129,72 @@ class Lifter:
         return walk.lifted()
 
 
+#: What every module's `__dict__` holds for nn.Module's own bookkeeping (hooks, flags), which
+#: no slot is read through; its parameters, buffers and submodules are read by name.
+_MODULE_BOOKKEEPING = frozenset(vars(torch.nn.Module())) - {
+    "training",
+    "_parameters",
+    "_buffers",
+    "_modules",
+}
+_SLOT_DICTS = (
+    operator.attrgetter("_parameters"),
+    operator.attrgetter("_buffers"),
+    operator.attrgetter("_modules"),
+)
+_TRAINING = operator.attrgetter("training")
+
+
 class _Walk:
-    """The slots one walk found, and what it read to find them: `readers[k](sources[k])` gave
-    the objects whose ids are `ids`, in order. What the walk found is held by weak reference
-    where it can be; when one of those dies (its id may go to another object), the walk is
-    stale and lets go of the rest."""
+    """The slots one walk found, and what it read to find them (`_read`: the modules' classes,
+    attributes, and parameters, buffers and submodules with their names; `readers[k]` of the
+    functions followed), as the objects' ids in order. What the walk found is held by weak
+    reference where it can be; when one of those dies (its id may go to another object), the
+    walk is stale and lets go of the rest. Reading is C-level iteration: it runs at each call."""
 
     def __init__(self, reaches: tuple, modules: tuple, reads: _Reads) -> None:
         self._stale = False
         self._readers = reads.readers
-        self._ids = list(map(id, reads.values))
+        #: Per module, the names of its attributes that are not nn.Module's bookkeeping.
+        self._attributes = [
+            operator.itemgetter(*sorted(set(vars(module)) - _MODULE_BOOKKEEPING))
+            for module in modules
+        ]
+        self._lengths = list(map(len, map(vars, modules)))
+        #: Each module's parameters, buffers and submodules, as dicts (the attributes read
+        #: above hold the same dicts), with their sizes; the names and values of those not
+        #: empty are read.
+        self._slot_dicts = [*chain.from_iterable(map(read, modules) for read in _SLOT_DICTS)]
+        self._slot_lengths = list(map(len, self._slot_dicts))
+        self._filled = [slots for slots in self._slot_dicts if slots]
+        values = list(self._read(list(modules), reads.functions))
+        self._ids = list(map(id, values))
         #: What the walk read that takes no weak reference (cells, dicts, numbers...).
         self._kept: list = []
         #: What takes one, watched (a tensor is read from its slot anew at each call).
         self._watched = [
-            self._hold(value) for value in reads.values if not isinstance(value, torch.Tensor)
+            self._hold(value) for value in values if not isinstance(value, torch.Tensor)
         ] + [weakref.ref(slots[0].get(), self._forget) for slots in reaches]
-        self._sources = [self._hold(source) for source in reads.sources]
+        self._functions = [self._hold(fn) for fn in reads.functions]
         self._reaches = tuple(
             tuple((reach.kind, self._hold(reach.owner), reach.name) for reach in slots)
             for slots in reaches
         )
         self._modules = [self._hold(module) for module in modules]
+        self._first_slots = [slots[0] for slots in self._reaches]
+        self._slots_key = tuple(
+            tuple((reach.kind, id(reach.owner), reach.name) for reach in slots)
+            for slots in reaches
+        )
+
+    def _read(self, modules: list, functions) -> Iterator:
+        return chain(
+            map(type, modules),
+            chain.from_iterable(map(operator.call, self._attributes, map(vars, modules))),
+            chain.from_iterable(map(dict.keys, self._filled)),
+            chain.from_iterable(map(dict.values, self._filled)),
+            chain.from_iterable(map(operator.call, self._readers, functions)),
+        )
 
     def _hold(self, value):
         """A callable giving `value` back: a weak reference where `value` takes one."""
@@ -163,22 +206,36 @@ class _Walk:
     def _forget(self, _) -> None:
         """An object the walk found died: the walk lets go of everything it holds."""
         self._stale = True
-        self._kept, self._watched, self._sources, self._reaches, self._modules = [], [], [], (), []
+        self._kept, self._watched, self._functions, self._modules = [], [], [], []
+        self._reaches, self._first_slots, self._attributes = (), [], []
+        self._slot_dicts, self._filled = [], []
 
     def changed(self) -> bool:
         if self._stale:
             return True
-        sources = map(operator.call, self._sources)
-        read = chain.from_iterable(map(operator.call, self._readers, sources))
-        return list(map(id, read)) != self._ids
+        modules = list(map(operator.call, self._modules))
+        if list(map(len, map(vars, modules))) != self._lengths:  # an attribute added
+            return True
+        if list(map(len, self._slot_dicts)) != self._slot_lengths:
+            return True
+        try:
+            read = self._read(modules, map(operator.call, self._functions))
+            return list(map(id, read)) != self._ids
+        except KeyError:  # an attribute deleted
+            return True
 
     def lifted(self) -> Lifted:
-        reaches = tuple(
+        tensors = tuple(
+            _slot_value(kind, owner(), name) for kind, owner, name in self._first_slots
+        )
+        modules = map(operator.call, self._modules)
+        return Lifted(tensors, (self._slots_key, tuple(map(_TRAINING, modules))), self.reaches)
+
+    def reaches(self) -> tuple[tuple[Reach, ...], ...]:
+        return tuple(
             tuple(Reach(kind, owner(), name) for kind, owner, name in slots)
             for slots in self._reaches
         )
-        tensors = tuple(slots[0].get() for slots in reaches)
-        return Lifted(tensors, reaches, tuple(module() for module in self._modules))
 
 
 def _same(value):
@@ -187,16 +244,14 @@ def _same(value):
 
 @define
 class _Reads:
-    """What a walk reads, as it goes."""
+    """What a walk reads from the functions it follows, as it goes."""
 
     readers: list = Factory(list)
-    sources: list = Factory(list)
-    values: list = Factory(list)
+    functions: list = Factory(list)
 
-    def record(self, read, source) -> None:
+    def record(self, read, fn: types.FunctionType) -> None:
         self.readers.append(read)
-        self.sources.append(source)
-        self.values.extend(read(source))
+        self.functions.append(fn)
 
 
 def _walk(fn) -> _Walk:
@@ -273,26 +328,6 @@ def _function_reaches(
             yield from _reaches(contents, seen, modules, reads)
 
 
-def _module_reads(module: torch.nn.Module) -> tuple:
-    """What a walk reads from a module: its class, attributes, parameters and buffers (names
-    and values: a name is a slot), and submodules."""
-    return (*_module_values(module), *vars(module))
-
-
-def _module_values(module: torch.nn.Module) -> tuple:
-    """What a walk reads from a module holding no tensor attribute: the names of its
-    attributes are no slots, and one that comes to hold a tensor changes a value."""
-    return (
-        type(module),
-        *vars(module).values(),
-        *module._parameters,
-        *module._parameters.values(),
-        *module._buffers,
-        *module._buffers.values(),
-        *module._modules.values(),
-    )
-
-
 def _module_reaches(
     module: torch.nn.Module, seen: set[int], modules: list, reads: _Reads
 ) -> Iterator[Reach]:
@@ -302,7 +337,6 @@ def _module_reaches(
         seen.add(id(owner))
         modules.append(owner)  # r[capture.module-mode]
         attributes = [n for n, value in vars(owner).items() if isinstance(value, torch.Tensor)]
-        reads.record(_module_reads if attributes else _module_values, owner)
         for name, parameter in owner._parameters.items():
             if parameter is not None:
                 yield Reach("parameter", owner, name)

@@ -112,6 +112,17 @@ class Plan:
         return 0 if self.differentiated is None else self.differentiated.num_saved
 
     @cached_property
+    def detached_inputs(self) -> frozenset[int]:
+        """r[autograd.detach-no-grad-inputs]: the non-leaf inputs that require grad and get no
+        gradient, which a call detaches."""
+        grad_inputs = set(() if self.differentiated is None else self.differentiated.grad_inputs)
+        return frozenset(
+            i
+            for i, meta in enumerate(self.functional.inputs)
+            if meta.requires_grad and not meta.is_leaf and i not in grad_inputs
+        )
+
+    @cached_property
     def saved_inputs(self) -> dict[int, int]:
         """Saved index -> flat input index, for the saved values that are inputs: the caller's
         tensors themselves, read when the backward runs (`r[autograd.saved-inputs]`)."""

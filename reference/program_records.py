@@ -20,6 +20,7 @@ Conventions: `n` counts bytes; an input index is a flat tensor input's position.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
 import torch
@@ -118,6 +119,8 @@ class CapturedProgram:
         return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
     def unflatten_outputs(self, graph_outputs: list) -> Any:
+        if len(self.out_leaves) == 1 and self.out_leaves[0] is TENSOR and self.out_spec.is_leaf():
+            return graph_outputs[0]  # one tensor returned: no structure to rebuild
         n_tensors = sum(leaf is TENSOR for leaf in self.out_leaves)
         tensors, read = iter(graph_outputs[:n_tensors]), iter(graph_outputs[n_tensors:])
         leaves = [
@@ -410,3 +413,14 @@ class FunctionalProgram:
     @property
     def graph(self) -> torch.fx.Graph:
         return self.graph_module.graph
+
+    @cached_property
+    def reads_caller_storages(self) -> bool:
+        """Whether the epilogue acts on the caller's storages or an output is built on one (as a
+        view of the caller's, or a view carrying a custom Function's gradient): then a call
+        notes the storages its inputs read at entry."""
+        return bool(self.epilogue) or any(
+            isinstance(output, OutputView)
+            and (output.gradient_from is not None or isinstance(output.storage, CallerStorage))
+            for output in self.outputs
+        )

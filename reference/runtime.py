@@ -77,7 +77,11 @@ def run_plan(
     program = plan.functional
     for i in program.captured.requires_grad_inputs:
         tensors[i].requires_grad_()  # r[autograd.requires-grad-inside]: as the program does
-    caller_storages = [None if i in stolen else t.untyped_storage() for i, t in enumerate(tensors)]
+    caller_storages = (
+        [None if i in stolen else t.untyped_storage() for i, t in enumerate(tensors)]
+        if program.reads_caller_storages
+        else None
+    )
     call = None
     if plan.backward is None:
         arguments = list(tensors)
@@ -280,11 +284,9 @@ class _FirstOrderOnly(torch.autograd.Function):
 def detached_where_needed(plan: Plan, tensors: list) -> list:
     """r[autograd.detach-no-grad-inputs]: a non-leaf input that statically gets no gradient is
     detached, so autograd does not walk the graph behind it (PyTorch #134193); leaves are not."""
-    detached = []
-    grad_inputs = plan.differentiated.grad_inputs
-    for i, (t, meta) in enumerate(zip(tensors, plan.functional.inputs, strict=True)):
-        needs_detach = meta.requires_grad and not meta.is_leaf and i not in grad_inputs
-        detached.append(t.detach() if needs_detach else t)
+    detached = list(tensors)
+    for i in plan.detached_inputs:
+        detached[i] = tensors[i].detach()
     return detached
 
 
