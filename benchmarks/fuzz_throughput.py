@@ -85,7 +85,8 @@ class _Stages:
 
 
 def phases(backend: str, programs: int) -> None:
-    from aotspec.fuzz import judge, oracle
+    from aotspec.fast import runtime as fast_runtime
+    from aotspec.fuzz import judge
 
     plan = sys.modules["aotspec.reference.pipeline"]
     api = sys.modules["aotspec.api"]
@@ -99,7 +100,7 @@ def phases(backend: str, programs: int) -> None:
         (plan, "inline_hooks", "reference: saved-tensor hooks"),
         (api, "build_plan", "reference: rest of the plan"),
         (judge, "run_reference", "reference: run, ledgers"),
-        (oracle.FastPlan, "of", "fast: generate code"),
+        (fast_runtime.FastPlan, "of", "fast: generate code"),
         (judge, "run_fast", "fast: run, tracker"),
         (judge, "compare", "compare with eager"),
         (judge, "numerically_explained", "float64 rerun"),
