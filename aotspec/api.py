@@ -199,12 +199,15 @@ class CompiledFunction:
         if lifted.tensors:  # r[capture.lift]: looked up again at every call
             args = (list(lifted.tensors), *args)
         leaves, structure = _flatten(args, kwargs)
-        tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+        if type(structure) is tuple:  # tensors and lists of tensors only
+            tensors, constants = leaves, ()
+        else:
+            tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+            constants = tuple(
+                _constant_key(leaf) for leaf in leaves if not isinstance(leaf, torch.Tensor)
+            )
         refuse_transformed(tensors)
         stolen = self._stolen_indices(leaves, stolen_lists)
-        constants = tuple(
-            _constant_key(leaf) for leaf in leaves if not isinstance(leaf, torch.Tensor)
-        )
         grad_enabled = torch.is_grad_enabled()
         autocast = autocast_state()  # r[capture.autocast]: casts are recorded at capture
         default_dtype = torch.get_default_dtype()  # r[capture.default-dtype]

@@ -118,9 +118,24 @@ class CapturedProgram:
         leaves, _ = pytree.tree_flatten((tuple(args), dict(kwargs)))
         return [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
 
+    @cached_property
+    def _returns_tensors(self) -> type | None:
+        """`tuple` or `list` when the function returns a flat tuple or list of tensors, `object`
+        when it returns one tensor: what `unflatten_outputs` builds without pytree."""
+        if any(leaf is not TENSOR for leaf in self.out_leaves):
+            return None
+        if self.out_spec.is_leaf():
+            return object
+        spec = self.out_spec
+        flat = spec.type in (tuple, list) and spec.num_nodes == spec.num_leaves + 1
+        return spec.type if flat else None
+
     def unflatten_outputs(self, graph_outputs: list) -> Any:
-        if len(self.out_leaves) == 1 and self.out_leaves[0] is TENSOR and self.out_spec.is_leaf():
-            return graph_outputs[0]  # one tensor returned: no structure to rebuild
+        returns = self._returns_tensors
+        if returns is object:
+            return graph_outputs[0]
+        if returns is not None:
+            return returns(graph_outputs)
         n_tensors = sum(leaf is TENSOR for leaf in self.out_leaves)
         tensors, read = iter(graph_outputs[:n_tensors]), iter(graph_outputs[n_tensors:])
         leaves = [

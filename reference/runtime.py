@@ -135,6 +135,8 @@ class _Call:
 
     def arguments(self, tensors: tuple) -> list:
         handed_over = self.handed_over
+        if not handed_over:
+            return list(tensors)
         return [handed_over.pop(i) if i in handed_over else t for i, t in enumerate(tensors)]
 
     def take_saved(self, retain: bool) -> tuple[list, SavedInputs]:
@@ -233,15 +235,17 @@ class _Forward(torch.autograd.Function):
             # clears both
             results = call.graphs.backward(arguments, saved_input_tensors, retain, reached)
         input_grads: list = [None] * len(plan.functional.inputs)
-        written = results[len(differentiated.grad_inputs) :]
-        del results[len(differentiated.grad_inputs) :]
-        apply_backward_writes(plan, call.targets, written, reached)
+        if differentiated.backward_writes:
+            written = results[len(differentiated.grad_inputs) :]
+            del results[len(differentiated.grad_inputs) :]
+            apply_backward_writes(plan, call.targets, written, reached)
         grads_and_tangents = zip(
             differentiated.grad_inputs, results, differentiated.grad_tangents, strict=True
         )
+        every_output_reached = all(reached)
         for i, grad, tangents in grads_and_tangents:
             # r[autograd.unreached-outputs]: from unreached outputs only, no gradient at all.
-            if not tangents or any(reached[j] for j in tangents):
+            if every_output_reached or not tangents or any(reached[j] for j in tangents):
                 input_grads[i] = grad
         if create_graph:
             _give_first_order_histories(ctx, plan, grads, input_grads)
