@@ -21,7 +21,7 @@ import functools
 import types
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.fx
@@ -33,7 +33,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from aotspec.errors import HooksWarning, UnsupportedError
 
 from .capture import capture
-from .graph import GraphProgram, output_node
+from .graph import GRADIENT_FOR_DTYPE, GraphProgram, output_node
 from .optable import OpKind
 from .plan_records import InlinedHook, Placement, Plan
 from .program_records import TENSOR, CapturedProgram
@@ -153,7 +153,12 @@ def inline_hooks(
         plan.backward.graph_module,
         _unpack_in_backward(backward, packed, {j: traced[saved[j]] for j in selected}, placement),
     )
-    _propagate_layouts(new_backward)
+    retyped = [
+        saved[j].name
+        for j in selected
+        if _unpacked_dtype(traced[saved[j]]) != saved[j].meta["val"].dtype
+    ]
+    _propagate_meta_values(new_backward, retyped)
     differentiated = evolve(
         plan.differentiated,
         forward=GraphProgram.of(torch.fx.GraphModule(plan.forward.graph_module, new_forward)),
@@ -229,14 +234,21 @@ def _trace(hooks: SavedTensorHooks, saved_value) -> _TracedHooks:
             "unpack", hooks.unpack, f"it returned {unpack.out_spec} instead of one tensor"
         )
     got = result[0].meta["val"]
-    if tuple(got.shape) != tuple(saved_value.shape) or got.dtype != saved_value.dtype:
+    # r[hooks.compiled.untraceable]: the shape must be the saved one's; the dtype may change
+    # (r[hooks.compiled.unpack-dtype])
+    if tuple(got.shape) != tuple(saved_value.shape):
         _untraceable(
             "unpack",
             hooks.unpack,
-            f"it returned a {got.dtype} tensor of shape {tuple(got.shape)} for a saved "
-            f"{saved_value.dtype} tensor of shape {tuple(saved_value.shape)}",
+            f"it returned a tensor of shape {tuple(got.shape)} for a saved tensor of shape "
+            f"{tuple(saved_value.shape)}",
         )
     return _TracedHooks(pack, unpack)
+
+
+def _unpacked_dtype(traced: _TracedHooks) -> torch.dtype:
+    (result,) = output_node(traced.unpack.graph).args[0]
+    return result.meta["val"].dtype
 
 
 def _capture_hook(which: str, hook: Callable, examples) -> CapturedProgram:
@@ -262,7 +274,8 @@ def _untraceable(which: str, hook: Callable, reason: str):
         fix=(
             "write pack and unpack with tensor ops only (no .item(), .tolist(), .numpy() or "
             "branching on tensor values; pack returns tensors and constants, unpack one tensor "
-            "like the saved one), or call the compiled function outside saved_tensors_hooks"
+            "of the saved one's shape), or call the compiled function outside "
+            "saved_tensors_hooks"
         ),
     )
 
@@ -278,16 +291,87 @@ def _like(value: torch.Tensor) -> torch.Tensor:
     return storage.as_strided(value.shape, value.stride(), value.storage_offset())
 
 
-def _propagate_layouts(module: torch.fx.GraphModule) -> None:
+def _propagate_meta_values(module: torch.fx.GraphModule, retyped: list[str]) -> None:
     """Recompute every node's meta value: the backward's ops now read unpacked tensors, whose
-    layout (strides, offset) may differ from the saved value's."""
+    layout (strides, offset) may differ from the saved value's, and so may their dtype, for the
+    saved values named in `retyped`."""
+    before = {node: _dtypes(node.meta.get("val")) for node in module.graph.nodes}
     mode = FakeTensorMode()
     inputs = [
         mode.from_tensor(_like(node.meta["val"]))
         for node in module.graph.nodes
         if node.op == "placeholder"
     ]
-    FakeTensorProp(module, mode).propagate_dont_convert_inputs(*inputs)
+    try:
+        # r[hooks.compiled.unpack-dtype]: each op's result takes the dtype its kernel computes
+        # from its arguments' dtypes, unpack's results included
+        FakeTensorProp(module, mode).propagate_dont_convert_inputs(*inputs)
+    except Exception as error:
+        if not retyped:
+            raise
+        _refuse_retyping(retyped, f"an op rejects the dtypes it now reads ({error})")
+    if retyped:
+        _check_retyped(module.graph, before, retyped)
+
+
+def _dtypes(value) -> tuple[torch.dtype, ...]:
+    """The dtypes of the tensors in a meta value."""
+    leaves = pytree.tree_leaves(value)
+    return tuple(leaf.dtype for leaf in leaves if isinstance(leaf, torch.Tensor))
+
+
+def _check_retyped(graph: torch.fx.Graph, before: dict, retyped: list[str]) -> None:
+    """r[hooks.compiled.unpack-dtype.refused]: the backward typed again from unpack's dtype
+    computes what eager's does, unless a dtype the trace fixed or the engine's casts decide."""
+    for node in graph.nodes:
+        after = _dtypes(node.meta.get("val"))
+        if node.op == "output":
+            returned = [value for value in pytree.tree_leaves(node.args) if value is not None]
+            changed = [
+                value.name for value in returned if _dtypes(value.meta.get("val")) != before[value]
+            ]
+            if changed:
+                _refuse_retyping(
+                    retyped,
+                    f"the gradient the backward returns in {changed[0]} would change dtype, where "
+                    "eager's engine casts it to its input's dtype",
+                )
+            continue
+        read = [
+            value
+            for value in node.all_input_nodes
+            if before[value] != _dtypes(value.meta.get("val"))
+        ]
+        named = {
+            leaf
+            for leaf in pytree.tree_leaves((node.args, node.kwargs))
+            if isinstance(leaf, torch.dtype)
+        }
+        fixed = [value.name for value in read if named & set(before[value])]
+        if fixed:
+            _refuse_retyping(
+                retyped,
+                f"{node.name} reads {fixed[0]}, whose dtype changed, and names its old dtype in "
+                "its traced arguments (a .to(saved.dtype) is fixed when the backward is traced)",
+            )
+        engine_dtype = node.meta.get(GRADIENT_FOR_DTYPE)
+        if engine_dtype is not None and after != before[node] and after != (engine_dtype,):
+            _refuse_retyping(
+                retyped,
+                f"the gradient {node.name} would become {after[0]}, where eager's engine casts "
+                f"it to {engine_dtype} before the next derivative reads it",
+            )
+
+
+def _refuse_retyping(retyped: list[str], reason: str) -> NoReturn:
+    # r[hooks.compiled.unpack-dtype.refused]
+    raise UnsupportedError(
+        f"the saved-tensor unpack hook returns another dtype than the saved one for "
+        f"{', '.join(retyped)}, and the backward cannot be typed again from it: {reason}",
+        rule="hooks.compiled.unpack-dtype.refused",
+        fix="have unpack return the saved tensor's dtype (cast back with .to(dtype)), or pick a "
+        "hooks_filter that leaves that saved value alone",
+    )
 
 
 # ---------------------------------------------------------------- inlining
