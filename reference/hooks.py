@@ -149,16 +149,16 @@ def inline_hooks(
         return plan
     traced = _trace_all(hooks, [saved[j] for j in selected])
     new_forward, packed = _pack_in_forward(forward, saved, selected, traced, placement)
-    new_backward = torch.fx.GraphModule(
-        plan.backward.graph_module,
-        _unpack_in_backward(backward, packed, {j: traced[saved[j]] for j in selected}, placement),
+    unpacked, read_as_saved = _unpack_in_backward(
+        backward, packed, {j: traced[saved[j]] for j in selected}, placement
     )
+    new_backward = torch.fx.GraphModule(plan.backward.graph_module, unpacked)
     retyped = [
         saved[j].name
         for j in selected
         if _unpacked_dtype(traced[saved[j]]) != saved[j].meta["val"].dtype
     ]
-    _propagate_meta_values(new_backward, retyped)
+    _propagate_meta_values(new_backward, retyped, read_as_saved)
     differentiated = evolve(
         plan.differentiated,
         forward=GraphProgram.of(torch.fx.GraphModule(plan.forward.graph_module, new_forward)),
@@ -291,11 +291,15 @@ def _like(value: torch.Tensor) -> torch.Tensor:
     return storage.as_strided(value.shape, value.stride(), value.storage_offset())
 
 
-def _propagate_meta_values(module: torch.fx.GraphModule, retyped: list[str]) -> None:
+def _propagate_meta_values(
+    module: torch.fx.GraphModule, retyped: list[str], read_as_saved: dict
+) -> None:
     """Recompute every node's meta value: the backward's ops now read unpacked tensors, whose
     layout (strides, offset) may differ from the saved value's, and so may their dtype, for the
-    saved values named in `retyped`."""
+    saved values named in `retyped`. `read_as_saved` maps each unpack's result to the meta value
+    of the saved value the backward was traced on."""
     before = {node: _dtypes(node.meta.get("val")) for node in module.graph.nodes}
+    before |= {node: _dtypes(value) for node, value in read_as_saved.items()}
     mode = FakeTensorMode()
     inputs = [
         mode.from_tensor(_like(node.meta["val"]))
@@ -309,7 +313,8 @@ def _propagate_meta_values(module: torch.fx.GraphModule, retyped: list[str]) -> 
     except Exception as error:
         if not retyped:
             raise
-        _refuse_retyping(retyped, f"an op rejects the dtypes it now reads ({error})")
+        first_line = str(error).splitlines()[0]
+        _refuse_retyping(retyped, f"an op rejects the dtypes it now reads ({first_line})")
     if retyped:
         _check_retyped(module.graph, before, retyped)
 
@@ -352,7 +357,8 @@ def _check_retyped(graph: torch.fx.Graph, before: dict, retyped: list[str]) -> N
             _refuse_retyping(
                 retyped,
                 f"{node.name} reads {fixed[0]}, whose dtype changed, and names its old dtype in "
-                "its traced arguments (a .to(saved.dtype) is fixed when the backward is traced)",
+                "its traced arguments (a dtype= read from the saved tensor is fixed when the "
+                "backward is traced)",
             )
         engine_dtype = node.meta.get(GRADIENT_FOR_DTYPE)
         if engine_dtype is not None and after != before[node] and after != (engine_dtype,):
@@ -459,13 +465,14 @@ def _inline(
 def _unpack_in_backward(backward, packed, traced, placement):
     """A copy of `backward` taking pack's tensors (`packed`, by saved index) for each selected
     saved value, with its unpack (`traced`, by saved index) inlined right before the value's first
-    use."""
+    use; and a map from each unpack's result to the saved value's meta value."""
     new = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     pending: dict[
         torch.fx.Node, list[torch.fx.Node]
     ] = {}  # saved placeholder -> its packed inputs
     unpack_of: dict[torch.fx.Node, CapturedProgram] = {}
+    read_as_saved: dict[torch.fx.Node, Any] = {}
     placeholders = [node for node in backward.nodes if node.op == "placeholder"]
     for j, node in enumerate(placeholders):
         if j not in packed:
@@ -483,6 +490,7 @@ def _unpack_in_backward(backward, packed, traced, placement):
         mark = InlinedHook("unpack", node.name)
         (result,) = _inline(new, unpack_of[node], pending.pop(node), mark)
         env[node] = result
+        read_as_saved[result] = node.meta.get("val")
 
     if placement is Placement.FORWARD_END:
         for node in list(pending):
@@ -497,4 +505,4 @@ def _unpack_in_backward(backward, packed, traced, placement):
             new.output(torch.fx.node.map_arg(node.args[0], env.__getitem__))
         else:
             env[node] = new.node_copy(node, env.__getitem__)
-    return new
+    return new, read_as_saved
