@@ -39,14 +39,7 @@ from .capture import (
 from .collectives import communicates
 from .custom_functions import custom_function_call
 from .functionalize import node_of
-from .graph import (
-    GRADIENT_FOR_DTYPE,
-    GraphProgram,
-    output_node,
-    placeholders,
-    source_line,
-    traced_from,
-)
+from .graph import GraphProgram, output_node, placeholders, source_line, traced_from
 from .optable import (
     NONDIFFERENTIABLE,
     OpKind,
@@ -455,7 +448,9 @@ def _final_contents(program: FunctionalProgram, env) -> dict[torch.fx.Node, int]
 
 def _meta_value(node: torch.fx.Node) -> torch.Tensor:
     value = node.meta["val"]
-    return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device=value.device)
+    return torch.empty_strided(
+        value.shape, value.stride(), dtype=value.dtype, device=value.device
+    )
 
 
 def _backward_pass(
@@ -477,7 +472,6 @@ def _backward_pass(
         if node.op != "call_function" or node not in grads or node not in flows:
             continue
         grad = grads.pop(node)
-        _mark_gradient(grad, node)
         if node in stands_for:
             stand_in = stands_for[node]
             _accumulate(grads, input_nodes[stand_in.input_index], _in_layout(grad, stand_in))
@@ -504,14 +498,6 @@ def _backward_pass(
             continue  # r[ops.unsupported-all]: while checking, no gradient goes through it
         _apply_rule(rule, node, grad, env, flows, regions, grads)
     return grads
-
-
-def _mark_gradient(grad, node: torch.fx.Node) -> None:
-    """Note on the traced gradient's node the dtype of the forward value it is the gradient of:
-    eager's engine casts it to that dtype before the value's rule reads it, which a backward typed
-    again must respect (`r[hooks.compiled.unpack-dtype.refused]`)."""
-    if isinstance(grad, torch.Tensor):
-        node_of(grad).meta.setdefault(GRADIENT_FOR_DTYPE, node.meta["val"].dtype)
 
 
 def _apply_rule(rule, node: torch.fx.Node, grad, env, flows, regions: _RegionMarker, grads):

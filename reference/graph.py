@@ -39,12 +39,6 @@ class GraphProgram:
         return cls(graph_module, entries)
 
 
-#: The meta key of a backward value that eager's engine hands to a derivative rule as the gradient
-#: of a forward value: that value's dtype, which the engine casts the gradient to
-#: (`r[hooks.compiled.unpack-dtype.refused]` reads it).
-GRADIENT_FOR_DTYPE = "gradient_for_dtype"
-
-
 def output_node(graph: torch.fx.Graph) -> torch.fx.Node:
     """The graph's output node (always its last)."""
     return next(iter(reversed(graph.nodes)))

@@ -33,7 +33,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from aotspec.errors import HooksWarning, UnsupportedError
 
 from .capture import capture
-from .graph import GRADIENT_FOR_DTYPE, GraphProgram, output_node
+from .graph import GraphProgram, output_node
 from .optable import OpKind
 from .plan_records import InlinedHook, Placement, Plan
 from .program_records import TENSOR, CapturedProgram
@@ -153,12 +153,7 @@ def inline_hooks(
         backward, packed, {j: traced[saved[j]] for j in selected}, placement
     )
     new_backward = torch.fx.GraphModule(plan.backward.graph_module, unpacked)
-    retyped = [
-        saved[j].name
-        for j in selected
-        if _unpacked_dtype(traced[saved[j]]) != saved[j].meta["val"].dtype
-    ]
-    _propagate_meta_values(new_backward, retyped, read_as_saved)
+    _propagate_meta_values(new_backward, read_as_saved)
     differentiated = evolve(
         plan.differentiated,
         forward=GraphProgram.of(torch.fx.GraphModule(plan.forward.graph_module, new_forward)),
@@ -246,11 +241,6 @@ def _trace(hooks: SavedTensorHooks, saved_value) -> _TracedHooks:
     return _TracedHooks(pack, unpack)
 
 
-def _unpacked_dtype(traced: _TracedHooks) -> torch.dtype:
-    (result,) = output_node(traced.unpack.graph).args[0]
-    return result.meta["val"].dtype
-
-
 def _capture_hook(which: str, hook: Callable, examples) -> CapturedProgram:
     try:
         program = capture(hook, tuple(examples))
@@ -291,14 +281,13 @@ def _like(value: torch.Tensor) -> torch.Tensor:
     return storage.as_strided(value.shape, value.stride(), value.storage_offset())
 
 
-def _propagate_meta_values(
-    module: torch.fx.GraphModule, retyped: list[str], read_as_saved: dict
-) -> None:
+def _propagate_meta_values(module: torch.fx.GraphModule, read_as_saved: dict) -> None:
     """Recompute every node's meta value: the backward's ops now read unpacked tensors, whose
-    layout (strides, offset) may differ from the saved value's, and so may their dtype, for the
-    saved values named in `retyped`. `read_as_saved` maps each unpack's result to the meta value
-    of the saved value the backward was traced on."""
+    layout (strides, offset) may differ from the saved value's, and so may their dtype.
+    `read_as_saved` maps each unpack's result to the meta value of the saved value the backward
+    was traced on."""
     before = {node: _dtypes(node.meta.get("val")) for node in module.graph.nodes}
+    retyped = any(before[node] != _dtypes(value) for node, value in read_as_saved.items())
     before |= {node: _dtypes(value) for node, value in read_as_saved.items()}
     mode = FakeTensorMode()
     inputs = [
@@ -314,9 +303,9 @@ def _propagate_meta_values(
         if not retyped:
             raise
         first_line = str(error).splitlines()[0]
-        _refuse_retyping(retyped, f"an op rejects the dtypes it now reads ({first_line})")
+        _refuse_retyping(read_as_saved, f"an op rejects the dtypes it now reads ({first_line})")
     if retyped:
-        _check_retyped(module.graph, before, retyped)
+        _check_retyped(module.graph, before, read_as_saved)
 
 
 def _dtypes(value) -> tuple[torch.dtype, ...]:
@@ -325,55 +314,53 @@ def _dtypes(value) -> tuple[torch.dtype, ...]:
     return tuple(leaf.dtype for leaf in leaves if isinstance(leaf, torch.Tensor))
 
 
-def _check_retyped(graph: torch.fx.Graph, before: dict, retyped: list[str]) -> None:
-    """r[hooks.compiled.unpack-dtype.refused]: the backward typed again from unpack's dtype
-    computes what eager's does, unless a dtype the trace fixed or the engine's casts decide."""
+def _check_retyped(graph: torch.fx.Graph, before: dict, read_as_saved: dict) -> None:
+    """r[hooks.compiled.unpack-dtype.refused]: typed again from unpack's results, every other
+    value of the backward keeps the dtype it was traced with, and no op reading an unpack's
+    result names the saved dtype."""
     for node in graph.nodes:
-        after = _dtypes(node.meta.get("val"))
-        if node.op == "output":
-            returned = [value for value in pytree.tree_leaves(node.args) if value is not None]
-            changed = [
-                value.name for value in returned if _dtypes(value.meta.get("val")) != before[value]
-            ]
-            if changed:
-                _refuse_retyping(
-                    retyped,
-                    f"the gradient the backward returns in {changed[0]} would change dtype, where "
-                    "eager's engine casts it to its input's dtype",
-                )
+        if node.op == "output" or node in read_as_saved:
             continue
-        read = [
-            value
-            for value in node.all_input_nodes
-            if before[value] != _dtypes(value.meta.get("val"))
-        ]
+        after = _dtypes(node.meta.get("val"))
+        if after != before[node]:
+            _refuse_retyping(
+                read_as_saved,
+                f"{node.name} would compute in {_listed(after)} where the backward was traced "
+                f"in {_listed(before[node])} (a derivative written as separate ops rounds in "
+                "the dtype of each, and eager's engine casts each gradient to its value's dtype)",
+            )
         named = {
             leaf
             for leaf in pytree.tree_leaves((node.args, node.kwargs))
             if isinstance(leaf, torch.dtype)
         }
-        fixed = [value.name for value in read if named & set(before[value])]
+        fixed = [
+            value.name
+            for value in node.all_input_nodes
+            if value in read_as_saved and named & set(before[value])
+        ]
         if fixed:
             _refuse_retyping(
-                retyped,
-                f"{node.name} reads {fixed[0]}, whose dtype changed, and names its old dtype in "
-                "its traced arguments (a dtype= read from the saved tensor is fixed when the "
-                "backward is traced)",
-            )
-        engine_dtype = node.meta.get(GRADIENT_FOR_DTYPE)
-        if engine_dtype is not None and after != before[node] and after != (engine_dtype,):
-            _refuse_retyping(
-                retyped,
-                f"the gradient {node.name} would become {after[0]}, where eager's engine casts "
-                f"it to {engine_dtype} before the next derivative reads it",
+                read_as_saved,
+                f"{node.name} reads {fixed[0]} and names the saved dtype in its traced arguments "
+                "(a dtype= read from the saved tensor is fixed when the backward is traced)",
             )
 
 
-def _refuse_retyping(retyped: list[str], reason: str) -> NoReturn:
+def _listed(dtypes: tuple[torch.dtype, ...]) -> str:
+    return ", ".join(str(dtype) for dtype in dtypes)
+
+
+def _refuse_retyping(read_as_saved: dict, reason: str) -> NoReturn:
     # r[hooks.compiled.unpack-dtype.refused]
+    retyped = [
+        node.name
+        for node, value in read_as_saved.items()
+        if _dtypes(node.meta.get("val")) != _dtypes(value)
+    ]
     raise UnsupportedError(
-        f"the saved-tensor unpack hook returns another dtype than the saved one for "
-        f"{', '.join(retyped)}, and the backward cannot be typed again from it: {reason}",
+        f"the saved-tensor unpack hook returns another dtype than the saved one "
+        f"({', '.join(retyped)}), and the backward cannot be typed again from it: {reason}",
         rule="hooks.compiled.unpack-dtype.refused",
         fix="have unpack return the saved tensor's dtype (cast back with .to(dtype)), or pick a "
         "hooks_filter that leaves that saved value alone",

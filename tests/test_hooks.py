@@ -217,6 +217,12 @@ def _gather(x, index):
     return x.gather(0, index).sum()
 
 
+def _tanh_sum(x):
+    # tanh's derivative, 1 - out * out, is separate ops: out * out would round in bfloat16,
+    # where eager's tanh_backward kernel computes in float32.
+    return x.tanh().sum()
+
+
 def _exp_times_int(x, n):
     return (x.exp() * n).sum()
 
@@ -240,15 +246,22 @@ def _int_inputs():
             _cumsum_of_saved_int,
             _int_inputs,
             (_keep, _unpack_ints_to_halved_f64),
-            "cumsum reads arg1_1_unpacked, whose dtype changed, and names its old dtype",
+            "cumsum reads arg1_1_unpacked and names the saved dtype",
             id="traced-dtype-argument",
         ),
         pytest.param(
             _exp_times_int,
             _int_inputs,
             (_keep, _unpack_ints_to_halved_f64),
-            "would become torch.float64, where eager's engine casts it to torch.float32",
+            "would compute in torch.float64 where the backward was traced in torch.float32",
             id="gradient-between-derivatives",
+        ),
+        pytest.param(
+            _tanh_sum,
+            lambda: leaves((4,)),
+            (pack_bf16, _unpack_stays_bf16),
+            "would compute in torch.bfloat16 where the backward was traced in torch.float32",
+            id="derivative-intermediate",
         ),
     ],
 )
@@ -277,20 +290,23 @@ def test_eager_raises_where_the_backward_rejects_the_unpacked_dtype():
         out.backward()
 
 
+def _product(x, w):
+    return (x * w).sum()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_unpack_to_bfloat16_of_an_intermediate_runs_as_eager(backend):
-    """r[hooks.compiled.unpack-dtype]: under "donated" only mm = a @ b is packed, and sin's
-    derivative reads the bfloat16 unpack returns: cos of it is bfloat16, the gradient float32.
-    Eager, with the hooks on mm alone, computes the same."""
-    a, b = leaves((4, 5), (5, 3))
-    compiled = aotspec.compile(matmul_sin, backend=backend)
-    got = call_and_grads(compiled, [a, b], (pack_bf16, _unpack_stays_bf16))
-    with torch.no_grad():
-        g = torch.ones(4, 3) * torch.cos((a @ b).to(torch.bfloat16))  # float32 * bfloat16
-        expected = [g @ b.t(), a.t() @ g]
-    assert g.dtype == torch.float32
+def test_an_unpack_that_keeps_bfloat16_computes_as_eager(backend):
+    """r[hooks.compiled.unpack-dtype]: mul's derivatives read x and w as the bfloat16 unpack
+    returns them; each product with the float32 gradient is float32, as in eager, whose gradients
+    under the same hooks are the oracle."""
+    x, w = leaves((6,), (6,))
+    hooks = (pack_bf16, _unpack_stays_bf16)
+    expected = call_and_grads(_product, [x, w], hooks)
+    compiled = aotspec.compile(_product, backend=backend, hooks_filter="all")
+    got = call_and_grads(compiled, [x, w], hooks)
+    assert not torch.equal(expected[0], w.detach())  # the hooks round what the rules read
     for e, actual in zip(expected, got, strict=True):
-        torch.testing.assert_close(actual, e)
+        assert torch.equal(e, actual)
 
 
 def _placement(placement: str):

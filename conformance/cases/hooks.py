@@ -300,7 +300,8 @@ CASES = [
         hooks=(_pack_doubled, _unpack_quartered_f64),
         hooks_filter="all",
         backward=True,
-        # x's gradient would be float64; eager's engine casts it to float32 ([1.5, 2.5, -3.5]).
+        # mul's derivative for x would compute in float64 where it was traced in float32 (eager's
+        # engine casts x's gradient to float32: [1.5, 2.5, -3.5]).
         expect=[Raises(UnsupportedError, rule="hooks.compiled.unpack-dtype.refused")],
         skip=COMPILED_ONLY,
     ),
