@@ -11,7 +11,8 @@ selects (`r[hooks.filter.donated]`, `r[hooks.filter.no-static]`, `r[hooks.filter
 2. `unpack` is traced on pack's result (its non-tensor parts are constants,
    `r[hooks.compiled.constants]`); its ops go into the backward right before the first op that
    reads the saved value, which then reads unpack's result
-   (`r[hooks.place.unpack-before-first-use]`).
+   (`r[hooks.place.unpack-before-first-use]`); where unpack returns another dtype, the backward
+   is typed again from it (`r[hooks.compiled.unpack-dtype]`).
 Each pass visits every node once; tracing is cached per saved-tensor layout.
 """
 
