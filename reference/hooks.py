@@ -11,7 +11,8 @@ selects (`r[hooks.filter.donated]`, `r[hooks.filter.no-static]`, `r[hooks.filter
 2. `unpack` is traced on pack's result (its non-tensor parts are constants,
    `r[hooks.compiled.constants]`); its ops go into the backward right before the first op that
    reads the saved value, which then reads unpack's result
-   (`r[hooks.place.unpack-before-first-use]`).
+   (`r[hooks.place.unpack-before-first-use]`); where unpack returns another dtype, the backward
+   is typed again from it (`r[hooks.compiled.unpack-dtype]`).
 Each pass visits every node once; tracing is cached per saved-tensor layout.
 """
 
@@ -21,7 +22,7 @@ import functools
 import types
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 import torch.fx
@@ -149,11 +150,11 @@ def inline_hooks(
         return plan
     traced = _trace_all(hooks, [saved[j] for j in selected])
     new_forward, packed = _pack_in_forward(forward, saved, selected, traced, placement)
-    new_backward = torch.fx.GraphModule(
-        plan.backward.graph_module,
-        _unpack_in_backward(backward, packed, {j: traced[saved[j]] for j in selected}, placement),
+    unpacked, read_as_saved = _unpack_in_backward(
+        backward, packed, {j: traced[saved[j]] for j in selected}, placement
     )
-    _propagate_layouts(new_backward)
+    new_backward = torch.fx.GraphModule(plan.backward.graph_module, unpacked)
+    _propagate_meta_values(new_backward, read_as_saved)
     differentiated = evolve(
         plan.differentiated,
         forward=GraphProgram.of(torch.fx.GraphModule(plan.forward.graph_module, new_forward)),
@@ -229,12 +230,14 @@ def _trace(hooks: SavedTensorHooks, saved_value) -> _TracedHooks:
             "unpack", hooks.unpack, f"it returned {unpack.out_spec} instead of one tensor"
         )
     got = result[0].meta["val"]
-    if tuple(got.shape) != tuple(saved_value.shape) or got.dtype != saved_value.dtype:
+    # r[hooks.compiled.untraceable]: the shape must be the saved one's; the dtype may change
+    # (r[hooks.compiled.unpack-dtype])
+    if tuple(got.shape) != tuple(saved_value.shape):
         _untraceable(
             "unpack",
             hooks.unpack,
-            f"it returned a {got.dtype} tensor of shape {tuple(got.shape)} for a saved "
-            f"{saved_value.dtype} tensor of shape {tuple(saved_value.shape)}",
+            f"it returned a tensor of shape {tuple(got.shape)} for a saved tensor of shape "
+            f"{tuple(saved_value.shape)}",
         )
     return _TracedHooks(pack, unpack)
 
@@ -262,7 +265,8 @@ def _untraceable(which: str, hook: Callable, reason: str):
         fix=(
             "write pack and unpack with tensor ops only (no .item(), .tolist(), .numpy() or "
             "branching on tensor values; pack returns tensors and constants, unpack one tensor "
-            "like the saved one), or call the compiled function outside saved_tensors_hooks"
+            "of the saved one's shape), or call the compiled function outside "
+            "saved_tensors_hooks"
         ),
     )
 
@@ -278,16 +282,90 @@ def _like(value: torch.Tensor) -> torch.Tensor:
     return storage.as_strided(value.shape, value.stride(), value.storage_offset())
 
 
-def _propagate_layouts(module: torch.fx.GraphModule) -> None:
+def _propagate_meta_values(module: torch.fx.GraphModule, read_as_saved: dict) -> None:
     """Recompute every node's meta value: the backward's ops now read unpacked tensors, whose
-    layout (strides, offset) may differ from the saved value's."""
+    layout (strides, offset) may differ from the saved value's, and so may their dtype.
+    `read_as_saved` maps each unpack's result to the meta value of the saved value the backward
+    was traced on."""
+    before = {node: _dtypes(node.meta.get("val")) for node in module.graph.nodes}
+    retyped = any(before[node] != _dtypes(value) for node, value in read_as_saved.items())
+    before |= {node: _dtypes(value) for node, value in read_as_saved.items()}
     mode = FakeTensorMode()
     inputs = [
         mode.from_tensor(_like(node.meta["val"]))
         for node in module.graph.nodes
         if node.op == "placeholder"
     ]
-    FakeTensorProp(module, mode).propagate_dont_convert_inputs(*inputs)
+    try:
+        # r[hooks.compiled.unpack-dtype]: each op's result takes the dtype its kernel computes
+        # from its arguments' dtypes, unpack's results included
+        FakeTensorProp(module, mode).propagate_dont_convert_inputs(*inputs)
+    except Exception as error:
+        if not retyped:
+            raise
+        first_line = str(error).splitlines()[0]
+        _refuse_retyping(read_as_saved, f"an op rejects the dtypes it now reads ({first_line})")
+    if retyped:
+        _check_retyped(module.graph, before, read_as_saved)
+
+
+def _dtypes(value) -> tuple[torch.dtype, ...]:
+    """The dtypes of the tensors in a meta value."""
+    leaves = pytree.tree_leaves(value)
+    return tuple(leaf.dtype for leaf in leaves if isinstance(leaf, torch.Tensor))
+
+
+def _check_retyped(graph: torch.fx.Graph, before: dict, read_as_saved: dict) -> None:
+    """r[hooks.compiled.unpack-dtype.refused]: typed again from unpack's results, every other
+    value of the backward keeps the dtype it was traced with, and no op reading an unpack's
+    result names the saved dtype."""
+    for node in graph.nodes:
+        if node.op == "output" or node in read_as_saved:
+            continue
+        after = _dtypes(node.meta.get("val"))
+        if after != before[node]:
+            _refuse_retyping(
+                read_as_saved,
+                f"{node.name} would compute in {_listed(after)} where the backward was traced "
+                f"in {_listed(before[node])} (a derivative written as separate ops rounds in "
+                "the dtype of each, and eager's engine casts each gradient to its value's dtype)",
+            )
+        named = {
+            leaf
+            for leaf in pytree.tree_leaves((node.args, node.kwargs))
+            if isinstance(leaf, torch.dtype)
+        }
+        fixed = [
+            value.name
+            for value in node.all_input_nodes
+            if value in read_as_saved and named & set(before[value])
+        ]
+        if fixed:
+            _refuse_retyping(
+                read_as_saved,
+                f"{node.name} reads {fixed[0]} and names the saved dtype in its traced arguments "
+                "(a dtype= read from the saved tensor is fixed when the backward is traced)",
+            )
+
+
+def _listed(dtypes: tuple[torch.dtype, ...]) -> str:
+    return ", ".join(str(dtype) for dtype in dtypes)
+
+
+def _refuse_retyping(read_as_saved: dict, reason: str) -> NoReturn:
+    # r[hooks.compiled.unpack-dtype.refused]
+    retyped = [
+        node.name
+        for node, value in read_as_saved.items()
+        if _dtypes(node.meta.get("val")) != _dtypes(value)
+    ]
+    raise UnsupportedError(
+        f"the saved-tensor unpack hook returns another dtype than the saved one "
+        f"({', '.join(retyped)}), and the backward cannot be typed again from it: {reason}",
+        rule="hooks.compiled.unpack-dtype.refused",
+        fix="have unpack return the saved tensor's dtype (cast back with .to(dtype)), or pick a "
+        "hooks_filter that leaves that saved value alone",
+    )
 
 
 # ---------------------------------------------------------------- inlining
@@ -375,13 +453,14 @@ def _inline(
 def _unpack_in_backward(backward, packed, traced, placement):
     """A copy of `backward` taking pack's tensors (`packed`, by saved index) for each selected
     saved value, with its unpack (`traced`, by saved index) inlined right before the value's first
-    use."""
+    use; and a map from each unpack's result to the saved value's meta value."""
     new = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     pending: dict[
         torch.fx.Node, list[torch.fx.Node]
     ] = {}  # saved placeholder -> its packed inputs
     unpack_of: dict[torch.fx.Node, CapturedProgram] = {}
+    read_as_saved: dict[torch.fx.Node, Any] = {}
     placeholders = [node for node in backward.nodes if node.op == "placeholder"]
     for j, node in enumerate(placeholders):
         if j not in packed:
@@ -399,6 +478,7 @@ def _unpack_in_backward(backward, packed, traced, placement):
         mark = InlinedHook("unpack", node.name)
         (result,) = _inline(new, unpack_of[node], pending.pop(node), mark)
         env[node] = result
+        read_as_saved[result] = node.meta.get("val")
 
     if placement is Placement.FORWARD_END:
         for node in list(pending):
@@ -413,4 +493,4 @@ def _unpack_in_backward(backward, packed, traced, placement):
             new.output(torch.fx.node.map_arg(node.args[0], env.__getitem__))
         else:
             env[node] = new.node_copy(node, env.__getitem__)
-    return new
+    return new, read_as_saved

@@ -16,7 +16,9 @@ from aotspec.fuzz.oracle import (  # noqa: F401 (the names the tests and repros 
     numerically_explained,
     outcome,
     pack_bf16,
+    pack_bf16_kept,
     pack_lossless,
     unpack_bf16,
+    unpack_bf16_kept,
     unpack_lossless,
 )

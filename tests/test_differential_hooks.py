@@ -7,7 +7,13 @@ and through `aotspec.compile(backend="reference")`, both called inside `saved_te
   agrees, so inlining the hooks changes nothing but memory;
 - a lossy pair (pack rounds to bfloat16) with `hooks_filter="all"`: compiled gradients equal eager
   gradients under the same hooks, which holds only when the compiled forward saves exactly the
-  tensors eager autograd saves (`r[hooks.eager.saved-set]`) and unpacks each of them.
+  tensors eager autograd saves (`r[hooks.eager.saved-set]`) and unpacks each of them;
+- the same pack with an unpack that leaves the bfloat16 as it is, so that the backward reads
+  another dtype than it was traced with (`r[hooks.compiled.unpack-dtype]`), with
+  `hooks_filter="all"`: the compiled program agrees with eager under the same hooks, or is
+  refused by `r[hooks.compiled.unpack-dtype.refused]`. Programs whose eager backward raises are
+  not compared: the reference computes an `mm` of float32 and bfloat16, which eager's kernel
+  rejects (that rule's Note).
 Both sides compute in float32 from the same rounded values, so assert_close's float32 tolerances
 apply. A failure prints the program and hypothesis's `@reproduce_failure` blob, and writes a
 standalone `repros/repro_hooks_<hash>.py`.
@@ -31,8 +37,10 @@ from harness import (
     compare,
     eager_as_specified,
     pack_bf16,
+    pack_bf16_kept,
     pack_lossless,
     unpack_bf16,
+    unpack_bf16_kept,
     unpack_lossless,
 )
 from repro import is_final_run, write_hooks_repro
@@ -42,6 +50,7 @@ from strategies.program import as_function, build_inputs, source
 EXAMPLES = max(settings.default.max_examples // 5, 10)
 LOSSLESS = (pack_lossless, unpack_lossless)
 LOSSY = (pack_bf16, unpack_bf16)
+KEPT = (pack_bf16_kept, unpack_bf16_kept)
 
 
 def _outcome(program, hooks, hooks_filter: str | None):
@@ -58,10 +67,21 @@ def _outcome(program, hooks, hooks_filter: str | None):
         return call_and_backward(fn, named, args, **program.call_options)
 
 
-def _check(program, *, eager_hooks, hooks, hooks_filter: str) -> None:
-    expected = _outcome(program, eager_hooks, None)
+def _check(program, *, eager_hooks, hooks, hooks_filter: str, refusal: str | None = None) -> None:
+    """Compiled against eager; a compiled `UnsupportedError` of rule `refusal` agrees, and so
+    does anything, given `refusal`, where eager raises."""
+    try:
+        expected = _outcome(program, eager_hooks, None)
+    except Exception:
+        if refusal is None:
+            raise
+        return
     try:
         actual = _outcome(program, hooks, hooks_filter)
+    except aotspec.UnsupportedError as error:
+        if error.rule == refusal:
+            return
+        found = [f"the compiled program raised UnsupportedError: {error}"]
     except Exception as error:  # noqa: BLE001 (any error of the compiled side is a divergence)
         found = [f"the compiled program raised {type(error).__name__}: {error}"]
     else:
@@ -96,3 +116,16 @@ def test_lossless_hooks_change_no_gradient(program, hooks_filter):
 def test_lossy_hooks_on_everything_match_eager_under_the_same_hooks(program):
     coverage.note("hooks_lossy", coverage.program_items(program))
     _check(program, eager_hooks=LOSSY, hooks=LOSSY, hooks_filter="all")
+
+
+@settings(max_examples=EXAMPLES)
+@given(grad_programs())
+def test_an_unpack_that_changes_the_dtype_matches_eager_or_is_refused(program):
+    coverage.note("hooks_unpack_dtype", coverage.program_items(program))
+    _check(
+        program,
+        eager_hooks=KEPT,
+        hooks=KEPT,
+        hooks_filter="all",
+        refusal="hooks.compiled.unpack-dtype.refused",
+    )

@@ -140,8 +140,8 @@ def test_hooks_made_anew_with_the_same_code_and_values_reuse_the_plan(backend):
     assert not torch.equal(half[0], first[0])
 
 
-def _unpack_wrong_dtype(x):
-    return x  # stays bfloat16
+def _unpack_wrong_shape(x):
+    return x.to(torch.float32).t()
 
 
 def _pack_in_place(x):
@@ -161,8 +161,8 @@ def _pack_outside_the_table(x):
     "hooks, reason",
     [
         (
-            (pack_bf16, _unpack_wrong_dtype),
-            "torch.bfloat16 tensor of shape (4, 3) for a saved torch.float32",
+            (pack_bf16, _unpack_wrong_shape),
+            "a tensor of shape (3, 4) for a saved tensor of shape (4, 3)",
         ),
         ((_pack_in_place, unpack_f32), "mutates tensors in place"),
         ((_pack_reads_data, unpack_f32), "_pack_reads_data"),
@@ -183,6 +183,130 @@ def test_untraceable_hooks_are_rejected_before_anything_runs(backend, hooks, rea
     assert "rule hooks.compiled.untraceable" in message and reason in message
     for t, (values, version) in zip((a, b), before, strict=True):
         assert torch.equal(t.detach(), values) and t._version == version and t.grad is None
+
+
+def _unpack_stays_bf16(x):
+    return x
+
+
+def _keep(x):
+    return x * 1
+
+
+def _unpack_ints_to_halved_f64(x):
+    return x.double() / 2 if x.dtype == torch.int64 else x
+
+
+class _CumsumsItsSavedInt(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, n):
+        ctx.save_for_backward(n)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (n,) = ctx.saved_tensors
+        return grad * n.cumsum(0, dtype=n.dtype), None
+
+
+def _cumsum_of_saved_int(x, n):
+    return _CumsumsItsSavedInt.apply(x, n).sum()
+
+
+def _gather(x, index):
+    return x.gather(0, index).sum()
+
+
+def _tanh_sum(x):
+    # tanh's derivative, 1 - out * out, is separate ops: out * out would round in bfloat16,
+    # where eager's tanh_backward kernel computes in float32.
+    return x.tanh().sum()
+
+
+def _exp_times_int(x, n):
+    return (x.exp() * n).sum()
+
+
+def _int_inputs():
+    return [torch.ones(3, requires_grad=True), torch.tensor([3, 5, -7])]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    "fn, make_inputs, hooks, reason",
+    [
+        pytest.param(
+            _gather,
+            lambda: [torch.ones(4, requires_grad=True), torch.tensor([0, 2, 2])],
+            (_keep, _unpack_ints_to_halved_f64),
+            "an op rejects the dtypes it now reads (scatter(): Expected dtype int32/int64",
+            id="float-index",
+        ),
+        pytest.param(
+            _cumsum_of_saved_int,
+            _int_inputs,
+            (_keep, _unpack_ints_to_halved_f64),
+            "cumsum reads arg1_1_unpacked and names the saved dtype",
+            id="traced-dtype-argument",
+        ),
+        pytest.param(
+            _exp_times_int,
+            _int_inputs,
+            (_keep, _unpack_ints_to_halved_f64),
+            "would compute in torch.float64 where the backward was traced in torch.float32",
+            id="gradient-between-derivatives",
+        ),
+        pytest.param(
+            _tanh_sum,
+            lambda: leaves((4,)),
+            (pack_bf16, _unpack_stays_bf16),
+            "would compute in torch.bfloat16 where the backward was traced in torch.float32",
+            id="derivative-intermediate",
+        ),
+    ],
+)
+def test_a_backward_that_cannot_be_typed_again_is_refused(backend, fn, make_inputs, hooks, reason):
+    """r[hooks.compiled.unpack-dtype.refused]: at compile time, with the reason, inputs
+    untouched."""
+    inputs = make_inputs()
+    compiled = aotspec.compile(fn, backend=backend, hooks_filter="all")
+    with (
+        torch.autograd.graph.saved_tensors_hooks(*hooks),
+        pytest.raises(UnsupportedError) as raised,
+    ):
+        compiled(*inputs)
+    message = str(raised.value)
+    assert "rule hooks.compiled.unpack-dtype.refused" in message and reason in message
+    assert all(t.grad is None and t._version == 0 for t in inputs)
+
+
+def test_eager_raises_where_the_backward_rejects_the_unpacked_dtype():
+    """r[hooks.compiled.unpack-dtype.refused]: the float index case above is refused because
+    eager's backward fails there too (gather's gradient scatters at unpack's float index)."""
+    x, index = torch.ones(4, requires_grad=True), torch.tensor([0, 2, 2])
+    with torch.autograd.graph.saved_tensors_hooks(_keep, _unpack_ints_to_halved_f64):
+        out = _gather(x, index)
+    with pytest.raises(RuntimeError, match="Expected dtype int32/int64 for index"):
+        out.backward()
+
+
+def _product(x, w):
+    return (x * w).sum()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_unpack_that_keeps_bfloat16_computes_as_eager(backend):
+    """r[hooks.compiled.unpack-dtype]: mul's derivatives read x and w as the bfloat16 unpack
+    returns them; each product with the float32 gradient is float32, as in eager, whose gradients
+    under the same hooks are the oracle."""
+    x, w = leaves((6,), (6,))
+    hooks = (pack_bf16, _unpack_stays_bf16)
+    expected = call_and_grads(_product, [x, w], hooks)
+    compiled = aotspec.compile(_product, backend=backend, hooks_filter="all")
+    got = call_and_grads(compiled, [x, w], hooks)
+    assert not torch.equal(expected[0], w.detach())  # the hooks round what the rules read
+    for e, actual in zip(expected, got, strict=True):
+        assert torch.equal(e, actual)
 
 
 def _placement(placement: str):

@@ -250,7 +250,7 @@ def numerically_explained(
 # ---------------------------------------------------------------- saved-tensor hooks
 #
 # Lossless: pack widens to float64 and remembers the dtype, unpack narrows back. bf16: pack
-# rounds float32 to bfloat16, unpack widens back.
+# rounds float32 to bfloat16, unpack widens back. bf16 kept: unpack leaves it bfloat16.
 
 
 def pack_lossless(x):
@@ -269,6 +269,15 @@ def pack_bf16(x):
 
 def unpack_bf16(x):
     return x.to(torch.float32) if x.dtype == torch.bfloat16 else x
+
+
+def pack_bf16_kept(x):
+    return pack_bf16(x)
+
+
+def unpack_bf16_kept(x):
+    # The backward reads the bfloat16 itself: a dtype change (r[hooks.compiled.unpack-dtype]).
+    return x
 
 
 # ---------------------------------------------------------------- fast against the reference

@@ -44,6 +44,44 @@ def _pack_reading_data(x):
 _LOSSY = (_pack_bf16, _unpack_f32)
 
 
+def _pack_doubled(n):
+    return n * 2  # an int64 tensor stays int64
+
+
+def _unpack_quartered(n):
+    return n / 4  # true division: float32, the halved saved value
+
+
+def _unpack_quartered_f64(n):
+    return n.double() / 4
+
+
+class _ScalesByItsSavedInt(torch.autograd.Function):
+    """Saves only its int64 argument `n`, and scales the gradient by it."""
+
+    @staticmethod
+    def forward(ctx, x, n):
+        ctx.save_for_backward(n)
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (n,) = ctx.saved_tensors
+        return grad * n, None
+
+
+def _scaled_by_saved_int(x, n):
+    return _ScalesByItsSavedInt.apply(x, n).sum()
+
+
+def _times_int(x, n):
+    return (x * n).sum()  # mul saves n for x's gradient
+
+
+def _int_case():
+    return {"x": torch.ones(3, requires_grad=True), "n": torch.tensor([3, 5, -7])}
+
+
 def _rounded(t):
     return t.to(torch.bfloat16).to(torch.float32)
 
@@ -223,6 +261,48 @@ CASES = [
         expect=[
             Raises(UnsupportedError, rule="hooks.compiled.untraceable", match="_pack_reading_data")
         ],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="hooks.unpack-to-float-custom-function",
+        rules=["hooks.compiled.unpack-dtype", "hooks.filter.all"],
+        setup=_int_case,
+        args=["x", "n"],
+        program=_scaled_by_saved_int,
+        hooks=(_pack_doubled, _unpack_quartered),
+        hooks_filter="all",
+        backward=True,
+        # The backward reads unpack's float32 n * 2 / 4 = [1.5, 2.5, -3.5], as eager's does;
+        # computed in int64, as the backward was traced, it would be whole numbers.
+        expect=[Values("x.grad", [1.5, 2.5, -3.5])],
+        skip={
+            "reference-eager": "the eager interpreter refuses custom Functions a gradient "
+            "reaches (capture.custom-function.eager-interpreter)"
+        },
+    ),
+    Case(
+        name="hooks.unpack-to-float-table-op",
+        rules=["hooks.compiled.unpack-dtype"],
+        setup=_int_case,
+        args=["x", "n"],
+        program=_times_int,
+        hooks=(_pack_doubled, _unpack_quartered),
+        hooks_filter="all",
+        backward=True,
+        expect=[Values("out0", 1.0), Values("x.grad", [1.5, 2.5, -3.5])],
+    ),
+    Case(
+        name="hooks.unpack-to-float64-gradient-is-refused",
+        rules=["hooks.compiled.unpack-dtype.refused", "boundary.failed-call"],
+        setup=_int_case,
+        args=["x", "n"],
+        program=_times_int,
+        hooks=(_pack_doubled, _unpack_quartered_f64),
+        hooks_filter="all",
+        backward=True,
+        # mul's derivative for x would compute in float64 where it was traced in float32 (eager's
+        # engine casts x's gradient to float32: [1.5, 2.5, -3.5]).
+        expect=[Raises(UnsupportedError, rule="hooks.compiled.unpack-dtype.refused")],
         skip=COMPILED_ONLY,
     ),
     Case(

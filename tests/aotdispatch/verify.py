@@ -46,21 +46,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     # test_aotdispatch_autograd.py
 
     # test_aotdispatch_hooks.py
-    ("test_saved_tensors_hooks_base", "reference"):
-        "unsupported: under no_static and all, unpack_mul2_plain returns float32 for _SaveTwo's "
-        "saved int64 input; the backward is traced on the saved dtype before the hooks are "
-        "inlined, so it cannot compute with unpack's dtype as eager does "
-        "(hooks.compiled.untraceable)",
-    ("test_saved_tensors_hooks_base", "fast"):
-        "unsupported: under no_static and all, unpack_mul2_plain returns float32 for _SaveTwo's "
-        "saved int64 input; the backward is traced on the saved dtype before the hooks are "
-        "inlined, so it cannot compute with unpack's dtype as eager does "
-        "(hooks.compiled.untraceable)",
-    ("test_saved_tensors_hooks_base", "dynamo"):
-        "unsupported: under no_static and all, unpack_mul2_plain returns float32 for _SaveTwo's "
-        "saved int64 input; the backward is traced on the saved dtype before the hooks are "
-        "inlined, so it cannot compute with unpack's dtype as eager does "
-        "(hooks.compiled.untraceable)",
 
     # test_aotdispatch_misc.py
     ("test_embedding_bag_view_dynamic", "reference"):

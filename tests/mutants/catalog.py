@@ -580,4 +580,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "Hooks compared by code only: hooks made anew with another closure value reuse a plan.",
         ON_HOOKS + (GUARDS,),
     ),
+    Mutant(
+        "hooks.retyped-results-unchecked",
+        "reference/hooks.py",
+        "        if after != before[node]:\n",
+        "        if False:\n",
+        "A backward typed again from unpack's dtype lets a derivative's intermediate change dtype "
+        "(tanh's 1 - out * out rounds in bfloat16, where eager's kernel computes in float32).",
+        (HOOK_UNITS, HOOKS, CONFORMANCE, AOTDISPATCH),
+    ),
 )
