@@ -1,9 +1,10 @@
 """Where one training step's time goes through `aotspec.compile(step, backend="fast")`.
 
 Run on demand: `.venv/bin/python benchmarks/call_breakdown.py [--rounds N]`. One process, one
-intra-op thread; each round runs torch eager, torch.compile aot_eager, aotspec fast as it is, and
-aotspec fast with timing wrappers around its phases, one after another (contenders alternated), and
-the table prints medians over the rounds in microseconds.
+intra-op thread; each round runs torch eager, torch.compile aot_eager, torch.compile aotspec,
+aotspec fast as it is, and aotspec fast with timing wrappers around its phases, one after another
+(contenders alternated), and the table prints medians over the rounds in microseconds. "dynamo aotspec" is the step through
+`torch.compile(step, backend="aotspec")` (fast), Dynamo's guards and frame included.
 
 The phases are timed by wrapping, from here, the functions the call goes through (the library holds
 no timing code):
@@ -100,14 +101,21 @@ def _bench(name: str, model: torch.nn.Module, x: torch.Tensor, rounds: int) -> N
 
     fast = aotspec.compile(step, backend="fast")
     aot_eager = torch.compile(step, backend="aot_eager")
-    for contender in (step, aot_eager, fast, fast):  # warm-up, compiles
+    dynamo_fast = torch.compile(step, backend="aotspec")
+    for contender in (step, aot_eager, dynamo_fast, fast, fast):  # warm-up, compiles
         contender(x).backward()
     model.zero_grad(set_to_none=True)
 
     samples: dict[str, list[float]] = defaultdict(list)
     phases = _Phases()
     for _ in range(rounds):
-        for label, contender in (("eager", step), ("aot_eager", aot_eager), ("fast", fast)):
+        contenders = (
+            ("eager", step),
+            ("aot_eager", aot_eager),
+            ("dynamo aotspec", dynamo_fast),
+            ("fast", fast),
+        )
+        for label, contender in contenders:
             forward, backward = _timed_step(contender, x)
             samples[f"{label} step"].append((forward + backward) / 1e3)
         samples["fast call"].append(forward / 1e3)
