@@ -50,6 +50,7 @@ import aotspec.errors
 from aotspec import rng_state
 from aotspec.errors import UnsupportedError
 from aotspec.versions import (
+    add_note,
     apply_references_intercepted,
     checkpoint_generator_replaced,
     stack_traces_of,
@@ -760,6 +761,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     regions.annotate(graph_module.graph)
     _refuse_random_ops_in_regions(graph_module.graph)
     _refuse_value_dependent_shapes(graph_module.graph)
+    _raise_kernel_dtype_errors(graph_module.graph)
     _return_tensors_read(graph_module, returned.numbers)
     _drop_view_replays(graph_module)
     return CapturedProgram(
@@ -904,6 +906,33 @@ def _refuse_value_dependent_shapes(graph: torch.fx.Graph) -> None:
                 fix="compute on tensors only (masks with torch.where rather than selections), "
                 "or take the selection outside the compiled function and pass its result in",
             )
+
+
+#: The ops whose CPU kernel, not their meta kernel, rejects operands of two dtypes.
+_ONE_DTYPE_OPERANDS = (aten.mm.default, aten.addmm.default, aten.addbmm.default, aten.mv.default)
+
+
+def _raise_kernel_dtype_errors(graph: torch.fx.Graph) -> None:
+    """r[ops.kernel-dtype-checks]: eager's error for operands of two dtypes, which tracing on
+    meta kernels let pass, raised by the kernel itself on uninitialized tensors like them."""
+    for node in graph.nodes:
+        if node.op != "call_function" or node.target not in _ONE_DTYPE_OPERANDS:
+            continue
+        operands = [arg.meta["val"] for arg in node.args if isinstance(arg, torch.fx.Node)]
+        if len({operand.dtype for operand in operands}) == 1:
+            continue
+        try:
+            node.target(*map(_uninitialized_like, node.args), **node.kwargs)
+        except RuntimeError as error:
+            add_note(error, f"in {node.format_node()} ({source_line(node)})")
+            raise
+
+
+def _uninitialized_like(arg):
+    if not isinstance(arg, torch.fx.Node):
+        return arg
+    t = arg.meta["val"]
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
 
 
 def _user_line(error: BaseException) -> str:

@@ -637,6 +637,26 @@ CASES = [
         expect=[Raises(RuntimeError, match="not implemented for 'UInt32'")],
     ),
     Case(
+        name="ops.matmul-of-two-dtypes-raises-eagers-error",
+        rules=["ops.kernel-dtype-checks", "boundary.failed-call"],
+        setup=lambda: {
+            "x": torch.ones(2, 3, requires_grad=True),
+            "w": torch.ones(4, 3, dtype=torch.bfloat16),
+        },
+        args=["x", "w"],
+        # F.linear is addmm here; its meta kernel accepts float32 and bfloat16, its kernel not
+        program=lambda x, w: F.linear(x, w).sum(),
+        expect=[Raises(RuntimeError, match="expected m1 and m2 to have the same dtype")],
+    ),
+    Case(
+        name="ops.matrix-vector-product-of-two-dtypes-raises-eagers-error",
+        rules=["ops.kernel-dtype-checks"],
+        setup=lambda: {"m": torch.ones(2, 3), "v": torch.ones(3, dtype=torch.float64)},
+        args=["m", "v"],
+        program=lambda m, v: m @ v,
+        expect=[Raises(RuntimeError, match="addmv input tensors must have the same dtype")],
+    ),
+    Case(
         name="ops.complex32-copy-rounds-each-part-through-float32",
         rules=["memory.layout.complex32"],
         setup=lambda: {
