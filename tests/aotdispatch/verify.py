@@ -63,8 +63,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
         "(hooks.compiled.untraceable)",
 
     # test_aotdispatch_misc.py
-    ("test_embedding_bag_view_dynamic", "reference"):
-        "unsupported: a sparse gradient (ops.aten-values)",
 
     # test_aotdispatch_mutations.py
     ("test_set__and_data_mutation_good", "dynamo"):
