@@ -7,7 +7,7 @@ and a graph value has strides, which a sparse tensor has not. So while a functio
 caller gave (as eager's constructors do: the sparse tensor reads its arguments' storages, no copy)
 and the size. Its `to_dense()` is recorded as strided ops on the parts; nothing else may read it.
 
-Conventions: `parts` a SparseMadeInside, `nnz` its number of stored values.
+Conventions: `shape` is the sparse tensor's sizes, its values' dense dims included.
 """
 
 from __future__ import annotations
@@ -109,6 +109,8 @@ def coo_tensor(indices, values, size=None, **kwargs) -> SparseMadeInside:
             f"{list(values.shape)}"
         ),
     )
+    # r[memory.layout.sparse-made-inside]: eager's COO indices are int64, others copied to it
+    indices = indices.to(torch.int64)
     return SparseMadeInside(
         torch.sparse_coo, (indices,), _values(values, kwargs.get("dtype")), shape
     )
