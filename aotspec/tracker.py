@@ -79,8 +79,7 @@ class MemoryTracker:
     def track(self, *tensors) -> list[int]:
         """Register the storages of `tensors` (any pytree of them: inputs, parameters, ...), so
         their resizes and frees are seen; returns their ids (the same id for a shared storage)."""
-        leaves = [t for t in pytree.tree_leaves(tensors) if _is_plain(t)]
-        return [self._watch(t.untyped_storage()) for t in leaves]
+        return [self._watch(t.untyped_storage()) for t in _tensors(tensors)]
 
     def storage_id(self, t: torch.Tensor) -> int | None:
         """The id of `t`'s storage, or None when the tracker does not watch it."""
@@ -226,7 +225,19 @@ def _is_plain(value) -> bool:
 
 
 def _tensors(tree) -> list[torch.Tensor]:
-    return [leaf for leaf in pytree.tree_leaves(tree) if _is_plain(leaf)]
+    """The strided tensors of `tree`, a sparse tensor standing for the parts that hold its bytes
+    (`r[memory.layout.sparse-made-inside]`, `r[ops.aten-values.sparse-gradient]`)."""
+    return [part for leaf in pytree.tree_leaves(tree) if _is_plain(leaf) for part in _parts(leaf)]
+
+
+def _parts(t: torch.Tensor) -> list[torch.Tensor]:
+    if t.layout == torch.strided:
+        return [t]
+    if t.layout == torch.sparse_coo:
+        return [t._indices(), t._values()]
+    if t.layout in (torch.sparse_csr, torch.sparse_bsr):
+        return [t.crow_indices(), t.col_indices(), t.values()]
+    return [t.ccol_indices(), t.row_indices(), t.values()]
 
 
 def _nbytes(ref: StorageWeakRef) -> int:

@@ -97,6 +97,35 @@ def _rank() -> int:
 
 
 @frozen
+class SparseValues(Expectation):
+    """`name` is a sparse COO tensor of `shape` whose values, duplicates summed, are `values`
+    at `indices` (`coalesce()`'s, so two runs that sum the same entries in another order
+    agree)."""
+
+    name: str
+    shape: tuple
+    indices: object
+    values: object
+
+    def check(self, outcome):
+        if outcome.error is not None:
+            return f"the call raised {type(outcome.error).__name__}: {outcome.error}"
+        t = outcome.world.get(self.name)
+        if not isinstance(t, torch.Tensor) or t.layout != torch.sparse_coo:
+            return f"{self.name} is {getattr(t, 'layout', t)}, expected a sparse COO tensor"
+        if tuple(t.shape) != tuple(self.shape):
+            return f"{self.name}.shape is {tuple(t.shape)}, expected {tuple(self.shape)}"
+        t = t.detach().to("cpu").coalesce()
+        if t.indices().tolist() != torch.as_tensor(self.indices).tolist():
+            return f"{self.name} has indices {t.indices().tolist()}, expected {self.indices}"
+        try:
+            torch.testing.assert_close(t.values(), torch.as_tensor(self.values, dtype=t.dtype))
+        except AssertionError as error:
+            return f"{self.name}: {str(error).splitlines()[0]} got {t.values().tolist()}"
+        return None
+
+
+@frozen
 class RankValues(Expectation):
     """On rank k of the case's group, `name` holds `expected[k]` (see `Values`)."""
 

@@ -11,7 +11,7 @@ modules above it in this list):
   derivative rules), effects.py, aten.py (ATen-valued ops: aten ops outside the table),
   collectives.py (functional collectives), custom_functions.py (custom autograd Functions),
   synthetic_bases.py (aliasing arguments compiled as views of a base), decompositions.py
-  (composite ops capture decomposes itself)
+  (composite ops capture decomposes itself), sparse.py (sparse tensors a traced function makes)
 - graph.py (a graph with its op table entries), interpreter.py (the evaluator),
   unreached_terms.py (a backward graph without the terms of outputs a backward did not reach)
 - program_records.py (the captured and the functional program, the input facts, the epilogue

@@ -45,7 +45,7 @@ from .optable import (
     derivative,
     qualified_name,
 )
-from .storage import Layout, Storage, Tensor
+from .storage import Layout, SparseCoo, Storage, Tensor
 
 aten = torch.ops.aten
 
@@ -108,6 +108,11 @@ def run_aten(overload: torch._ops.OpOverload, meta, *bound, call: Callable = cal
     copies: dict[int, torch.UntypedStorage] = {}
 
     def to_torch(value):
+        if isinstance(value, SparseCoo):  # r[ops.aten-values.sparse-gradient]: from its parts
+            indices, values = (to_torch(part) for part in value.parts)
+            return torch.sparse_coo_tensor(
+                indices, values, value.sizes, is_coalesced=value.coalesced
+            )
         if not isinstance(value, Tensor):
             return value
         value.check_readable()
@@ -140,6 +145,11 @@ def _fresh(result, meta):
         return None
     if not isinstance(result, torch.Tensor):  # a number, as the kernel gives it
         return result
+    if result.layout == torch.sparse_coo and result.shape == meta.shape:
+        # r[ops.aten-values.sparse-gradient]: the kernel's parts, each on a fresh storage
+        parts = (result._indices(), result._values())
+        indices, values = (_fresh(part, part) for part in parts)
+        return SparseCoo(indices, values, result.shape, result.is_coalesced())
     if result.layout != torch.strided or result.shape != meta.shape:
         # r[ops.aten-values]: the storage model holds strided tensors of the sizes capture saw
         raise UnsupportedError(

@@ -20,7 +20,7 @@ from attrs import define, field
 
 from aotspec.errors import UnsupportedError
 
-from .storage import Layout, Storage, Tensor
+from .storage import Layout, SparseCoo, Storage, Tensor
 
 #: The device types whose autocast state a compiled program assumes (`r[capture.autocast]`).
 AUTOCAST_DEVICES = ("cpu", "cuda")
@@ -187,6 +187,12 @@ class Boundary:
         """A torch value for a reference output (tensors recursively; other values as they are)."""
         if isinstance(value, (list, tuple)):
             return type(value)(self.export(v) for v in value)
+        if isinstance(value, SparseCoo):
+            # r[ops.aten-values.sparse-gradient]: a sparse torch tensor reading its parts
+            indices, values = (self.export(part) for part in value.parts)
+            return torch.sparse_coo_tensor(
+                indices, values, value.sizes, is_coalesced=value.coalesced
+            )
         if not isinstance(value, Tensor):
             return value
         if id(value) in self._caller_of:

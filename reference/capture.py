@@ -76,6 +76,8 @@ from .program_records import (
     refuse_layout,
     refuse_lazy_bits,
 )
+from .sparse import CONSTRUCTORS as SPARSE_CONSTRUCTORS
+from .sparse import SparseMadeInside
 
 aten = torch.ops.aten
 
@@ -239,6 +241,9 @@ class _WatchGradMode(TorchFunctionMode):
         if func in _VALUE_COMPARISONS:
             return _VALUE_COMPARISONS[func](*args, **kwargs)
         args, kwargs = self._read_as_numbers(func, args, kwargs)
+        sparse_constructor = SPARSE_CONSTRUCTORS.get(getattr(func, "__name__", None))
+        if sparse_constructor is not None:
+            return sparse_constructor(*args, **kwargs)  # r[memory.layout.sparse-made-inside]
         try:
             result = self._decomposed(func, args, kwargs)
         except (RuntimeError, ValueError, IndexError) as error:
@@ -262,6 +267,7 @@ class _WatchGradMode(TorchFunctionMode):
 
     def _note(self, func, args, kwargs) -> None:
         if getattr(func, "__name__", None) in _SPARSE_MAKERS:
+            # r[memory.layout.strided-only]: other than by r[memory.layout.sparse-made-inside]
             refuse_layout(f"{func.__name__}()", "makes a sparse tensor")
         if func is torch._C._set_grad_enabled:
             self.modes.note(bool(args[0]))
@@ -478,9 +484,10 @@ _READ_AS_NUMBERS: dict[str, tuple[tuple[int, tuple[str, ...]], ...]] = {
 _UNALLOCATED = "its data is not allocated yet"
 
 
-#: Functions that make sparse tensors, by name (torch.sparse_csr_tensor, Tensor.to_sparse, ...).
+#: Functions that make sparse tensors, by name (torch.sparse_bsr_tensor, Tensor.to_sparse, ...),
+#: other than the constructors of `sparse.py`.
 _SPARSE_MAKERS = frozenset(
-    [f"sparse_{kind}_tensor" for kind in ("coo", "csr", "csc", "bsr", "bsc", "compressed")]
+    [f"sparse_{kind}_tensor" for kind in ("csc", "bsr", "bsc", "compressed")]
     + [f"to_sparse{suffix}" for suffix in ("", "_csr", "_csc", "_bsr", "_bsc")]
 )
 
@@ -535,6 +542,14 @@ class _Returned:
     def note(self, out: list, spec: pytree.TreeSpec) -> None:
         """The flat return value `out`: tensors, numbers read from tensor values, constants."""
         self.spec = spec
+        if any(isinstance(leaf, SparseMadeInside) for leaf in out):
+            raise UnsupportedError(  # r[memory.layout.sparse-made-inside.no-escape]
+                "the function returns a sparse tensor it made: a compiled program's outputs are "
+                "strided tensors",
+                rule="memory.layout.sparse-made-inside.no-escape",
+                fix="return its to_dense(), or make the sparse tensor from the returned parts "
+                "outside the compiled function",
+            )
         self.leaves = tuple(
             TENSOR if _is_tensor(leaf) else NUMBER if _is_read_number(leaf) else leaf
             for leaf in out

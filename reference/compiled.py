@@ -17,13 +17,13 @@ import numpy as np
 import torch
 from attrs import define, field
 
-from .boundary import Boundary, tensor_on
+from .boundary import Boundary
 from .graph import GraphProgram
 from .interpreter import interpret
 from .ledger import Ledger
 from .plan_records import Plan
 from .runtime import run_plan
-from .storage import Tensor
+from .storage import SparseCoo, Tensor
 
 
 @define
@@ -74,9 +74,9 @@ class _ReferenceGraphs:
         held = [i not in self.stolen for i in range(n)]
         results = self._run(self.plan.forward, cells, held, self.run.ledger)
         n_outputs = len(results) - self.plan.num_saved
-        saved_storages = {id(cell.storage) for cell in results[n_outputs:]}
+        saved_storages = {s for cell in results[n_outputs:] for s in _storages(cell)}
         self.outputs_saved = [
-            k for k, cell in enumerate(results[:n_outputs]) if id(cell.storage) in saved_storages
+            k for k, cell in enumerate(results[:n_outputs]) if _storages(cell) & saved_storages
         ]
         return _export(results[:n_outputs]) + results[n_outputs:]
 
@@ -103,7 +103,7 @@ class _ReferenceGraphs:
         saved_inputs.clear()
         for j in range(n_saved, len(arguments)):
             arguments[j] = boundary.import_tensor(arguments[j])  # the tangents
-        self.run.saved_storages = frozenset(cell.storage.id for cell in arguments[:n_saved])
+        self.run.saved_storages = frozenset().union(*map(_storages, arguments[:n_saved]))
         ledger = Ledger()
         self.run.backward_ledger = ledger
         self.run.backward = plan.backward_reaching(reached)
@@ -136,6 +136,13 @@ def _import(tensors: list) -> list[Tensor]:
     return cells
 
 
-def _export(cells: list[Tensor]) -> list[torch.Tensor]:
+def _storages(cell) -> set[int]:
+    """The storages (ledger ids) a value reads: a sparse one's are its parts'
+    (`r[ops.aten-values.sparse-gradient]`)."""
+    parts = cell.parts if isinstance(cell, SparseCoo) else (cell,)
+    return {part.storage.id for part in parts}
+
+
+def _export(cells: list) -> list[torch.Tensor]:
     boundary = Boundary()
-    return [tensor_on(boundary.torch_storage(cell.storage), cell.layout) for cell in cells]
+    return [boundary.export(cell) for cell in cells]

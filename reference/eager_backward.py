@@ -19,7 +19,7 @@ from attrs import define
 from aotspec.errors import SECOND_BACKWARD, InternalError, UnsupportedError
 
 from .boundary import Boundary
-from .interpreter import interpret
+from .interpreter import each_tensor, interpret
 from .ledger import Ledger
 from .storage import Tensor
 from .tape import Crossing, Entry, Saved, Tape, Var, cells_of
@@ -126,7 +126,7 @@ class Backward:
         self.ledger.begin_step(f"{entry.name}.release")
         saved = [] if self.retain else self._savedcells_of(entry)
         for cell in unpacked + saved + [g for g in grads if g is not None]:
-            self.ledger.release(cell)
+            each_tensor(cell, self.ledger.release)  # r[ops.aten-values.sparse-gradient]: parts
         if not self.retain:  # r[autograd.retain-graph]
             entry.saved_freed = bool(entry.saved)
             entry.saved.clear()
@@ -151,7 +151,7 @@ class Backward:
     def _release_now(self, *cells: Tensor) -> None:
         self.ledger.begin_step("release")
         for cell in cells:
-            self.ledger.release(cell)
+            each_tensor(cell, self.ledger.release)  # r[ops.aten-values.sparse-gradient]: parts
         self.ledger.end_step()
 
 

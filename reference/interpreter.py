@@ -21,16 +21,17 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 
-from aotspec.errors import InternalError
+from aotspec.errors import InternalError, UnsupportedError
 from aotspec.versions import add_note
 
 from .aten import run_aten
 from .boundary import storage_from_torch
 from .custom_functions import custom_function_call
+from .graph import source_line
 from .ledger import Ledger
 from .lifetimes import last_uses
 from .optable import CLONES_STORAGE, OpEntry, OpKind, bind
-from .storage import REDUCED_FLOATS, WIDE_UNSIGNED, Layout, Storage, Tensor
+from .storage import REDUCED_FLOATS, WIDE_UNSIGNED, Layout, SparseCoo, Storage, Tensor
 
 
 class Runnable(Protocol):
@@ -81,6 +82,9 @@ def each_tensor(value, action) -> None:
     for leaf in pytree.tree_leaves(value):
         if isinstance(leaf, Tensor):
             action(leaf)
+        elif isinstance(leaf, SparseCoo):
+            for part in leaf.parts:  # r[ops.aten-values.sparse-gradient]: its parts' storages
+                action(part)
 
 
 def _constant(value, name: str):
@@ -105,6 +109,8 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
     bound = bind(node.target._schema, args, kwargs)
     meta = node.meta.get("val")
     try:
+        if _reads_sparse(node, entry, bound):  # r[ops.aten-values.sparse-gradient]
+            return _named(run_aten(node.target, meta, *bound), node.name)
         if entry.kind is OpKind.COMPUTE and _aten_valued_dtype(bound, meta):
             # r[ops.complex.aten-values], r[memory.layout.unsigned]
             return _named(run_aten(node.target, meta, *bound), node.name)
@@ -134,6 +140,22 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
         add_note(error, f"while executing {node.format_node()}")
         raise
     raise InternalError(f"op table entry of unknown kind: {entry}")
+
+
+def _reads_sparse(node: torch.fx.Node, entry: OpEntry, bound) -> bool:
+    """r[ops.aten-values.sparse-gradient]: whether the op reads a sparse gradient, which only a
+    value rule, the table's or ATen's, may read (ATen's kernel computes it then)."""
+    if not any(isinstance(leaf, SparseCoo) for leaf in pytree.tree_leaves(bound)):
+        return False
+    if entry.kind not in (OpKind.COMPUTE, OpKind.ATEN):
+        raise UnsupportedError(
+            f"{node.target} views, writes or acts on the sparse gradient an ATen kernel gave "
+            f"({source_line(node)})",
+            rule="ops.aten-values.sparse-gradient",
+            fix="make the parameter's gradient dense (sparse=False), or compute this part "
+            "outside the compiled function",
+        )
+    return True
 
 
 def _aten_valued_dtype(bound, meta) -> bool:
@@ -196,7 +218,8 @@ def _on_a_clone_of_the_storage(overload, bound, meta, name: str) -> Tensor:
 
 def _named(value, name: str):
     """ATen-valued outputs take the node's name, as `_fresh` gives compute outputs theirs."""
-    cells = [leaf for leaf in pytree.tree_leaves(value) if isinstance(leaf, Tensor)]
+    cells = []
+    each_tensor(value, cells.append)
     for i, cell in enumerate(cells):
         cell.name = name if len(cells) == 1 else f"{name}[{i}]"
     return value

@@ -304,3 +304,25 @@ class Tensor:
         view = self._array_view(writeable=True)
         stored = _narrowed(self._lazy(np.asarray(values)), view.dtype)
         view[...] = np.broadcast_to(stored, view.shape)
+
+
+@define(eq=False)
+class SparseCoo:
+    """r[ops.aten-values.sparse-gradient]: the sparse COO value an ATen kernel gave: its indices
+    and its values, each a strided tensor on a storage of its own, and its sizes."""
+
+    indices: Tensor
+    values: Tensor
+    sizes: tuple[int, ...] = field(converter=tuple)
+    #: Whether the kernel said its indices are sorted without duplicates (it says so of few).
+    coalesced: bool = False
+
+    @property
+    def parts(self) -> tuple[Tensor, Tensor]:
+        return (self.indices, self.values)
+
+    @property
+    def layout(self) -> Layout:
+        """The strided layout PyTorch's meta kernel gives the value, which graphs traced on it
+        (a derivative rule, the sum of two gradients) see."""
+        return Layout.contiguous(self.values.dtype, self.sizes)

@@ -220,3 +220,19 @@ def test_aot_eager_compiles_under_the_tracker_and_its_ops_are_seen():
     assert "aten.exp.default" in ops and "aten.copy_.default" in ops
     assert tracker.storage_id(out) in tracker.probes[-1].alive
     assert x.tolist() == [2.0] * 4
+
+
+def test_a_sparse_tensor_is_counted_by_the_storages_of_its_parts():
+    """A sparse tensor has no storage of its own: the tracker counts the storages of its indices
+    and values, so making one from tracked parts allocates nothing (it reads them), and a sparse
+    result of an op counts its new parts' bytes."""
+    indices, values = torch.tensor([[0, 2, 0]]), torch.ones(3, 2)
+    tracker = MemoryTracker()
+    tracker.track(indices, values)
+    with tracker:
+        s = torch.sparse_coo_tensor(indices, values, (4, 2), check_invariants=True)
+        made = tracker.live_bytes
+        doubled = s * 2  # new values; eager's kernel copies the indices too
+    assert 3 * 8 + 3 * 2 * 4 == made  # the parts alone: int64 indices, float32 values
+    assert doubled.layout == torch.sparse_coo
+    assert 2 * (3 * 8 + 3 * 2 * 4) == tracker.live_bytes

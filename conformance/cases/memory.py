@@ -160,9 +160,35 @@ CASES.append(
 )
 
 
-def _sparse_rows_doubled(v):
+#: Weights that tell the positions of a dense 2x2 result apart.
+_BY_POSITION = ((1.0, 10.0), (100.0, 1000.0))
+
+
+def _csr_rows_weighted(v):
     rows, cols = torch.tensor([0, 2, 4]), torch.tensor([0, 1, 0, 1])
-    return torch.sparse_csr_tensor(rows, cols, v, size=(2, 2)).to_dense() * 2
+    return torch.sparse_csr_tensor(rows, cols, v, size=(2, 2)).to_dense() * torch.tensor(
+        _BY_POSITION
+    )
+
+
+def _coo_duplicates_weighted(v):
+    # positions (0, 1), (0, 1) again, (1, 0)
+    indices = torch.tensor([[0, 0, 1], [1, 1, 0]])
+    return torch.sparse_coo_tensor(indices, v, (2, 2)).to_dense() * torch.tensor(_BY_POSITION)
+
+
+def _csr_returned(v):
+    return torch.sparse_csr_tensor(torch.tensor([0, 2, 4]), torch.tensor([0, 1, 0, 1]), v, (2, 2))
+
+
+def _csr_copied_into(v, x):
+    rows, cols = torch.tensor([0, 2, 4]), torch.tensor([0, 1, 0, 1])
+    x.copy_(torch.sparse_csr_tensor(rows, cols, v, size=(2, 2)))
+    return x * 2
+
+
+def _to_sparse_inside(x):
+    return x.to_sparse().to_dense() * 2
 
 
 def _dense_doubled(s):
@@ -174,12 +200,61 @@ _EAGER_RUNS_SPARSE = {"torch-eager": "eager PyTorch runs sparse tensors"}
 
 CASES += [
     Case(
-        name="memory.sparse-tensor-made-inside-raises",
-        rules=["memory.layout.strided-only", "boundary.failed-call"],
+        name="memory.sparse-csr-made-inside-densified",
+        rules=["memory.layout.sparse-made-inside", "memory.layout.sparse-made-inside.to-dense"],
+        setup=lambda: {"v": torch.tensor([1.0, 2.0, 3.0, 4.0], requires_grad=True)},
+        args=["v"],
+        program=_csr_rows_weighted,
+        backward=True,
+        # eager: the dense matrix [[1, 2], [3, 4]] times the weights; each value's gradient is
+        # the weight at its position
+        expect=[
+            Values("out0", [[1.0, 20.0], [300.0, 4000.0]]),
+            Layout("out0", dtype=torch.float32, shape=(2, 2), strides=(2, 1)),
+            Values("v.grad", [1.0, 10.0, 100.0, 1000.0]),
+        ],
+    ),
+    Case(
+        name="memory.sparse-coo-made-inside-sums-duplicates",
+        rules=["memory.layout.sparse-made-inside.to-dense"],
+        setup=lambda: {"v": torch.tensor([1.0, 2.0, 3.0], requires_grad=True)},
+        args=["v"],
+        program=_coo_duplicates_weighted,
+        backward=True,
+        # eager: position (0, 1) holds 1 + 2, position (1, 0) holds 3; both values at (0, 1)
+        # get its weight, 10
+        expect=[
+            Values("out0", [[0.0, 30.0], [300.0, 0.0]]),
+            Values("v.grad", [10.0, 10.0, 100.0]),
+        ],
+    ),
+    Case(
+        name="memory.sparse-made-inside-returned-raises",
+        rules=["memory.layout.sparse-made-inside.no-escape"],
         setup=lambda: {"v": torch.tensor([1.0, 2.0, 3.0, 4.0])},
         args=["v"],
-        program=_sparse_rows_doubled,
-        # eager: [[2, 4], [6, 8]]
+        program=_csr_returned,
+        # eager returns a sparse CSR tensor reading v's storage
+        expect=[Raises(UnsupportedError, rule="memory.layout.sparse-made-inside.no-escape")],
+        skip=_EAGER_RUNS_SPARSE,
+    ),
+    Case(
+        name="memory.sparse-made-inside-copied-into-input-raises",
+        rules=["memory.layout.sparse-made-inside.no-escape", "boundary.failed-call"],
+        setup=lambda: {"v": torch.tensor([1.0, 2.0, 3.0, 4.0]), "x": torch.zeros(2, 2)},
+        args=["v", "x"],
+        program=_csr_copied_into,
+        # eager: x becomes [[1, 2], [3, 4]]; refused, x keeps its zeros (Raises checks it)
+        expect=[Raises(UnsupportedError, rule="memory.layout.sparse-made-inside.no-escape")],
+        skip=_EAGER_RUNS_SPARSE,
+    ),
+    Case(
+        name="memory.sparse-tensor-made-by-to-sparse-raises",
+        rules=["memory.layout.strided-only", "boundary.failed-call"],
+        setup=lambda: {"x": torch.eye(2)},
+        args=["x"],
+        program=_to_sparse_inside,
+        # eager: [[2, 0], [0, 2]]
         expect=[Raises(UnsupportedError, rule="memory.layout.strided-only")],
         skip=_EAGER_RUNS_SPARSE,
     ),

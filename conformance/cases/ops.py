@@ -20,6 +20,7 @@ from ..case import (
     Raises,
     Separate,
     Shares,
+    SparseValues,
     StorageBytes,
     Values,
     eager_only,
@@ -1255,6 +1256,54 @@ CASES = [
             Values("out0", [[5.0, 10.0], [4.0, 8.0], [80.0, 160.0]]),
             Values("x.grad", [[0.0, 0.0], [4.0, 8.0], [0.0, 0.0]]),
             Values("value.grad", torch.tensor(51.0)),
+        ],
+    ),
+]
+
+
+def _bags_summed_sparse(w, x, offsets):
+    return F.embedding_bag(x, w, offsets, mode="sum", sparse=True)
+
+
+def _bags_summed_sparse_twice(w, x, offsets):
+    return _bags_summed_sparse(w, x, offsets) + _bags_summed_sparse(w, x.flip(0), offsets)
+
+
+def _embedding_table():
+    return {
+        "w": torch.arange(20.0).view(10, 2).requires_grad_(),
+        "x": torch.tensor([1, 5, 1, 7]),
+        "offsets": torch.tensor([0, 2]),
+    }
+
+
+CASES += [
+    Case(
+        name="ops.embedding-bag-sparse-weight-gradient",
+        rules=["ops.aten-values.sparse-gradient", "ops.aten-values"],
+        setup=_embedding_table,
+        args=["w", "x", "offsets"],
+        program=_bags_summed_sparse,
+        backward=True,
+        # eager: bags {1, 5} and {1, 7} of rows [2k, 2k + 1]; w.grad is sparse, a row of ones
+        # per index, [[1, 5, 1, 7]], which coalesced is row 1 twice, rows 5 and 7 once
+        expect=[
+            Values("out0", [[12.0, 14.0], [16.0, 18.0]]),
+            SparseValues("w.grad", (10, 2), [[1, 5, 7]], [[2.0, 2.0], [1.0, 1.0], [1.0, 1.0]]),
+        ],
+    ),
+    Case(
+        name="ops.sparse-gradients-of-one-weight-summed",
+        rules=["ops.aten-values.sparse-gradient"],
+        setup=_embedding_table,
+        args=["w", "x", "offsets"],
+        program=_bags_summed_sparse_twice,
+        backward=True,
+        # eager: bags {1, 5}, {1, 7}, then {7, 1}, {5, 1}: each output row is 2 w1 + w5 + w7;
+        # w.grad, coalesced, counts row 1 four times, rows 5 and 7 twice
+        expect=[
+            Values("out0", [[28.0, 32.0], [28.0, 32.0]]),
+            SparseValues("w.grad", (10, 2), [[1, 5, 7]], [[4.0, 4.0], [2.0, 2.0], [2.0, 2.0]]),
         ],
     ),
 ]

@@ -48,16 +48,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     # test_aotdispatch_hooks.py
 
     # test_aotdispatch_misc.py
-    ("test_embedding_bag_view_dynamic", "reference"):
-        "unsupported: a sparse gradient (ops.aten-values)",
-    ("test_sparse_csr_creation", "reference"):
-        "unsupported: a sparse CSR tensor made inside (memory.layout.strided-only)",
-    ("test_sparse_csr_creation", "fast"):
-        "unsupported: a sparse CSR tensor made inside (memory.layout.strided-only)",
-    ("test_sparse_csr_creation_requires_grad_errors", "reference"):
-        "unsupported: a sparse CSR tensor made inside (memory.layout.strided-only)",
-    ("test_sparse_csr_creation_requires_grad_errors", "fast"):
-        "unsupported: a sparse CSR tensor made inside (memory.layout.strided-only)",
 
     # test_aotdispatch_mutations.py
     ("test_set__and_data_mutation_good", "dynamo"):
