@@ -342,6 +342,22 @@ class Number(Expectation):
 
 
 @frozen
+class Version(Expectation):
+    """The version counter of tensor `name` after the call is `expected` (what autograd's check
+    of saved tensors reads)."""
+
+    name: str
+    expected: int
+
+    def check(self, outcome):
+        missing = _missing(outcome, self.name)
+        if missing:
+            return missing
+        got = outcome.world[self.name]._version
+        return None if got == self.expected else f"{self.name}: version {got}, not {self.expected}"
+
+
+@frozen
 class Identical(Expectation):
     """`a` and `b` are the very same tensor object (an output that is an argument)."""
 

@@ -119,8 +119,14 @@ def _advance_versions(program: FunctionalProgram, tensors, storage: int) -> None
     """r[functionalize.epilogue.version]: the caller's tensors on a storage the program wrote see
     a new version, as after an eager in-place op (even when the storage ends at 0 bytes and
     nothing is written back), so autograd's checks of saved tensors see the write."""
-    for i, (t, meta) in enumerate(zip(tensors, program.inputs, strict=True)):
-        if t is not None and meta.storage == storage and meta.same_object == i:  # each object once
+    on_storage = [
+        t
+        for i, (t, meta) in enumerate(zip(tensors, program.inputs, strict=True))
+        if t is not None and meta.storage == storage and meta.same_object == i  # each object once
+    ]
+    versions = [t._version for t in on_storage]
+    for t, version in zip(on_storage, versions, strict=True):
+        if t._version == version:  # a counter shared with a tensor before it is advanced already
             torch.autograd.graph.increment_version(t)
 
 

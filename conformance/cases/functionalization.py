@@ -19,6 +19,7 @@ from ..case import (
     Shares,
     StorageBytes,
     Values,
+    Version,
 )
 from ._autograd_common import _leaves
 from .aliasing import _two_by_three_and_alias, resize_storage_bytes_, set_
@@ -402,6 +403,34 @@ CASES.append(
         skip={
             "reference-eager": "the eager interpreter gives unsafe_split's outputs one version "
             "counter, where eager gives each its own"
+        },
+    )
+)
+
+
+def _writes_a_view_then_reads_the_base(base, view):
+    view.mul_(2)
+    return base + 1
+
+
+CASES.append(
+    Case(
+        name="functionalize.epilogue-advances-a-shared-version-counter-once",
+        rules=["functionalize.epilogue.version"],
+        setup=lambda: (lambda base: {"base": base, "view": base.view(2, 2)})(torch.ones(4)),
+        args=["base", "view"],
+        program=_writes_a_view_then_reads_the_base,
+        # eager: one in-place op through the view advances the counter it shares with its base
+        # once: both read version 1
+        expect=[
+            Values("base", [2.0, 2.0, 2.0, 2.0]),
+            Values("out0", [3.0, 3.0, 3.0, 3.0]),
+            Version("base", 1),
+            Version("view", 1),
+        ],
+        skip={
+            "reference-eager": "the eager interpreter writes the caller's storages back without "
+            "advancing their tensors' version counters"
         },
     )
 )
