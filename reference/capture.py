@@ -774,9 +774,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     _refuse_other_generator_changes(generator_before)
     grad_modes.annotate(graph_module.graph)
     regions.annotate(graph_module.graph)
-    _refuse_random_ops_in_regions(graph_module.graph)
-    _refuse_value_dependent_shapes(graph_module.graph)
-    _raise_kernel_dtype_errors(graph_module.graph)
+    _check_traced(graph_module.graph)
     _return_tensors_read(graph_module, returned.numbers)
     _drop_view_replays(graph_module)
     return CapturedProgram(
@@ -907,6 +905,13 @@ def has_value_dependent_sizes(value) -> bool:
     """Whether a tensor of `value` has sizes that tracing left as symbols, with no value."""
     tensors = [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
     return any(not all(isinstance(n, int) for n in t.shape) for t in tensors)
+
+
+def _check_traced(graph: torch.fx.Graph) -> None:
+    """What tracing lets pass that a compiled call may not run."""
+    _refuse_random_ops_in_regions(graph)
+    _refuse_value_dependent_shapes(graph)
+    _raise_kernel_dtype_errors(graph)
 
 
 def _refuse_value_dependent_shapes(graph: torch.fx.Graph) -> None:
