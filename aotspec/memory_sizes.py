@@ -115,38 +115,67 @@ def measure(program: ProgramFile, sizes: Sizes) -> tuple[list[Peaks], list[Failu
 @frozen
 class Formula:
     """What the peaks at the measured sizes say: the polynomial (coefficients from the constant
-    up) when one holds at every size, and a sentence for people."""
+    up) when one holds, from `first_size` on (None: at every size), and a sentence for people."""
 
     coefficients: tuple[Fraction, ...] | None
     text: str
+    first_size: int | None = None
 
 
 def formula(points: list[tuple[int, int]], dimension: str, over: str) -> Formula:
-    """The lowest-degree polynomial of `SHAPES` through the first points that holds at all."""
+    """The lowest-degree polynomial of `SHAPES` through the first points that holds at all of
+    them; failing that, the one that holds over the longest run of the largest sizes (a peak is
+    often the larger of two affine amounts, the one that grows faster taking over)."""
     if len(points) < 3:
         return Formula(
             None,
             f"cannot be checked: {len(points)} size(s) measured; a formula needs 3 (2 to fit "
             f"a line, 1 more to check it)",
         )
-    tried = []
-    for degree, shape in SHAPES:
-        if len(points) < degree + 2:
-            return Formula(
-                None,
-                f"{_none_of(tried)} in {dimension} over {over}; a {shape} formula "
-                f"needs {degree + 2} sizes to be checked",
-            )
-        fitted, checked = points[: degree + 1], points[degree + 1 :]
-        coefficients = interpolate(fitted)
-        if all(evaluate(coefficients, size) == peak for size, peak in checked):
+    found = _holding(points)
+    if found is not None:
+        shape, coefficients, checked = found
+        return Formula(
+            coefficients,
+            f"{polynomial_text(coefficients, dimension)} bytes ({shape} in {dimension}: "
+            f"{_fitted_and_checked(points, checked)})",
+        )
+    tried = [shape for degree, shape in SHAPES if len(points) >= degree + 2]
+    failure = f"{_none_of(tried)} in {dimension} over {over}"
+    for degree, shape in SHAPES[len(tried) :]:
+        failure += f"; a {shape} formula needs {degree + 2} sizes to be checked"
+    for start in range(1, len(points) - 2):
+        found = _holding(points[start:])
+        if found is not None:
+            shape, coefficients, checked = found
+            first, last = points[start][0], points[-1][0]
             return Formula(
                 coefficients,
-                f"{polynomial_text(coefficients, dimension)} bytes ({shape} in {dimension}: "
-                f"fitted at {_listed(fitted)}, checked at {_listed(checked)})",
+                f"{polynomial_text(coefficients, dimension)} bytes for {dimension} from {first} "
+                f"to {last} ({shape}: {_fitted_and_checked(points[start:], checked)}); "
+                f"{failure}",
+                first,
             )
-        tried.append(shape)
-    return Formula(None, f"{_none_of(tried)} in {dimension} over {over}")
+    return Formula(None, failure)
+
+
+def _holding(points: list[tuple[int, int]]) -> tuple[str, tuple[Fraction, ...], int] | None:
+    """The first shape whose polynomial through the first points holds at the others, its
+    coefficients and how many points it was checked at; None when none does."""
+    for degree, shape in SHAPES:
+        fitted, checked = points[: degree + 1], points[degree + 1 :]
+        if not checked:
+            return None
+        coefficients = interpolate(fitted)
+        if all(evaluate(coefficients, size) == peak for size, peak in checked):
+            return shape, coefficients, len(checked)
+    return None
+
+
+def _fitted_and_checked(points: list[tuple[int, int]], checked: int) -> str:
+    fitted = [size for size, _ in points[:-checked]]
+    tested = [size for size, _ in points[-checked:]]
+    return f"fitted at {', '.join(map(str, fitted))}, checked at {', '.join(map(str, tested))}"
 
 
 def _none_of(tried: list[str]) -> str:
@@ -193,10 +222,6 @@ def polynomial_text(coefficients: tuple[Fraction, ...], name: str) -> str:
         sign = "-" if c < 0 else "+"
         terms.append(f"{sign} {term}" if terms else f"-{term}" if c < 0 else term)
     return " ".join(terms)
-
-
-def _listed(points: list[tuple[int, int]]) -> str:
-    return ", ".join(str(size) for size, _ in points)
 
 
 # ---------------------------------------------------------------- showing them
@@ -255,6 +280,8 @@ def plot(
         said = fit.text
         if fit.coefficients is not None:
             said = f"{polynomial_text(fit.coefficients, sizes.dimension)} bytes"
+            if fit.first_size is not None:
+                said += f" for {sizes.dimension} >= {fit.first_size}"
         ax.plot(x, y, label=f"{which} peak: {said}", **_STYLES[which])
     ax.set_xlabel(sizes.dimension)
     if len(x) <= 16:

@@ -49,7 +49,11 @@ def register(commands) -> None:
         help="live bytes at every step of one training step: eager, unboxed, boxed, hooks",
     )
     _program_arguments(memory)
-    memory.add_argument("--plot", metavar="OUT.png|svg", help="plot the timelines to this file")
+    memory.add_argument(
+        "--plot",
+        metavar="OUT.png|svg",
+        help="plot the timelines to this file (with --sizes: the peaks against the size)",
+    )
     memory.add_argument(
         "--memory-viz",
         metavar="OUT.pickle",
@@ -60,8 +64,8 @@ def register(commands) -> None:
         metavar="DIM=A..B",
         help="the boxed reference's forward and backward peaks at each size of DIM, a keyword "
         "parameter of the argument builder (`def FUNCTION_args(DIM=16)`): A..B (every size), "
-        "A..B:STEP or N,M,...; prints a table, each peak as a formula of DIM where one is affine "
-        "(or quadratic) at every size, and with --plot draws the peaks against DIM",
+        "A..B:STEP or N,M,...; prints a table and each peak as an exact formula of DIM where one "
+        "affine (or quadratic) in DIM holds at every size, or else at the largest sizes",
     )
     memory.set_defaults(run=_guarded(_memory))
 
@@ -207,7 +211,6 @@ def _memory_sizes(options, program: ProgramFile) -> int:
     sizes = memory_sizes.parse_sizes(options.sizes)
     measured, failed = memory_sizes.measure(program, sizes)
     found = memory_sizes.formulas(measured, sizes) if measured else {}
-    title = f"{program.spec}: peaks of one training step over {sizes.dimension}={sizes.text}"
     if options.format == "json":
         fields = {
             "dimension": sizes.dimension,
@@ -219,10 +222,14 @@ def _memory_sizes(options, program: ProgramFile) -> int:
         print(json.dumps(fields, indent=2))
     elif measured:
         console = Console()
-        console.print(memory_sizes.table(measured, sizes, title + " (reference ledger, bytes)"))
+        if not console.is_terminal:
+            console = Console(width=140)  # a table to keep whole in a file or a pipe
+        title = f"{program.spec}: peaks of one training step (reference ledger, bytes)"
+        console.print(memory_sizes.table(measured, sizes, title))
         for which, fit in found.items():
             console.print(f"{which} peak = {fit.text}", soft_wrap=True, highlight=False)
     if options.plot and measured:
+        title = f"{program.spec}: peaks of one training step over {sizes.dimension}={sizes.text}"
         memory_sizes.plot(measured, found, sizes, options.plot, title)
     for failure in failed:
         _fail(f"at {sizes.dimension}={failure.size}: {failure.reason}", 1)
