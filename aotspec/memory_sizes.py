@@ -8,8 +8,9 @@ backward's peak, counted as `aotspec/memory_timeline.py` counts them.
 
 A peak is printed as a formula of the size where it is one: the polynomial through the first
 sizes (two for an affine formula `a*n + b`, three for a quadratic one), in exact fractions, holds
-at every other size measured, to the byte. A formula is only printed once it was checked at one
-size more than it needs to be fitted.
+at every other size measured, to the byte; failing that, the one that holds over the largest
+sizes, from the size where it starts. A formula is only printed once it was checked at one size
+more than it needs to be fitted.
 """
 
 from __future__ import annotations
@@ -231,7 +232,7 @@ def formulas(measured: list[Peaks], sizes: Sizes) -> dict[str, Formula]:
     """The forward's and, when there is a backward, the backward's formula."""
     forward = [(p.size, p.forward_peak_bytes) for p in measured]
     found = {"forward": formula(forward, sizes.dimension, sizes.text)}
-    if measured and measured[0].backward_peak_bytes is not None:
+    if measured and all(p.backward_peak_bytes is not None for p in measured):
         backward = [(p.size, p.backward_peak_bytes) for p in measured]
         found["backward"] = formula(backward, sizes.dimension, sizes.text)
     return found
@@ -262,10 +263,15 @@ _STYLES = {
 
 
 def plot(
-    measured: list[Peaks], found: dict[str, Formula], sizes: Sizes, path: str, title: str
+    measured: list[Peaks],
+    failed: list[Failure],
+    found: dict[str, Formula],
+    sizes: Sizes,
+    path: str,
+    title: str,
 ) -> None:
-    """Both peaks against the size, each labelled with its formula. PNG or SVG, from `path`'s
-    suffix."""
+    """Both peaks against the size, each labelled with its formula, and the sizes at which the
+    program failed under the axis. PNG or SVG, from `path`'s suffix."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -283,7 +289,8 @@ def plot(
             if fit.first_size is not None:
                 said += f" for {sizes.dimension} >= {fit.first_size}"
         ax.plot(x, y, label=f"{which} peak: {said}", **_STYLES[which])
-    ax.set_xlabel(sizes.dimension)
+    failures = ", ".join(str(failure.size) for failure in failed)
+    ax.set_xlabel(sizes.dimension + (f"  (the step failed at {failures})" if failed else ""))
     if len(x) <= 16:
         ax.set_xticks(x)
     ax.set_ylabel(f"peak live memory ({unit})")

@@ -230,7 +230,7 @@ def _memory_sizes(options, program: ProgramFile) -> int:
             console.print(f"{which} peak = {fit.text}", soft_wrap=True, highlight=False)
     if options.plot and measured:
         title = f"{program.spec}: peaks of one training step over {sizes.dimension}={sizes.text}"
-        memory_sizes.plot(measured, found, sizes, options.plot, title)
+        memory_sizes.plot(measured, failed, found, sizes, options.plot, title)
     for failure in failed:
         _fail(f"at {sizes.dimension}={failure.size}: {failure.reason}", 1)
     return 1 if failed else 0

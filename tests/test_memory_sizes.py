@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 import torch
@@ -72,6 +73,12 @@ def rows_of_four(x):
 
 def rows_of_four_args(n=8):
     return (torch.randn(n, requires_grad=True),)
+
+
+def at_most_eight_args(n=8):
+    if n > 8:
+        raise ValueError(f"no data for {n} rows")
+    return rows_of_four_args(n)
 
 
 def fixed(x):
@@ -153,6 +160,18 @@ def test_a_size_at_which_the_program_fails_is_named_and_the_others_kept(capsys):
     assert "test_memory_sizes.py:" in captured.err  # the program's line
     # x, the sums (a quarter of its bytes): 4n + n
     assert result["formulas"]["forward"].startswith("5*n bytes (affine in n")
+
+
+def test_a_size_at_which_the_builder_fails_is_named(capsys):
+    argv = [f"{__file__}:rows_of_four", "--args", "at_most_eight_args", "--sizes", "n=4,8,12"]
+    code, result = run_json(capsys, *argv)
+    assert code == 1
+    assert [4, 8] == [p["size"] for p in result["peaks"]]
+    assert [12] == [f["size"] for f in result["failures"]]
+    assert result["failures"][0]["reason"].startswith(
+        "at_most_eight_args(n=12) in test_memory_sizes.py raised ValueError: no data for 12 rows "
+        "(at test_memory_sizes.py:"
+    )
 
 
 @pytest.mark.parametrize(
@@ -240,3 +259,15 @@ def test_command_end_to_end_in_a_process(tmp_path):
     assert "forward peak = 4*seq**2 + 32*seq bytes (quadratic in seq" in done.stdout
     assert f"{scores_backward_peak(8):,}" in done.stdout
     assert b"<svg" in svg.read_bytes()[:400]
+
+
+def test_with_hooks_the_peaks_are_those_of_the_hooks_at_last_use(capsys):
+    """The MLP of examples/mlp.py at its default batch, 512, with its bfloat16 hooks: the peaks
+    the README gives for `aotspec memory` with the packs at last use."""
+    example = str(Path(__file__).parent.parent / "examples" / "mlp.py")
+    argv = [f"{example}:mlp", "--hooks", "pack_bf16,unpack_f32", "--sizes", "batch=512"]
+    code, result = run_json(capsys, *argv)
+    assert code == 0
+    assert [{"size": 512, "forward_peak_bytes": 3_407_872, "backward_peak_bytes": 3_670_016}] == (
+        result["peaks"]
+    )
