@@ -281,10 +281,7 @@ def plot(rows: list[Timeline], path: str, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    peak = max(row.peak_bytes for row in rows)
-    unit, scale = (
-        ("MiB", 2**20) if peak >= 2**20 else ("KiB", 2**10) if peak >= 2**10 else ("B", 1)
-    )
+    unit, scale = byte_unit(max(row.peak_bytes for row in rows))
     passes = ["forward"] + (["backward"] if any(row.backward for row in rows) else [])
     figure, axes = plt.subplots(
         1, len(passes), figsize=(7 * len(passes), 6.5), sharey=True, squeeze=False
@@ -314,6 +311,11 @@ def plot(rows: list[Timeline], path: str, title: str) -> None:
     figure.tight_layout(rect=(0, 0.14, 1, 1))
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def byte_unit(peak: int) -> tuple[str, int]:
+    """The unit to plot bytes up to `peak` in, and its size in bytes."""
+    return ("MiB", 2**20) if peak >= 2**20 else ("KiB", 2**10) if peak >= 2**10 else ("B", 1)
 
 
 def _legend(row: Timeline, scale: int, unit: str) -> str:

@@ -49,11 +49,23 @@ def register(commands) -> None:
         help="live bytes at every step of one training step: eager, unboxed, boxed, hooks",
     )
     _program_arguments(memory)
-    memory.add_argument("--plot", metavar="OUT.png|svg", help="plot the timelines to this file")
+    memory.add_argument(
+        "--plot",
+        metavar="OUT.png|svg",
+        help="plot the timelines to this file (with --sizes: the peaks against the size)",
+    )
     memory.add_argument(
         "--memory-viz",
         metavar="OUT.pickle",
         help="write the boxed reference's ledgers as a torch.cuda.memory._dump_snapshot pickle",
+    )
+    memory.add_argument(
+        "--sizes",
+        metavar="DIM=A..B",
+        help="the boxed reference's forward and backward peaks at each size of DIM, a keyword "
+        "parameter of the argument builder (`def FUNCTION_args(DIM=16)`): A..B (every size), "
+        "A..B:STEP or N,M,...; prints a table and each peak as an exact formula of DIM where one "
+        "affine (or quadratic) in DIM holds at every size, or else at the largest sizes",
     )
     memory.set_defaults(run=_guarded(_memory))
 
@@ -163,6 +175,8 @@ def _memory(options, program: ProgramFile) -> int:
 
     from aotspec.memory_timeline import TrainingStep, plot, table, timelines
 
+    if options.sizes is not None:
+        return _memory_sizes(options, program)
     step = TrainingStep(program.fn, program.arguments, program.hooks, program.before_backward)
     rows = timelines(step)
     title = f"{program.spec}: one training step"
@@ -178,6 +192,48 @@ def _memory(options, program: ProgramFile) -> int:
     if options.memory_viz:
         _dump_snapshot(step, options.memory_viz)
     return 0
+
+
+def _memory_sizes(options, program: ProgramFile) -> int:
+    """`aotspec memory --sizes DIM=...`: both peaks at each size, their formulas, the plot."""
+    import json
+
+    import attrs
+    from rich.console import Console
+
+    from aotspec import memory_sizes
+
+    if options.memory_viz:
+        raise UsageError(
+            "--memory-viz writes one call's ledgers, and --sizes measures several",
+            "Run --memory-viz without --sizes, with the size set in the argument builder",
+        )
+    sizes = memory_sizes.parse_sizes(options.sizes)
+    measured, failed = memory_sizes.measure(program, sizes)
+    found = memory_sizes.formulas(measured, sizes) if measured else {}
+    if options.format == "json":
+        fields = {
+            "dimension": sizes.dimension,
+            "sizes": sizes.text,
+            "peaks": [attrs.asdict(peaks) for peaks in measured],
+            "failures": [attrs.asdict(failure) for failure in failed],
+            "formulas": {which: fit.text for which, fit in found.items()},
+        }
+        print(json.dumps(fields, indent=2))
+    elif measured:
+        console = Console()
+        if not console.is_terminal:
+            console = Console(width=140)  # a table to keep whole in a file or a pipe
+        title = f"{program.spec}: peaks of one training step (reference ledger, bytes)"
+        console.print(memory_sizes.table(measured, sizes, title))
+        for which, fit in found.items():
+            console.print(f"{which} peak = {fit.text}", soft_wrap=True, highlight=False)
+    if options.plot and measured:
+        title = f"{program.spec}: peaks of one training step over {sizes.dimension}={sizes.text}"
+        memory_sizes.plot(measured, failed, found, sizes, options.plot, title)
+    for failure in failed:
+        _fail(f"at {sizes.dimension}={failure.size}: {failure.reason}", 1)
+    return 1 if failed else 0
 
 
 def _dump_snapshot(step, path: str) -> None:

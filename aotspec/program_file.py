@@ -6,6 +6,9 @@ The conventions of `aotspec explain` and `aotspec memory` (README, "Seeing a pla
 - its arguments come from a builder in the same file: `FUNCTION_args()` unless `--args NAME`
   names another; it returns the positional arguments as a tuple, a fresh set on each call (a
   training step mutates them and accumulates `.grad`);
+- the builder's parameters that can be passed by keyword are its named sizes
+  (`def mlp_args(batch=512)`): `aotspec memory --sizes batch=8..64` builds the arguments at each
+  size, and the other commands call the builder with its defaults;
 - `--hooks PACK,UNPACK` names saved-tensor hooks in the same file, active around the call;
 - `FUNCTION_before_backward(*args)`, when the file defines it, runs between the forward and the
   backward, as the caller would there (FSDP gathers its parameters again).
@@ -15,6 +18,7 @@ Every mistake in these is a `UsageError`: one line saying what was wrong and wha
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import sys
 import traceback
 from collections.abc import Callable
@@ -48,14 +52,15 @@ class ProgramFile:
     def name(self) -> str:
         return self.fn.__name__
 
-    def arguments(self) -> tuple:
-        """A fresh set of arguments from the builder."""
+    def arguments(self, **sizes: int) -> tuple:
+        """A fresh set of arguments from the builder, given these named sizes."""
         builder = self.build_args.__name__
+        called = ", ".join(f"{name}={value}" for name, value in sizes.items())
         try:
-            args = self.build_args()
+            args = self.build_args(**sizes)
         except Exception as error:  # noqa: BLE001  (the user's code: reported in one line)
             raise UsageError(
-                f"{builder}() in {self.path.name} raised {describe(error, self.path)}",
+                f"{builder}({called}) in {self.path.name} raised {describe(error, self.path)}",
                 f"Fix {builder} so that it returns {self.name}'s arguments",
             ) from None
         if not isinstance(args, (tuple, list)):
@@ -64,6 +69,25 @@ class ProgramFile:
                 f"Return {self.name}'s positional arguments as a tuple, e.g. `return (x, w)`",
             )
         return tuple(args)
+
+    def size_names(self) -> tuple[str, ...]:
+        """The builder's named sizes: its parameters that can be passed by keyword."""
+        keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        parameters = inspect.signature(self.build_args).parameters.values()
+        return tuple(p.name for p in parameters if p.kind in keyword)
+
+    def check_size_name(self, name: str) -> None:
+        """Raise a `UsageError` unless the builder has a named size `name`."""
+        names = self.size_names()
+        if name in names:
+            return
+        builder = self.build_args.__name__
+        raise UsageError(
+            f"{builder}() in {self.path.name} has no size named {name!r} (its sizes: "
+            f"{', '.join(names) or 'none'})",
+            f"Name one of them, or give {builder} a keyword parameter for that size, e.g. "
+            f"`def {builder}({name}=16)`, and build the arguments from it",
+        )
 
 
 def load(spec: str, args: str | None = None, hooks: str | None = None) -> ProgramFile:

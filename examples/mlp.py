@@ -3,6 +3,7 @@
 
 aotspec explain examples/mlp.py:mlp --hooks pack_bf16,unpack_f32
 aotspec memory examples/mlp.py:mlp --hooks pack_bf16,unpack_f32 --plot docs/mlp_memory.png
+aotspec memory examples/mlp.py:mlp --sizes batch=64..512:64 --plot docs/mlp_memory_sizes.png
 """
 
 import torch
@@ -16,9 +17,9 @@ def mlp(x, *weights):
     return x @ weights[-1].t()
 
 
-def mlp_args():
+def mlp_args(batch=BATCH):
     torch.manual_seed(0)
-    x = torch.randn(BATCH, WIDTH)
+    x = torch.randn(batch, WIDTH)
     weights = [(torch.randn(WIDTH, WIDTH) * WIDTH**-0.5).requires_grad_() for _ in range(LAYERS)]
     return (x, *weights)
 

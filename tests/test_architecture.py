@@ -162,7 +162,7 @@ def test_the_tools_that_show_a_plan_import_records_not_passes():
     records; they import no pass and not the pipeline themselves."""
     graph = import_graph()
     compile_side = {f"aotspec.reference.{name}" for name in PASSES | {"pipeline"}}
-    for name in ("explain", "memory_timeline", "memory_viz"):
+    for name in ("explain", "memory_timeline", "memory_sizes", "memory_viz"):
         assert graph[f"aotspec.{name}"] & compile_side == set(), name
 
 

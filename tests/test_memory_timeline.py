@@ -4,6 +4,7 @@ the same program, order the variants as the spec says (`r[boxed.args-cleared]`,
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 from pathlib import Path
@@ -39,8 +40,8 @@ def load(path: Path):
 def mlp_rows():
     """examples/mlp.py at the mlp_memory benchmark's batch (64), every variant."""
     example = load(ROOT / "examples" / "mlp.py")
-    example.BATCH = 64
-    step = TrainingStep(example.mlp, example.mlp_args, (example.pack_bf16, example.unpack_f32))
+    build = functools.partial(example.mlp_args, batch=64)
+    step = TrainingStep(example.mlp, build, (example.pack_bf16, example.unpack_f32))
     return {row.variant: row for row in timelines(step)}, example
 
 
@@ -74,7 +75,7 @@ def test_hooks_at_last_use_peak_below_hooks_at_forward_end(mlp_rows):
 
 def test_eager_forward_equals_the_tracker_on_the_same_call(mlp_rows):
     rows, example = mlp_rows
-    args = example.mlp_args()
+    args = example.mlp_args(batch=64)
     tracker = MemoryTracker()
     tracker.track(args)
     with tracker:
