@@ -178,34 +178,31 @@ def _check_one_object(program: FunctionalProgram, storage: int) -> None:
 def _resized_inputs(program: FunctionalProgram) -> dict[torch.fx.Node, int]:
     """r[autograd.no-grad-input-writes.identity]: the contents a resize up gave the storage of an
     input that requires grad are that input for autograd: node -> the input's flat index. (Writes
-    under torch.no_grad() pass gradients to the contents before them, down to the input itself.)"""
+    under torch.no_grad() pass gradients to the contents before them, down to the input itself.
+    Where several inputs requiring grad share the storage, or one reads it in another dtype, each
+    read goes to the input it reads through instead: `_read_through_inputs`.)"""
     owner: dict[int, int] = {}
     for i, meta in enumerate(program.inputs):
         touched = meta.storage in program.touched_storages
-        if not (meta.requires_grad and meta.same_object == i and touched):
-            continue
-        if owner.setdefault(meta.storage, i) != i:
-            if meta.storage in program.written_with_grad:
-                _check_one_object(program, meta.storage)  # raises: written with history
-            raise UnsupportedError(
-                f"flat inputs {owner[meta.storage]} and {i} require grad, share one storage, and "
-                "the program writes or resizes it, so its new contents belong to neither alone",
-                rule="autograd.no-grad-input-writes.identity",
-                fix="pass one of the two tensors, and take the other as a view of it inside the "
-                "function",
-            )
-        if meta.layout.dtype != program.inputs[meta.storage].layout.dtype:
-            raise UnsupportedError(
-                f"flat input {i} requires grad and the program writes its storage, which an "
-                f"earlier input reads as {program.inputs[meta.storage].layout.dtype}",
-                rule="autograd.no-grad-input-writes.identity",
-                fix="pass the tensor that requires grad before the other views of its storage",
-            )
+        alone = meta.storage not in program.read_through_storages
+        if meta.requires_grad and meta.same_object == i and touched and alone:
+            owner[meta.storage] = i
     return {
         node: owner[storage]
         for node, storage in program.stand_ins.resized_contents.items()
         if storage in owner
     }
+
+
+def _read_through_inputs(program: FunctionalProgram) -> dict[torch.fx.Node, int]:
+    """r[autograd.no-grad-input-writes.identity]: where several inputs that require grad share a
+    storage (or one reads it in another dtype than the storage's), the contents read through one
+    of them, or a view of it, are that input for autograd: node -> the input's flat index.
+    Written with grad mode on, the storage's contents would carry a history that no one of them
+    has (`r[autograd.input-writes.aliased]`)."""
+    for storage in sorted(program.read_through_storages & program.written_with_grad):
+        _check_one_object(program, storage)  # raises: written with history
+    return program.stand_ins.read_through_input
 
 
 def _rebound_inputs(program: FunctionalProgram) -> dict[torch.fx.Node, int]:
@@ -348,7 +345,8 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
     `r[autograd.partition.saved]`), traced on `tensors`."""
     graph = program.graph
     resized, rebound = _resized_inputs(program), _rebound_inputs(program)
-    flows = _requires_grad_nodes(program, resized | rebound)
+    read_through = _read_through_inputs(program)
+    flows = _requires_grad_nodes(program, resized | rebound | read_through)
     outputs_node = output_node(graph)
     write_backs = _write_backs_with_history(program, flows)
     _check_relocations(program, write_backs)
@@ -356,7 +354,7 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
     n_inputs = len(program.inputs)
     wanted = tuple(i for i, meta in enumerate(program.inputs) if meta.requires_grad)
     stands_for = {node: _StandsFor(i, program.inputs[i].layout) for node, i in resized.items()}
-    stands_for |= {node: _StandsFor(i, None) for node, i in rebound.items()}
+    stands_for |= {node: _StandsFor(i, None) for node, i in (rebound | read_through).items()}
     joint_found = _Joint()
     regions = _RegionMarker()
 

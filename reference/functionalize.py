@@ -179,7 +179,7 @@ def _read(cell: _Cell, name: str, replay: _Replay, *, for_view: bool = False) ->
     if cell.value is not None and _unwritten_since(cell):
         return cell.value
     layout = cell.layout
-    flat = _flat(cell.storage, replay)
+    flat = _read_through(cell, _flat(cell.storage, replay), replay)
     # r[functionalize.reads.grad-mode]: made under the grad mode of the tensor read, not the
     # reader's.
     with replay.materializing(grad_enabled=not cell.viewed_without_grad):
@@ -192,6 +192,25 @@ def _read(cell: _Cell, name: str, replay: _Replay, *, for_view: bool = False) ->
         replay.read_as_input[node_of(cell.value)] = cell.read_as_input
     cell.version = cell.storage.version
     return cell.value
+
+
+def _read_through(cell: _Cell, flat: torch.Tensor, replay: _Replay) -> torch.Tensor:
+    """The storage contents `flat` as the cell reads them for autograd. On a caller storage of
+    `_read_through_storages`, they are the input the cell was viewed from, whatever wrote them
+    (`r[autograd.no-grad-input-writes.identity]`): the read's gradient goes to that input as
+    the view ops from it to the read would take it there."""
+    through_inputs = cell.storage.caller in replay.read_through_storages
+    if not through_inputs or cell.viewed_without_grad:
+        return flat
+    if not replay.inputs[cell.root].requires_grad:
+        return flat
+    layout = replay.inputs[cell.root].layout
+    contents = _contents_as(flat, layout.dtype)
+    value = aten.as_strided(contents, layout.sizes, layout.strides, layout.offset)
+    # r[autograd.no-grad-input-writes.identity]: the input itself, read from the contents
+    replay.read_through_input[node_of(value)] = cell.root
+    through = aten.as_strided(value, [contents.numel()], [1], 0)
+    return _contents_as(through, flat.dtype)
 
 
 def _contents_as(flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -447,6 +466,22 @@ def _origins(inputs: tuple[InputMeta, ...]) -> dict[int, int]:
     return origins
 
 
+def _read_through_storages(inputs: tuple[InputMeta, ...]) -> set[int]:
+    """Caller storages (by first input) whose reads send their gradient to the input they read
+    through (`r[autograd.no-grad-input-writes.identity]`): those that more than one input object
+    requiring grad reads, and those that one reads in another dtype than the storage's (the
+    storage's contents at the call are then not its value)."""
+    objects: dict[int, set[int]] = {}
+    for meta in inputs:
+        if meta.requires_grad:
+            objects.setdefault(meta.storage, set()).add(meta.same_object)
+    return {
+        storage
+        for storage, on_it in objects.items()
+        if len(on_it) > 1 or inputs[min(on_it)].layout.dtype != inputs[storage].layout.dtype
+    }
+
+
 @define
 class _Replay:
     """Walks the mutable graph, keeping cells and storages, calling torch ops on traced values."""
@@ -472,11 +507,14 @@ class _Replay:
     #: What the replay found for `StandIns`, filled as the graph is traced.
     resized_contents: dict[torch.fx.Node, int] = field(factory=dict)
     read_as_input: dict[torch.fx.Node, int] = field(factory=dict)
+    read_through_input: dict[torch.fx.Node, int] = field(factory=dict)
     no_grad_writes: set[torch.fx.Node] = field(factory=set)
     detached_writes: set[torch.fx.Node] = field(factory=set)
     #: The custom Functions' nodes of the functional graph, with the cells their backward writes.
     custom_nodes: list[_CustomNode] = field(factory=list)
     stale_histories: set[torch.fx.Node] = field(factory=set)
+    #: Caller storages (by first input) whose reads go to the input they read through.
+    read_through_storages: set[int] = field(factory=set)
     #: Caller storages, by first input (`FunctionalProgram.relocated`).
     relocated: set[int] = field(factory=set)
     #: The functional graph's outputs, as the replay's end assembles them, and where among them
@@ -516,6 +554,7 @@ class _Replay:
                 )
             self.env[node] = cells[meta.same_object]
         self.placeholder_cells = [cells[meta.same_object] for meta in self.inputs]
+        self.read_through_storages = _read_through_storages(self.inputs)
         self.caller_storages = list(storages.values())
         for node in traced_from(self.program.graph.nodes, "functionalize"):
             if node.op == "call_function":
@@ -1009,6 +1048,7 @@ def functionalize(
         state.resized_contents,
         replayed.final_contents,
         state.read_as_input,
+        state.read_through_input,
         frozenset(state.no_grad_writes),
         frozenset(state.detached_writes),
         frozenset(state.stale_histories),
@@ -1024,6 +1064,7 @@ def functionalize(
         touched_storages=frozenset(s.caller for s in storages if s.written or s.resized),
         written=frozenset(s.caller for s in storages if s.written),
         written_with_grad=frozenset(s.caller for s in storages if s.written_with_grad),
+        read_through_storages=frozenset(state.read_through_storages),
         rebound_with_grad=frozenset(state.rebound_with_grad),
         custom_calls={node: call for node, call in replayed.custom_calls.items() if node in alive},
         output_values=replayed.output_values,

@@ -364,6 +364,9 @@ class StandIns:
     final_contents: dict[torch.fx.Node, int]
     #: Reads through an input that set_ rebound under torch.no_grad() (`r[autograd.no-grad-set]`).
     read_as_input: dict[torch.fx.Node, int]
+    #: Contents of a caller storage that several inputs requiring grad read, read through one of
+    #: them, the input given (`r[autograd.no-grad-input-writes.identity]`).
+    read_through_input: dict[torch.fx.Node, int]
     #: Writes under torch.no_grad(): as_strided_scatters into the old contents, their first
     #: argument (`r[autograd.no-grad-writes]`).
     no_grad_writes: frozenset[torch.fx.Node]
@@ -385,6 +388,7 @@ class StandIns:
             kept(self.resized_contents),
             kept(self.final_contents),
             kept(self.read_as_input),
+            kept(self.read_through_input),
             frozenset(node for node in self.no_grad_writes if node in alive),
             frozenset(node for node in self.detached_writes if node in alive),
             frozenset(node for node in self.stale_histories if node in alive),
@@ -414,6 +418,10 @@ class FunctionalProgram:
     #: that records history (`r[functionalize.epilogue.version]`, `r[autograd.input-writes]`).
     written: frozenset[int] = frozenset()
     written_with_grad: frozenset[int] = frozenset()
+    #: Caller storages (by first input) whose reads send their gradient to the input they read
+    #: through: several input objects requiring grad read them, or one in another dtype than the
+    #: storage's (`r[autograd.no-grad-input-writes.identity]`).
+    read_through_storages: frozenset[int] = frozenset()
     #: Inputs that set_ rebound with grad mode on (`r[autograd.input-writes.set]`).
     rebound_with_grad: frozenset[int] = frozenset()
     #: The custom Functions' nodes of the graph (`r[autograd.custom-function]`).

@@ -31,6 +31,7 @@ FEATURES = [
     "zero-byte input",
     "caller-held alias",
     "arguments sharing a storage",
+    "grad arguments sharing a storage",
     "one object passed twice",
     "non-leaf input with grad",
     "non-leaf input, graph freed",
@@ -90,6 +91,15 @@ def _setup_features(setup) -> set[str]:
     passed = list(dict.fromkeys(setup.args))
     if len({base_of.get(name, name) for name in passed}) < len(passed):
         found.add("arguments sharing a storage")
+    requires_grad = {base.name for base in setup.bases if base.requires_grad}
+    detached = {view.name for view in setup.views if view.detached}
+    with_grad = [
+        base_of.get(name, name)
+        for name in passed
+        if base_of.get(name, name) in requires_grad and name not in detached
+    ]
+    if len(set(with_grad)) < len(with_grad):
+        found.add("grad arguments sharing a storage")
     if len(passed) < len(setup.args):
         found.add("one object passed twice")
     if any(base.non_leaf and not base.history_freed for base in setup.bases):

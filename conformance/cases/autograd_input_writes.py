@@ -29,6 +29,7 @@ from ._autograd_common import (
     _leaves,
     _non_leaf_world,
     _regather,
+    _resize,
     _sharded_world,
     _two_non_leaves_world,
     _x_w_world,
@@ -98,6 +99,62 @@ def _no_grad_write_into_one_view_read_the_other(v, m):
     with torch.no_grad():
         v.mul_(2)
     return m * 3
+
+
+def _set_shared_world():
+    """a and b: non-leaves with histories of their own, on one storage since a.set_(b) (what
+    Dynamo passes the graph after a graph break at that set_)."""
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = torch.tensor([4.0, 5.0, 6.0], requires_grad=True)
+    a, b = x * 1, y * 1
+    with torch.no_grad():
+        a.set_(b)
+    return {"x": x, "y": y, "a": a, "b": b}
+
+
+def _doubles_b_reads_both(a, b):
+    with torch.no_grad():
+        b.mul_(2)
+    return a * 2 + b * 3
+
+
+def _expanded_world():
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    base = x * 1
+    return {"x": x, "base": base, "wide": base.expand(2, 3)}
+
+
+def _doubles_base_reads_both(base, wide):
+    with torch.no_grad():
+        base.mul_(2)
+    return wide * torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]) + base
+
+
+def _complex_and_real_world():
+    z = torch.tensor([1 + 2j, 3 - 1j], requires_grad=True)
+    c = z * 1
+    return {"z": z, "c": c, "r": torch.view_as_real(c)}
+
+
+def _doubles_c_reads_both(c, r):
+    with torch.no_grad():
+        c.mul_(2)
+    return r[:, 0] * 3 + c.imag
+
+
+def _sharded_with_view_world():
+    w = torch.nn.Parameter(torch.empty(2, 3))
+    w.untyped_storage().resize_(0)  # sharded: the parameter holds no bytes between uses
+    return {"w": w, "flat": w.view(6), "gathered": torch.arange(6.0)}
+
+
+def _gathers_through_the_view(w, flat, gathered):
+    _resize(w, 24)
+    with torch.no_grad():
+        flat.copy_(gathered)
+    y = (w * torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])).sum(0) + flat[:3] * 5
+    _resize(w, 0)
+    return y
 
 
 def _mutates_grad_input(y, z):
@@ -221,13 +278,19 @@ def _set_to_other_sizes_then_unread(p, y, w):
 
 CASES = [
     Case(
-        name="autograd.aliased-grad-views-one-written-is-rejected",
+        name="autograd.aliased-grad-views-one-written-under-no-grad",
         rules=["autograd.no-grad-input-writes.identity", "capture.view-replays"],
         setup=_aliased_views_world,
         args=["v", "m"],
         program=_no_grad_write_into_one_view_read_the_other,
-        expect=[Raises(UnsupportedError, rule="autograd.no-grad-input-writes.identity")],
-        skip=COMPILED_ONLY,
+        backward=True,
+        # x = p * 1 = [1, 2, 3, 4] becomes [2, 4, 6, 8] without history; m is a view of x:
+        # out0 = 3 m, and sum(out0) sends 3 through m to x, then to p
+        expect=[
+            Values("out0", [[6.0, 12.0], [18.0, 24.0]]),
+            Values("v", [2.0, 4.0, 6.0, 8.0]),
+            Values("p.grad", [3.0, 3.0, 3.0, 3.0]),
+        ],
     ),
     Case(
         name="autograd.eager-interpreter-rejects-writing-a-grad-input",
@@ -376,8 +439,76 @@ CASES = [
         setup=_two_grad_inputs_world,
         args=["w", "flat"],
         program=_writes_one_of_two,
-        expect=[Raises(UnsupportedError, rule="autograd.no-grad-input-writes.identity")],
-        skip=COMPILED_ONLY,
+        backward=True,
+        # the leaf w halves without history; flat, its view, reads it: out0 = 2 flat = G, and
+        # the gradient 2 goes through flat's view to w
+        expect=[
+            Values("out0", _G.view(16)),
+            Values("w", _G * 0.5),
+            Values("w.grad", torch.full((4, 4), 2.0)),
+        ],
+    ),
+    Case(
+        name="autograd.no-grad-write-into-tensors-set-to-share-a-storage",
+        rules=["autograd.no-grad-input-writes.identity"],
+        setup=_set_shared_world,
+        args=["a", "b"],
+        program=_doubles_b_reads_both,
+        backward=True,
+        # a and b read [4, 5, 6], doubled through b: out0 = 2a + 3b = 5 [8, 10, 12]; each read
+        # sends its gradient to the history of the tensor it reads through: a's to x, b's to y
+        expect=[
+            Values("out0", [40.0, 50.0, 60.0]),
+            Values("a", [8.0, 10.0, 12.0]),
+            Values("b", [8.0, 10.0, 12.0]),
+            Values("x.grad", [2.0, 2.0, 2.0]),
+            Values("y.grad", [3.0, 3.0, 3.0]),
+        ],
+    ),
+    Case(
+        name="autograd.no-grad-write-into-a-base-passed-with-its-expansion",
+        rules=["autograd.no-grad-input-writes.identity"],
+        setup=_expanded_world,
+        args=["base", "wide"],
+        program=_doubles_base_reads_both,
+        backward=True,
+        # base = [2, 4, 6] after the write, wide its rows: out0 = wide * W + base; wide's
+        # gradient W goes through its expand to base summed over the rows, [5, 7, 9], and base
+        # takes 1 from each of the two rows it is broadcast to: x.grad = [7, 9, 11]
+        expect=[
+            Values("out0", [[4.0, 12.0, 24.0], [10.0, 24.0, 42.0]]),
+            Values("wide", [[2.0, 4.0, 6.0], [2.0, 4.0, 6.0]]),
+            Values("x.grad", [7.0, 9.0, 11.0]),
+        ],
+    ),
+    Case(
+        name="autograd.no-grad-write-into-a-complex-input-passed-with-its-real-view",
+        rules=["autograd.no-grad-input-writes.identity", "functionalize.complex-views"],
+        setup=_complex_and_real_world,
+        args=["c", "r"],
+        program=_doubles_c_reads_both,
+        backward=True,
+        # c = [2 + 4j, 6 - 2j] after the write: out0 = 3 Re(c) + Im(c) = [10, 16]; the real
+        # view's 3 and the imaginary part's 1 meet in z.grad = 3 + 1j
+        expect=[
+            Values("out0", [10.0, 16.0]),
+            Values("r", [[2.0, 4.0], [6.0, -2.0]]),
+            Values("z.grad", [3 + 1j, 3 + 1j]),
+        ],
+    ),
+    Case(
+        name="autograd.gather-through-a-view-of-a-sharded-parameter",
+        rules=["autograd.no-grad-input-writes.identity", "autograd.no-grad-input-writes"],
+        setup=_sharded_with_view_world,
+        args=["w", "flat", "gathered"],
+        program=_gathers_through_the_view,
+        backward=True,
+        # w = [[0, 1, 2], [3, 4, 5]] once gathered: out0 = colsum(w * W) + 5 flat[:3]
+        # = [12, 22, 36] + [0, 5, 10]; w.grad = W through w, plus 5 on its first row through flat
+        expect=[
+            Values("out0", [12.0, 27.0, 46.0]),
+            Values("w.grad", [[6.0, 7.0, 8.0], [4.0, 5.0, 6.0]]),
+        ],
     ),
     Case(
         name="autograd.no-grad-write-into-an-intermediate",

@@ -50,10 +50,6 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     # test_aotdispatch_misc.py
 
     # test_aotdispatch_mutations.py
-    ("test_set__and_data_mutation_good", "dynamo"):
-        "unsupported: Dynamo graph-breaks at a.set_(b), so the resumed graph's inputs a and b "
-        "both require grad and share the storage b.mul_ writes under no_grad "
-        "(autograd.no-grad-input-writes.identity)",
 }
 # fmt: on
 

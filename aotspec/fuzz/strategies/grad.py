@@ -135,10 +135,11 @@ def _grad_writable(model: Model) -> list[str]:
 
 
 def _detached_writable(model: Model, v: str) -> bool:
-    """A detached alias: of a value that is no argument requiring grad, or of the one argument
-    requiring grad on its storage (its history stays: r[autograd.detach])."""
+    """A detached alias: of a value that is no argument requiring grad, or of arguments requiring
+    grad on its storage (their histories stay: r[autograd.detach], and each keeps its own:
+    r[autograd.no-grad-input-writes.identity])."""
     storage = model.storage(v)
-    return not (storage.caller and storage.requires_grad) or storage.grad_args == 1
+    return not (storage.caller and storage.requires_grad) or storage.grad_args >= 1
 
 
 def _takes_history(model: Model, v: str) -> bool:
@@ -634,14 +635,15 @@ def _first_history(model: Model, target: str) -> None:
 def _no_grad_writable(model: Model) -> list[str]:
     """What a write under torch.no_grad() may target (r[autograd.no-grad-writes]): intermediates,
     and arguments that require grad, or views of them (FSDP's all-gather into a parameter, an
-    optimizer-like update: r[autograd.no-grad-input-writes])."""
+    optimizer-like update: r[autograd.no-grad-input-writes]), one or several on a storage
+    (r[autograd.no-grad-input-writes.identity])."""
     return [
         v
         for v in model.names
         if model.writable(v)
         and not model.obj(v).detached
         and not model.storage(v).saved
-        and (not model.storage(v).caller or model.storage(v).grad_args == 1)
+        and (not model.storage(v).caller or model.storage(v).grad_args >= 1)
     ]
 
 

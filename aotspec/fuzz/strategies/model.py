@@ -98,9 +98,9 @@ class _Storage:
     #: raise ("modified by an inplace operation"), so nothing writes it any more.
     saved: bool = False
     positive: bool = False  # every value on it is > 0 (log and fractional powers may read it)
-    #: Distinct argument objects on it that require grad: a write under torch.no_grad() needs
-    #: exactly one, whose contents the written values become
-    #: (r[autograd.no-grad-input-writes.identity]).
+    #: Distinct argument objects on it that require grad: a write under torch.no_grad() into an
+    #: argument's storage needs at least one, whose contents the written values become, each
+    #: for reads through it (r[autograd.no-grad-input-writes.identity]).
     grad_args: int = 0
     #: Distinct argument objects on it: a write that gives it a history needs exactly one
     #: (r[autograd.input-writes.aliased]), or all of them views of one base, none detached and
