@@ -179,10 +179,11 @@ def _read(cell: _Cell, name: str, replay: _Replay, *, for_view: bool = False) ->
     if cell.value is not None and _unwritten_since(cell):
         return cell.value
     layout = cell.layout
-    flat = _read_through(cell, _flat(cell.storage, replay), replay)
+    flat = _flat(cell.storage, replay)
     # r[functionalize.reads.grad-mode]: made under the grad mode of the tensor read, not the
-    # reader's.
+    # reader's (the read through an input too).
     with replay.materializing(grad_enabled=not cell.viewed_without_grad):
+        flat = _read_through(cell, flat, replay)
         contents = _contents_as(flat, layout.dtype)
         value = aten.as_strided(contents, layout.sizes, layout.strides, layout.offset)
         # r[memory.layout.conj-neg]: the cell reads its storage conjugated or negated

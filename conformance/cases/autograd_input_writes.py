@@ -270,6 +270,19 @@ def _double_row_unsqueeze_other(a, b):
     return a + b
 
 
+def _base_and_middle_view_world():
+    base = torch.tensor([1.0, 2.0, 0.0, 1.0], requires_grad=True)
+    return {"base": base, "middle": base[1:3]}
+
+
+def _doubles_base_reads_view_twice(middle, base):
+    with torch.no_grad():
+        base.mul_(2.0)
+    middle + 1  # a read under the call's torch.no_grad()
+    with torch.enable_grad():
+        return middle * 3.0
+
+
 def _set_to_other_sizes_then_unread(p, y, w):
     with torch.no_grad():
         p.set_(y.view(2, 2))
@@ -446,6 +459,24 @@ CASES = [
             Values("out0", _G.view(16)),
             Values("w", _G * 0.5),
             Values("w.grad", torch.full((4, 4), 2.0)),
+        ],
+    ),
+    Case(
+        name="autograd.no-grad-write-then-reads-under-no-grad-and-enable-grad",
+        rules=["autograd.no-grad-input-writes.identity", "functionalize.reads.grad-mode"],
+        setup=_base_and_middle_view_world,
+        args=["middle", "base"],
+        program=_doubles_base_reads_view_twice,
+        grad_enabled=False,
+        backward=True,
+        # base doubles without history to [2, 4, 0, 2]; the read under no_grad makes nothing to
+        # differentiate, the one under enable_grad does: out0 = 3 middle = [12, 0] requires
+        # grad, and 3 goes through middle's view to base
+        expect=[
+            Values("out0", [12.0, 0.0]),
+            RequiresGrad("out0", True),
+            Values("base", [2.0, 4.0, 0.0, 2.0]),
+            Values("base.grad", [0.0, 3.0, 3.0, 0.0]),
         ],
     ),
     Case(
