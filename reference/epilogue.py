@@ -121,12 +121,13 @@ def _advance_versions(program: FunctionalProgram, tensors, storage: int) -> None
     nothing is written back), so autograd's checks of saved tensors see the write."""
     on_storage = [
         t
-        for i, (t, meta) in enumerate(zip(tensors, program.inputs, strict=True))
-        if t is not None and meta.storage == storage and meta.same_object == i  # each object once
+        for t, meta in zip(tensors, program.inputs, strict=True)
+        if t is not None and meta.storage == storage
     ]
     versions = [t._version for t in on_storage]
     for t, version in zip(on_storage, versions, strict=True):
-        if t._version == version:  # a counter shared with a tensor before it is advanced already
+        # each counter once: an object passed twice, a view and its base share one
+        if t._version == version:
             torch.autograd.graph.increment_version(t)
 
 

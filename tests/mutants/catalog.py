@@ -318,8 +318,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "runtime.non-leaf-inputs-not-detached",
         "reference/runtime.py",
-        "        detached.append(t.detach() if needs_detach else t)\n",
-        "        detached.append(t)\n",
+        "        detached[i] = tensors[i].detach()\n",
+        "        detached[i] = tensors[i]\n",
         "Detaching looks redundant when no gradient flows to the input: autograd then walks the "
         "graph behind it (PyTorch #134193).",
         ON_SHARED,
@@ -432,9 +432,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "epilogue.versions-per-argument",
         "reference/epilogue.py",
-        "meta.storage == storage and meta.same_object == i:",
-        "meta.storage == storage:",
-        "One object passed twice gets its version advanced twice.",
+        "        if t._version == version:\n",
+        "        if True:\n",
+        "One object passed twice, or a view passed with its base, gets their version counter "
+        "advanced twice.",
         ON_SHARED,
     ),
     Mutant(
@@ -482,8 +483,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "guard.module-mode",
         "reference/lift.py",
-        "        return slots, tuple(module.training for module in self.modules)\n",
-        "        return slots, ()\n",
+        "tuple(map(_TRAINING, modules))",
+        "()",
         "Training mode left out of the key: model.eval() reuses the training plan's dropout and "
         "batch norm.",
         ON_GUARDS,
