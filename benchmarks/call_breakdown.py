@@ -3,8 +3,9 @@
 Run on demand: `.venv/bin/python benchmarks/call_breakdown.py [--rounds N]`. One process, one
 intra-op thread; each round runs torch eager, torch.compile aot_eager, torch.compile aotspec,
 aotspec fast as it is, and aotspec fast with timing wrappers around its phases, one after another
-(contenders alternated), and the table prints medians over the rounds in microseconds. "dynamo aotspec" is the step through
-`torch.compile(step, backend="aotspec")` (fast), Dynamo's guards and frame included.
+(contenders alternated), and the table prints medians over the rounds in microseconds.
+"dynamo aotspec" is the step through `torch.compile(step, backend="aotspec")` (fast), Dynamo's
+guards and frame included.
 
 The phases are timed by wrapping, from here, the functions the call goes through (the library holds
 no timing code):
