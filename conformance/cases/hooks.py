@@ -9,7 +9,17 @@ import torch
 
 from aotspec.errors import HooksWarning, UnsupportedError
 
-from ..case import COMPILED_ONLY, Case, FreedBy, Raises, Steps, Values, Warns, eager_only
+from ..case import (
+    COMPILED_ONLY,
+    AtSize,
+    Case,
+    FreedBy,
+    Raises,
+    Steps,
+    Values,
+    Warns,
+    eager_only,
+)
 
 torch.manual_seed(0)
 _X, _W = torch.randn(6), torch.randn(6)
@@ -334,3 +344,39 @@ CASES = [
         skip=COMPILED_ONLY,
     ),
 ]
+
+
+def _ramps(n):
+    """x and w of size n, as leaves, whose values bfloat16 rounds."""
+    return {
+        "x": torch.linspace(-1.3, 2.7, n).requires_grad_(),
+        "w": torch.linspace(0.3, 3.1, n).requires_grad_(),
+    }
+
+
+#: Two sizes of x and w, one compiled function called at each in turn.
+_HOOKS_SIZES = (4, 8)
+
+CASES.append(
+    Case(
+        name="hooks.product-all-at-each-size",
+        rules=["hooks.filter.all", "hooks.eager.pack-on-save", "hooks.compiled.traced"],
+        setup=_ramps,
+        args=["x", "w"],
+        program=_product,
+        hooks=_LOSSY,
+        hooks_filter="all",
+        backward=True,
+        sizes=_HOOKS_SIZES,
+        # at each size, as eager: mul saves x and w, both packed, so both gradients are rounded
+        expect=[
+            AtSize(n, expectation)
+            for n, world in ((n, _ramps(n)) for n in _HOOKS_SIZES)
+            for expectation in (
+                Values("out0", (world["x"] * world["w"]).sum().detach()),
+                Values("x.grad", _rounded(world["w"].detach())),
+                Values("w.grad", _rounded(world["x"].detach())),
+            )
+        ],
+    )
+)

@@ -6,6 +6,7 @@ from aotspec.errors import UnsupportedError
 
 from ..case import (
     COMPILED_ONLY,
+    AtSize,
     Case,
     Layout,
     Raises,
@@ -165,3 +166,54 @@ CASES += [
         skip=COMPILED_ONLY,
     ),
 ]
+
+
+def _zero_storage_parameter_of(n):
+    # FSDP's sharded state at size n (even): the parameter object exists, its bytes do not.
+    w = torch.zeros(n)
+    resize(w, 0)
+    return {
+        "w": w,
+        "w_alias": w.view(2, n // 2),
+        "src": torch.arange(float(n)),
+        "x": torch.full((n,), 2.0),
+    }
+
+
+def _fsdp_pattern_of_any_size(w, src, x):
+    resize(w, w.numel() * w.element_size())  # the all-gather's bytes: 4n at size n
+    w.copy_(src)
+    out = x * w
+    resize(w, 0)
+    return out
+
+
+#: Two sizes of FSDP's parameter, one compiled function called at each in turn.
+_FSDP_SIZES = (4, 8)
+
+CASES.append(
+    Case(
+        name="resize.fsdp-up-fill-use-down-at-each-size",
+        rules=["resize.zero-then-back", "resize.compiled.epilogue"],
+        setup=_zero_storage_parameter_of,
+        args=["w", "src", "x"],
+        program=_fsdp_pattern_of_any_size,
+        sizes=_FSDP_SIZES,
+        # eager at size n: out = 2 * arange(n); w's storage, grown to 4n bytes and filled, is
+        # 0 bytes again at the end, for w and its alias, which keep their shapes
+        expect=[
+            StorageBytes("w", 0),
+            StorageBytes("w_alias", 0),
+            Shares("w", "w_alias"),
+            *[
+                AtSize(n, expectation)
+                for n in _FSDP_SIZES
+                for expectation in (
+                    Values("out0", 2 * torch.arange(float(n))),
+                    Layout("w", shape=(n,), strides=(1,)),
+                    Layout("w_alias", shape=(2, n // 2), strides=(n // 2, 1)),
+                )
+            ],
+        ],
+    )
+)
