@@ -191,13 +191,29 @@ def _fsdp_pattern_of_any_size(w, src, x):
 #: Two sizes of FSDP's parameter, one compiled function called at each in turn.
 _FSDP_SIZES = (4, 8)
 
-CASES.append(
-    Case(
-        name="resize.fsdp-up-fill-use-down-at-each-size",
-        rules=["resize.zero-then-back", "resize.compiled.epilogue"],
-        setup=_zero_storage_parameter_of,
+def _fsdp_pattern_of_any_size_with_fsdp_copy(w, src, x):
+    """The same, with the copy FSDP itself uses (`r[aliasing.copy.fsdp]`)."""
+    resize(w, w.numel() * w.element_size())
+    torch.ops.fsdp.copy_(w, src)
+    out = x * w
+    resize(w, 0)
+    return out
+
+
+def _zero_storage_parameter_of_with_fsdp(n):
+    import torch.distributed.fsdp._fully_shard._fsdp_param  # noqa: F401  (defines fsdp.copy_)
+
+    return _zero_storage_parameter_of(n)
+
+
+def _fsdp_at_each_size(name: str, rules: list[str], setup, program) -> Case:
+    """FSDP's pattern called at each of `_FSDP_SIZES` by one compiled function."""
+    return Case(
+        name=name,
+        rules=["resize.zero-then-back", "resize.compiled.epilogue", *rules],
+        setup=setup,
         args=["w", "src", "x"],
-        program=_fsdp_pattern_of_any_size,
+        program=program,
         sizes=_FSDP_SIZES,
         # eager at size n: out = 2 * arange(n); w's storage, grown to 4n bytes and filled, is
         # 0 bytes again at the end, for w and its alias, which keep their shapes
@@ -216,4 +232,19 @@ CASES.append(
             ],
         ],
     )
-)
+
+
+CASES += [
+    _fsdp_at_each_size(
+        "resize.fsdp-up-fill-use-down-at-each-size",
+        [],
+        _zero_storage_parameter_of,
+        _fsdp_pattern_of_any_size,
+    ),
+    _fsdp_at_each_size(
+        "resize.fsdp-copy-up-fill-use-down-at-each-size",
+        ["aliasing.copy.fsdp"],
+        _zero_storage_parameter_of_with_fsdp,
+        _fsdp_pattern_of_any_size_with_fsdp_copy,
+    ),
+]
