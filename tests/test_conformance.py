@@ -132,7 +132,7 @@ def test_a_case_of_sizes_is_judged_at_each_size_on_one_start():
     from aotspec.conformance import backends
     from aotspec.conformance.case import AtSize, PeakBytes
 
-    name = "boxed.stolen-list-freed-at-last-use-at-each-size"
+    name = "boxed.stolen-list-at-each-size-freed-at-last-use"
     (case,) = [c for c in ALL_CASES if c.name == name]
     started, sizes_seen = [], []
 

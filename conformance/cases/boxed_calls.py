@@ -123,7 +123,7 @@ def _stolen_ramp(n):
 
 CASES.append(
     Case(
-        name="boxed.stolen-list-freed-at-last-use-at-each-size",
+        name="boxed.stolen-list-at-each-size-freed-at-last-use",
         rules=["boxed.steal.freed-at-last-use", "boxed.args-cleared", "memory.peak"],
         setup=_stolen_ramp,
         args=["xs"],
