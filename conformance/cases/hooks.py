@@ -380,3 +380,44 @@ CASES.append(
         ],
     )
 )
+
+
+def _matrices(rows):
+    """a of `rows` rows by 5, b 5 by 3, as leaves, values bfloat16 rounds."""
+    a = torch.linspace(-1.7, 1.3, rows * 5).reshape(rows, 5)
+    return _leaves(a=a, b=torch.linspace(-0.9, 1.1, 15).reshape(5, 3))
+
+
+#: Rows of a, one compiled function called at each in turn.
+_ROWS_SIZES = (4, 7)
+
+CASES.append(
+    Case(
+        name="hooks.saved-matmul-intermediate-packed-at-each-size",
+        rules=["hooks.place.pack-after-last-use", "hooks.place.unpack-before-first-use"],
+        setup=_matrices,
+        args=["a", "b"],
+        program=_matmul_sin,
+        hooks=_LOSSY,
+        backward=True,
+        sizes=_ROWS_SIZES,
+        expect=[
+            # at each size, as at one: mm is packed right after sin and dies there, and
+            # unpacked right before cos, where the packed value dies
+            Steps("forward", ["mm", "sin", "mm_packed", "sum_1"]),
+            FreedBy("forward", made_by="mm", freed_by="mm_packed"),
+            Steps("backward", ["mm_unpacked", "cos"]),
+            FreedBy("backward", made_by="mm_packed", freed_by="mm_unpacked"),
+            *[
+                AtSize(rows, Values(name, grad))
+                for rows, world in ((rows, _matrices(rows)) for rows in _ROWS_SIZES)
+                for name, grad in zip(
+                    ("a.grad", "b.grad"),
+                    _matmul_sin_grads(world["a"].detach(), world["b"].detach(), _rounded),
+                    strict=True,
+                )
+            ],
+        ],
+        skip=COMPILED_ONLY,
+    )
+)
