@@ -97,3 +97,13 @@ def test_a_plan_that_serves_a_size_it_was_not_made_for_is_caught(monkeypatch):
     monkeypatch.setattr(aotspec.api, "input_facts", sizeless)
     found = sizes_divergence(sized)
     assert found and all(line.startswith("at size 5") for line in found), found
+
+
+def test_repro_reruns_the_check(tmp_path):
+    """A written repro runs alone and passes on a program every side agrees on."""
+    from repro import REPRO_DIR
+
+    path = write_sizes_repro(_broadcast_product_sized((3, 5)), ["(none)"], tmp_path)
+    namespace = {"__name__": "__main__", "__file__": str(REPRO_DIR / path.name)}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 (ours)
+    assert namespace["SIZED"].sizes == (3, 5)
