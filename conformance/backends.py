@@ -1,10 +1,11 @@
 """Backends a conformance case runs on.
 
-A backend calls `case.program(*args)` its own way, leaving its effects on the caller's tensors,
-and returns `(outputs, run)`: `run.ledger` is the reference ledger of the call (and, for compiled
-backends, `run.backward_ledger` the backward's once it ran), or `run` is None for backends that
-keep no ledger (memory expectations are then not checked there). Compiled backends honour
-`case.steal`.
+A backend starts on a case (`start(case)`: a compiled backend compiles `case.program` once)
+and returns a call: `call(args)` runs the program its own way, leaving its effects on the
+caller's tensors, and returns `(outputs, run)`: `run.ledger` is the reference ledger of the
+call (and, for compiled backends, `run.backward_ledger` the backward's once it ran), or `run`
+is None for backends that keep no ledger (memory expectations are then not checked there). A
+case with `sizes` makes one call per size. Compiled backends honour `case.steal`.
 
 Backends by name (`resolve`):
 - `fast`, `reference` (aotspec.compile), `reference-eager` (the eager interpreter), `torch-eager`;
@@ -52,38 +53,62 @@ def _hooks(case):
     return torch.autograd.graph.saved_tensors_hooks(*case.hooks)
 
 
-def torch_eager(case, args: list):
-    with _hooks(case):
-        return case.program(*args), None
+#: What a backend's `start(case)` returns: `call(args) -> (outputs, run)`.
+Call = Callable[[list], tuple]
 
 
-def reference_eager(case, args: list):
-    with _hooks(case):
-        run = aotspec.reference.run(case.program, *args)
-    return run.outputs, run
+def torch_eager(case) -> Call:
+    def call(args: list):
+        with _hooks(case):
+            return case.program(*args), None
+
+    return call
+
+
+def reference_eager(case) -> Call:
+    def call(args: list):
+        with _hooks(case):
+            run = aotspec.reference.run(case.program, *args)
+        return run.outputs, run
+
+    return call
+
+
+def _warm_up(case, compiled: Callable) -> None:
+    """With `case.warm_up_without_hooks`: one call of `compiled` without hooks, on a fresh world
+    (of the case's first size, if it has sizes)."""
+    if case.warm_up_without_hooks:
+        world = case.world(case.sizes[0] if case.sizes else None)
+        compiled(*[world[name] for name in case.args])
 
 
 def _compiled(case, backend: str):
     compiled = aotspec.compile(
         case.program, backend=backend, steal=case.steal, hooks_filter=case.hooks_filter
     )
-    if case.warm_up_without_hooks:
-        world = case.setup()
-        compiled(*[world[name] for name in case.args])
+    _warm_up(case, compiled)
     return compiled
 
 
-def reference_compiled(case, args: list):
+def reference_compiled(case) -> Call:
     compiled = _compiled(case, "reference")
-    with _hooks(case):
-        outputs = compiled(*args)
-    return outputs, compiled.last_run
+
+    def call(args: list):
+        with _hooks(case):
+            outputs = compiled(*args)
+        return outputs, compiled.last_run
+
+    return call
 
 
-def fast_compiled(case, args: list):
+def fast_compiled(case) -> Call:
     compiled = _compiled(case, "fast")
-    with _hooks(case):
-        return compiled(*args), None
+
+    def call(args: list):
+        with _hooks(case):
+            return compiled(*args), None
+
+    return call
 
 
 BACKENDS: dict[str, Callable] = {
@@ -150,18 +175,23 @@ def _foreign_skip(case) -> str | None:
 def _torch_compiled(dynamo_backend) -> Callable:
     """A conformance backend that runs the case through `torch.compile(backend=dynamo_backend)`,
     on a fresh Dynamo cache (cases share programs, and settings such as the hooks filter are
-    not part of Dynamo's guards)."""
+    not part of Dynamo's guards). A case without sizes compiles static shapes; one with sizes
+    compiles as a user's `torch.compile` does, marking a dimension dynamic when a second size
+    of it comes."""
 
-    def run(case, args: list):
+    def start(case) -> Call:
         torch._dynamo.reset()
-        compiled = torch.compile(case.program, backend=dynamo_backend, dynamic=False)
-        if case.warm_up_without_hooks:
-            world = case.setup()
-            compiled(*[world[name] for name in case.args])
-        with _hooks_of_graphs(case):
-            return compiled(*args), None
+        dynamic = None if case.sizes else False
+        compiled = torch.compile(case.program, backend=dynamo_backend, dynamic=dynamic)
+        _warm_up(case, compiled)
 
-    return run
+        def call(args: list):
+            with _hooks_of_graphs(case):
+                return compiled(*args), None
+
+        return call
+
+    return start
 
 
 def user_callable(spec: str) -> Callable:
@@ -185,10 +215,11 @@ def user_callable(spec: str) -> Callable:
 
 @frozen
 class Backend:
-    """A backend by name: how it runs a case, and whether it is foreign to aotspec."""
+    """A backend by name: how it starts on a case (`start(case) -> call`, see the module's
+    docstring), and whether it is foreign to aotspec."""
 
     name: str
-    run: Callable
+    start: Callable[..., Call]
     foreign: bool = False
 
     def skip_reason(self, case) -> str | None:

@@ -5,6 +5,10 @@ world (named tensors, aliases included), `args` says which names are passed to `
 `expect` is a flat list of expectations written by hand from the rules the case names and from
 eager PyTorch, never from the reference's output. One runner takes any backend.
 
+A case with `sizes` calls one compiled function several times: once per size, in order, each
+time on a fresh world that `setup(size)` builds, checking its expectations after each call
+(`AtSize` says what holds at one size only).
+
 Outputs join the world as `out0`, `out1`, ... (the program's return value, pytree-flattened).
 """
 
@@ -145,6 +149,18 @@ class OnRank(Expectation):
 
     def applies(self) -> bool:
         return _rank() == self.rank
+
+    def check(self, outcome):
+        return self.expectation.check(outcome)
+
+
+@frozen
+class AtSize(Expectation):
+    """`expectation` holds after the call at `size` of a case with `sizes`; the calls at the
+    other sizes skip it."""
+
+    size: int
+    expectation: Expectation
 
     def check(self, outcome):
         return self.expectation.check(outcome)
@@ -550,7 +566,8 @@ class Case:
 
     name: str
     rules: tuple[str, ...] = field(converter=tuple)
-    setup: Callable[[], dict[str, torch.Tensor]]
+    #: The caller's world: `setup()`, or `setup(size)` for a case with `sizes`.
+    setup: Callable[..., dict[str, torch.Tensor]]
     args: tuple[str, ...] = field(converter=tuple)
     program: Callable
     expect: tuple[Expectation, ...] = field(converter=tuple)
@@ -589,15 +606,30 @@ class Case:
     #: `program` may ask `torch.distributed.get_rank()`, and `RankValues` and `OnRank` say what
     #: differs by rank.
     ranks: int = 1
+    #: The sizes of one dimension at which one compiled function is called, in order: each
+    #: backend compiles `program` once (a `torch.compile` backend with Dynamo's automatic
+    #: dynamic shapes, so the second size marks the dimension dynamic) and calls it once per
+    #: size, on a fresh world `setup(size)`; the backward, if any, follows each call. Every
+    #: expectation is checked after every call, but an `AtSize`, checked at its size only.
+    #: Empty: one call, on `setup()`.
+    sizes: tuple[int, ...] = field(default=(), converter=tuple)
 
-    def expectations(self) -> tuple[Expectation, ...]:
-        """The expectations that apply in this process: `OnRank`s of other ranks are left out,
-        and those of this rank stand for what they wrap."""
-        return tuple(
-            e.expectation if isinstance(e, OnRank) else e
-            for e in self.expect
-            if not isinstance(e, OnRank) or e.applies()
-        )
+    def world(self, size: int | None = None) -> dict:
+        """The caller's world of the call at `size` (None for a case without `sizes`)."""
+        return self.setup() if size is None else self.setup(size)
+
+    def expectations(self, size: int | None = None) -> tuple[Expectation, ...]:
+        """The expectations that apply in this process, after the call at `size`: `OnRank`s of
+        other ranks and `AtSize`s of other sizes are left out, and the others stand for what
+        they wrap."""
+        applying = []
+        for e in self.expect:
+            if isinstance(e, OnRank) and not e.applies():
+                continue
+            if isinstance(e, AtSize) and e.size != size:
+                continue
+            applying.append(e.expectation if isinstance(e, (OnRank, AtSize)) else e)
+        return tuple(applying)
 
 
 #: Skip entries for cases that pin compiled semantics only (eager has no such notion).

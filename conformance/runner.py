@@ -115,17 +115,42 @@ def _moved(world: dict, device: torch.device, keep: tuple[str, ...] = ()) -> dic
 
 
 def _run(case: Case, backend: Backend, device: torch.device) -> CaseResult:
-    run = backend.run
+    """`case` on `backend`: started once, then called once per size of the case (once if it has
+    none), each call on a fresh world and judged by the expectations of its size; the failures
+    of every call, each named by its size."""
     reason = backend.skip_reason(case)
     if reason is not None:
         return CaseResult(case, backend.name, "skip", (reason,))
-    backend = backend.name
     try:
-        world = _moved(case.setup(), device, keep=case.on_cpu)
-    except Exception as raised:  # noqa: BLE001  (one case's broken setup is that case's failure)
-        return CaseResult(case, backend, "fail", (f"the setup raised {describe(raised)}",))
-    if device.type != "cpu" and any(isinstance(v, torch.Generator) for v in world.values()):
-        return CaseResult(case, backend, "skip", (DRAWS_ON_CPU,))
+        call = backend.start(case)
+    except Exception as raised:  # noqa: BLE001  (a compiler that fails to start fails the case)
+        return CaseResult(case, backend.name, "fail", (f"starting raised {describe(raised)}",))
+    failures, unobservable = [], 0
+    for size in case.sizes or (None,):
+        at = "" if size is None else f"at size {size}: "
+        try:
+            world = _moved(case.world(size), device, keep=case.on_cpu)
+        except Exception as raised:  # noqa: BLE001  (one case's broken setup is its failure)
+            failures.append(f"{at}the setup raised {describe(raised)}")
+            continue
+        if device.type != "cpu" and any(isinstance(v, torch.Generator) for v in world.values()):
+            return CaseResult(case, backend.name, "skip", (DRAWS_ON_CPU,))
+        outcome = _called(case, call, world, device)
+        messages, not_observed = _judged(outcome, case.expectations(size))
+        failures.extend(at + message for message in messages)
+        unobservable += not_observed
+    if failures:
+        return CaseResult(case, backend.name, "fail", tuple(failures))
+    note = (
+        (f"{unobservable} memory expectation(s) not observable without a ledger",)
+        if unobservable
+        else ()
+    )
+    return CaseResult(case, backend.name, "pass", note)
+
+
+def _called(case: Case, call: Callable, world: dict, device: torch.device) -> Outcome:
+    """One call of the started backend on `world`, then the backward if the case asks for it."""
     before = observe(world)
     outputs, ledger, error, backward_error = None, None, None, None
     with warnings.catch_warnings(record=True) as caught:
@@ -134,7 +159,7 @@ def _run(case: Case, backend: Backend, device: torch.device) -> CaseResult:
             autocast = case.autocast
             autocasting = torch.autocast(device.type, dtype=autocast, enabled=autocast is not None)
             with torch.set_grad_enabled(case.grad_enabled), autocasting, _default_dtype(case):
-                outputs, ledger = run(case, [world[name] for name in case.args])
+                outputs, ledger = call([world[name] for name in case.args])
         except Exception as raised:  # noqa: BLE001  (the expectations judge every error)
             error = raised
     if error is None:
@@ -146,32 +171,26 @@ def _run(case: Case, backend: Backend, device: torch.device) -> CaseResult:
                 _backpropagate(world, case.retain_graph)
             except Exception as raised:  # noqa: BLE001
                 backward_error = raised
-    outcome = Outcome(world, observe(world), before, error, ledger, tuple(caught), backward_error)
-    expect = case.expectations()
-    if error is not None and not any(isinstance(e, Raises) for e in expect):
-        message = f"the call raised {describe(error)}"
-        return CaseResult(case, backend, "fail", (message,))
-    if backward_error is not None and not any(isinstance(e, BackwardRaises) for e in expect):
-        message = f"the backward raised {describe(backward_error)}"
-        return CaseResult(case, backend, "fail", (message,))
+    return Outcome(world, observe(world), before, error, ledger, tuple(caught), backward_error)
+
+
+def _judged(outcome: Outcome, expect: tuple) -> tuple[list[str], int]:
+    """What failed of `expect` for one call, and how many memory expectations went unchecked
+    for want of a ledger. An error nothing expected is the one failure."""
+    if outcome.error is not None and not any(isinstance(e, Raises) for e in expect):
+        return [f"the call raised {describe(outcome.error)}"], 0
+    raised = outcome.backward_error
+    if raised is not None and not any(isinstance(e, BackwardRaises) for e in expect):
+        return [f"the backward raised {describe(raised)}"], 0
     failures, unobservable = [], 0
     for expectation in expect:
-        if expectation.needs_ledger and ledger is None and error is None:
-            unobservable += (
-                1  # this backend keeps no ledger: memory facts are not observable on it
-            )
+        if expectation.needs_ledger and outcome.ledger is None and outcome.error is None:
+            unobservable += 1  # this backend keeps no ledger: memory facts are not observable
             continue
         message = expectation.check(outcome)
         if message is not None:
             failures.append(message)
-    if failures:
-        return CaseResult(case, backend, "fail", tuple(failures))
-    note = (
-        (f"{unobservable} memory expectation(s) not observable without a ledger",)
-        if unobservable
-        else ()
-    )
-    return CaseResult(case, backend, "pass", note)
+    return failures, unobservable
 
 
 #: How much of an error's message a result keeps (a compiler's errors can run to pages).

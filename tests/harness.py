@@ -18,6 +18,7 @@ from aotspec.fuzz.oracle import (  # noqa: F401 (the names the tests and repros 
     pack_bf16,
     pack_bf16_kept,
     pack_lossless,
+    sizes_divergence,
     unpack_bf16,
     unpack_bf16_kept,
     unpack_lossless,

@@ -4,7 +4,8 @@ A repro file rebuilds the caller's tensors, runs the program on both sides of it
 asserts that every observable agrees. `repro_<hash>.py` (eager PyTorch against the reference's
 eager interpreter) and `repro_compiled_<hash>.py` (against `aotspec.compile`, with the backward)
 import only torch and aotspec; `repro_hooks_<hash>.py` and `repro_fast_<hash>.py` import their
-check from tests/harness.py, finding tests/ beside repros/. Each runs alone, from any directory:
+check from tests/harness.py, finding tests/ beside repros/, and so does `repro_sizes_<hash>.py`
+(one compiled function at several sizes). Each runs alone, from any directory:
 `.venv/bin/python repros/repro_<hash>.py`.
 """
 
@@ -19,6 +20,7 @@ from hypothesis.control import current_build_context
 
 from harness import FuzzCase, Hooked
 from strategies.program import Program, source
+from strategies.sizes import Sized, sized_source
 from strategies.stealing import Stealing
 
 REPRO_DIR = Path(__file__).resolve().parent.parent / "repros"
@@ -200,6 +202,36 @@ if __name__ == "__main__":
 '''
 
 
+_SIZES_TEMPLATE = '''\
+"""Differential repro: one compiled function called at several sizes disagrees somewhere.
+
+Found by tests/test_differential_sizes.py; run alone: .venv/bin/python {path}
+It reruns that test's check on the program below (pickled; its Python source follows).
+When found:
+{found}
+"""
+
+import base64
+import pickle
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from harness import sizes_divergence  # noqa: E402
+
+SIZED = pickle.loads(base64.b64decode({blob!r}))
+
+# The program, as Python:
+{source}
+
+if __name__ == "__main__":
+    found = sizes_divergence(SIZED)
+    assert not found, "the compiled function disagrees:\\n" + "\\n".join(found)
+    print("eager, the reference and fast agree at every size")
+'''
+
+
 def is_final_run() -> bool:
     """True on hypothesis's last replay of the minimal failing example (write the repro once)."""
     try:
@@ -276,5 +308,21 @@ def write_fast_repro(
     found_lines = "\n".join(f"    {line}" for line in found)
     path.write_text(
         _FAST_TEMPLATE.format(path=path.name, found=found_lines, blob=blob, source=commented)
+    )
+    return path
+
+
+def write_sizes_repro(sized: Sized, found: list[str], directory: Path = REPRO_DIR) -> Path:
+    """Write `repro_sizes_<hash>.py` for `sized` (pickled, beside its Python source) and return
+    its path."""
+    text = sized_source(sized)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"repro_sizes_{digest}.py"
+    commented = "\n".join(f"# {line}".rstrip() for line in text.splitlines())
+    blob = base64.b64encode(pickle.dumps(sized)).decode()
+    found_lines = "\n".join(f"    {line}" for line in found)
+    path.write_text(
+        _SIZES_TEMPLATE.format(path=path.name, found=found_lines, blob=blob, source=commented)
     )
     return path

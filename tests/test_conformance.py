@@ -121,3 +121,37 @@ def test_a_case_that_raises_fails_and_the_run_goes_on(monkeypatch):
         "fail",
         ("running the case raised ZeroDivisionError: division by zero",),
     )
+
+
+def test_a_case_of_sizes_is_judged_at_each_size_on_one_start():
+    """A case with `sizes` starts each backend once (one compiled function) and calls it once per
+    size, on a fresh world of that size: an `AtSize` wrong at one size fails the case there
+    only, naming the size."""
+    import attrs
+
+    from aotspec.conformance import backends
+    from aotspec.conformance.case import AtSize, PeakBytes
+
+    name = "boxed.stolen-list-at-each-size-freed-at-last-use"
+    (case,) = [c for c in ALL_CASES if c.name == name]
+    started, sizes_seen = [], []
+
+    def counting(case):
+        started.append(case.name)
+        call = backends.reference_compiled(case)
+
+        def counted(args):
+            sizes_seen.append(args[0][0].numel())
+            return call(args)
+
+        return counted
+
+    backend = backends.Backend("reference", counting)
+    assert run_case(case, backend).status == "pass"
+    assert (started, sizes_seen) == ([case.name], [4, 8, 3])
+    wrong = attrs.evolve(case, expect=[*case.expect, AtSize(8, PeakBytes(32))])
+    result = run_case(wrong, "reference")
+    assert ("fail", ("at size 8: peak live bytes 64, expected 32",)) == (
+        result.status,
+        result.messages,
+    )

@@ -9,6 +9,9 @@
 - Saved-tensor hooks: a lossless pair and a bfloat16 pair, by name, so that repros import them.
 - The fast backend against the reference: `fast_divergence` runs a `FuzzCase` on both and lists
   what differs, memory facts included (tests/test_differential_fast.py says which).
+- One compiled function at several sizes: `sizes_divergence` calls one reference and one fast
+  callable at each size of a `Sized` program in turn, and lists where the reference differs
+  from eager, or fast from the reference (memory facts included), at each size.
 
 The differential tests (through tests/harness.py) and `aotspec fuzz` use them; the standalone
 repros both write import from here too.
@@ -32,6 +35,7 @@ from aotspec.conformance.observe import Observation, differences, observe, world
 from aotspec.tracker import MemoryTracker
 
 from .strategies.program import Program, as_function, build_inputs, source
+from .strategies.sizes import Sized
 from .strategies.stealing import Stealing, as_stealing_function, make_activations, stealing_source
 
 # ---------------------------------------------------------------- one side's run
@@ -432,9 +436,10 @@ def _stolen_freed(acts: list | None, refs: list[StorageWeakRef]) -> bool | None:
     return not acts and all(ref.expired() for ref in refs)
 
 
-def run_reference(case: FuzzCase):
-    """The reference's run, and the compiled callable (its plan serves the fast run too)."""
-    compiled = case.compile("reference")
+def run_reference(case: FuzzCase, compiled=None):
+    """The reference's run, and the compiled callable (its plan serves the fast run too);
+    `compiled`: a reference callable to call, made for `case`'s program, instead of a new one."""
+    compiled = case.compile("reference") if compiled is None else compiled
     named, args, acts = case.inputs()
     refs = _stolen_refs(acts)
     del acts
@@ -477,10 +482,12 @@ class _Observed:
         return outputs
 
 
-def run_fast(case: FuzzCase, reference) -> Run:
-    """The fast run, on the plan `reference` (the reference's compiled callable) built; with
-    none (the reference raised), the fast callable builds its own, to raise its own error."""
-    compiled = case.compile("fast")
+def run_fast(case: FuzzCase, reference, compiled=None) -> Run:
+    """The fast run, on the plans `reference` (the reference's compiled callable) built;
+    `compiled`: a fast callable to call, made for `case`'s program, instead of a new one. With
+    no plan (the reference raised), the fast callable builds its own, to raise its own
+    error."""
+    compiled = case.compile("fast") if compiled is None else compiled
     compiled.adopt_plans(reference)
     if not compiled.plans:
         try:
@@ -489,13 +496,8 @@ def run_fast(case: FuzzCase, reference) -> Run:
         except Exception as error:  # noqa: BLE001 (an error is an observable)
             return Run(None, _error_text(error), {}, {}, None)
         raise AssertionError(f"the reference raised and fast did not, on:\n{case.source}")
-    (plan,) = compiled.plans.values()
     tracker = MemoryTracker()
-    brackets = {"forward": Bracket(plan.forward, tracker)}
-    plan.forward = brackets["forward"]
-    if plan.backward is not None:
-        brackets["backward"] = plan.backward = Bracket(plan.backward, tracker)
-        plan.backwards_reaching = _BracketedBackwards(tracker, brackets)
+    bracketed = [(plan, _bracketed(plan, tracker)) for plan in compiled.plans.values()]
     named, args, acts = case.inputs()
     refs = _stolen_refs(acts)
     tracker.track(acts or [])
@@ -504,6 +506,10 @@ def run_fast(case: FuzzCase, reference) -> Run:
     with tracker:
         outcome = case.call(observed, named, args)
     stolen_freed = _stolen_freed(args[0] if isinstance(case.case, Stealing) else None, refs)
+    ran = [(plan, b) for plan, b in bracketed if b["forward"].start is not None]
+    if len(ran) != 1:
+        raise AssertionError(f"the call ran {len(ran)} of the fast callable's plans, not one")
+    ((plan, brackets),) = ran
     accounts, owned = {}, {}
     for name, bracket in brackets.items():
         if bracket.start is None:
@@ -513,6 +519,16 @@ def run_fast(case: FuzzCase, reference) -> Run:
             held_outside |= set(bracket.argument_ids[plan.plan.num_saved :])  # tangents
         accounts[name], owned[name] = _fast_account(tracker, bracket, held_outside)
     return Run(outcome, None, accounts, owned, stolen_freed)
+
+
+def _bracketed(plan, tracker: MemoryTracker) -> dict[str, Bracket]:
+    """`plan`'s graphs, each replaced by a `Bracket` around it, by graph."""
+    brackets = {"forward": Bracket(plan.forward, tracker)}
+    plan.forward = brackets["forward"]
+    if plan.backward is not None:
+        brackets["backward"] = plan.backward = Bracket(plan.backward, tracker)
+        plan.backwards_reaching = _BracketedBackwards(tracker, brackets)
+    return brackets
 
 
 def _is_op(node: torch.fx.Node) -> bool:
@@ -631,6 +647,41 @@ def fast_divergence(case: Program | Stealing | Hooked) -> list[str]:
         _note("numeric disagreement explained by float64")
         found = []
     return found + memory_differences(reference, fast)
+
+
+def sizes_divergence(sized: Sized) -> list[str]:
+    """How one reference callable and one fast callable, each called at every size of `sized`
+    in turn (a fresh caller's world each time), differ at each size: the reference from eager
+    (every observable, rounding forgiven as `numerically_explained` says), and fast from the
+    reference (those and the memory facts, as `fast_divergence`). Each line names its size."""
+    first = FuzzCase(sized.at(sized.sizes[0]))
+    reference_fn, fast_fn = first.compile("reference"), first.compile("fast")
+    found = []
+    for size in sized.sizes:
+        case = FuzzCase(sized.at(size))
+        eager = eager_outcome(case.program)
+        reference, _ = run_reference(case, reference_fn)
+        if reference.error is not None:
+            found.append(f"at size {size}: eager returned, the reference raised {reference.error}")
+            continue
+        lines = compare(eager, reference.outcome)
+        if lines and numerically_explained(case.program, eager, reference.outcome, lines):
+            lines = []
+        found += [f"at size {size}, reference against eager: {line}" for line in lines]
+        try:
+            fast = run_fast(case, reference_fn, fast_fn)
+        except Exception as error:  # noqa: BLE001 (an error of the fast side is a divergence)
+            found.append(f"at size {size}: the fast run raised {type(error).__name__}: {error}")
+            continue
+        if fast.error is not None:
+            found.append(f"at size {size}: the reference returned, fast raised {fast.error}")
+            continue
+        lines = compare(reference.outcome, fast.outcome)
+        if lines and numerically_explained(case.program, reference.outcome, fast.outcome, lines):
+            lines = []
+        lines += memory_differences(reference, fast)
+        found += [f"at size {size}, fast against the reference: {line}" for line in lines]
+    return found
 
 
 def _note(text: str) -> None:

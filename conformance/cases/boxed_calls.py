@@ -10,7 +10,7 @@ import torch
 
 from aotspec.errors import UnsupportedError
 
-from ..case import COMPILED_ONLY, Case, Length, PeakBytes, Raises, Values
+from ..case import COMPILED_ONLY, AtSize, Case, FreedBy, Length, PeakBytes, Raises, Values
 
 
 def _chain_on_list(xs):
@@ -110,3 +110,35 @@ CASES = [
         skip=COMPILED_ONLY,
     ),
 ]
+
+
+#: Sizes of the stolen tensor, one compiled function called at each in turn (a smaller one last:
+#: a plan of a larger size must not serve it).
+_STOLEN_SIZES = (4, 8, 3)
+
+
+def _stolen_ramp(n):
+    return {"xs": [torch.arange(float(n))]}
+
+
+CASES.append(
+    Case(
+        name="boxed.stolen-list-at-each-size-freed-at-last-use",
+        rules=["boxed.steal.freed-at-last-use", "boxed.args-cleared", "memory.peak"],
+        setup=_stolen_ramp,
+        args=["xs"],
+        program=_chain_on_list,
+        steal=["xs"],
+        sizes=_STOLEN_SIZES,
+        expect=[
+            Length("xs", 0),
+            FreedBy("forward", made_by="arg0_1", freed_by="sin"),
+            # eager's values at each size
+            *[AtSize(n, Values("out0", _chain_on_list(**_stolen_ramp(n)))) for n in _STOLEN_SIZES],
+            # at size n: the stolen input (4n) dies right after sin (8n -> 4n); cos makes 4n
+            # more: peak 8n bytes, 32, 64 and 24.
+            *[AtSize(n, PeakBytes(8 * n)) for n in _STOLEN_SIZES],
+        ],
+        skip=COMPILED_ONLY,
+    )
+)

@@ -10,6 +10,7 @@ from aotspec.errors import UnsupportedError
 
 from ..case import (
     COMPILED_ONLY,
+    AtSize,
     Case,
     Layout,
     LiveBytesAfter,
@@ -427,6 +428,56 @@ CASES.append(
             Values("out0", [3.0, 3.0, 3.0, 3.0]),
             Version("base", 1),
             Version("view", 1),
+        ],
+        skip={
+            "reference-eager": "the eager interpreter writes the caller's storages back without "
+            "advancing their tensors' version counters"
+        },
+    )
+)
+
+
+def _doubles_in_place_then_reads(x, x_tail):
+    x.mul_(2)
+    return x + 1
+
+
+def _ramp_and_its_tail(n):
+    x = torch.arange(float(n))
+    return {"x": x, "x_tail": x[1:]}
+
+
+#: The sizes one compiled function is called at, in turn.
+_RAMP_SIZES = (4, 8, 3)
+
+CASES.append(
+    Case(
+        name="functionalize.input-write-reaches-the-caller-at-each-size",
+        rules=[
+            "functionalize.epilogue.data",
+            "functionalize.epilogue.version",
+            "aliasing.inputs.shared-storage",
+        ],
+        setup=_ramp_and_its_tail,
+        args=["x", "x_tail"],
+        program=_doubles_in_place_then_reads,
+        sizes=_RAMP_SIZES,
+        # eager at size n: x and its view read 2 * arange(n), the output 2 * arange(n) + 1, and
+        # the one in-place op advances their shared counter once
+        expect=[
+            Version("x", 1),
+            Version("x_tail", 1),
+            Shares("x", "x_tail"),
+            *[
+                AtSize(n, expectation)
+                for n in _RAMP_SIZES
+                for expectation in (
+                    Values("x", 2 * torch.arange(float(n))),
+                    Values("x_tail", 2 * torch.arange(1.0, n)),
+                    Values("out0", 2 * torch.arange(float(n)) + 1),
+                    Layout("x_tail", shape=(n - 1,), strides=(1,), offset=1),
+                )
+            ],
         ],
         skip={
             "reference-eager": "the eager interpreter writes the caller's storages back without "

@@ -9,7 +9,17 @@ import torch
 
 from aotspec.errors import HooksWarning, UnsupportedError
 
-from ..case import COMPILED_ONLY, Case, FreedBy, Raises, Steps, Values, Warns, eager_only
+from ..case import (
+    COMPILED_ONLY,
+    AtSize,
+    Case,
+    FreedBy,
+    Raises,
+    Steps,
+    Values,
+    Warns,
+    eager_only,
+)
 
 torch.manual_seed(0)
 _X, _W = torch.randn(6), torch.randn(6)
@@ -334,3 +344,80 @@ CASES = [
         skip=COMPILED_ONLY,
     ),
 ]
+
+
+def _ramps(n):
+    """x and w of size n, as leaves, whose values bfloat16 rounds."""
+    return {
+        "x": torch.linspace(-1.3, 2.7, n).requires_grad_(),
+        "w": torch.linspace(0.3, 3.1, n).requires_grad_(),
+    }
+
+
+#: Two sizes of x and w, one compiled function called at each in turn.
+_HOOKS_SIZES = (4, 8)
+
+CASES.append(
+    Case(
+        name="hooks.product-all-at-each-size",
+        rules=["hooks.filter.all", "hooks.eager.pack-on-save", "hooks.compiled.traced"],
+        setup=_ramps,
+        args=["x", "w"],
+        program=_product,
+        hooks=_LOSSY,
+        hooks_filter="all",
+        backward=True,
+        sizes=_HOOKS_SIZES,
+        # at each size, as eager: mul saves x and w, both packed, so both gradients are rounded
+        expect=[
+            AtSize(n, expectation)
+            for n, world in ((n, _ramps(n)) for n in _HOOKS_SIZES)
+            for expectation in (
+                Values("out0", (world["x"] * world["w"]).sum().detach()),
+                Values("x.grad", _rounded(world["w"].detach())),
+                Values("w.grad", _rounded(world["x"].detach())),
+            )
+        ],
+    )
+)
+
+
+def _matrices(rows):
+    """a of `rows` rows by 5, b 5 by 3, as leaves, values bfloat16 rounds."""
+    a = torch.linspace(-1.7, 1.3, rows * 5).reshape(rows, 5)
+    return _leaves(a=a, b=torch.linspace(-0.9, 1.1, 15).reshape(5, 3))
+
+
+#: Rows of a, one compiled function called at each in turn.
+_ROWS_SIZES = (4, 7)
+
+CASES.append(
+    Case(
+        name="hooks.saved-matmul-intermediate-packed-at-each-size",
+        rules=["hooks.place.pack-after-last-use", "hooks.place.unpack-before-first-use"],
+        setup=_matrices,
+        args=["a", "b"],
+        program=_matmul_sin,
+        hooks=_LOSSY,
+        backward=True,
+        sizes=_ROWS_SIZES,
+        expect=[
+            # at each size, as at one: mm is packed right after sin and dies there, and
+            # unpacked right before cos, where the packed value dies
+            Steps("forward", ["mm", "sin", "mm_packed", "sum_1"]),
+            FreedBy("forward", made_by="mm", freed_by="mm_packed"),
+            Steps("backward", ["mm_unpacked", "cos"]),
+            FreedBy("backward", made_by="mm_packed", freed_by="mm_unpacked"),
+            *[
+                AtSize(rows, Values(name, grad))
+                for rows, world in ((rows, _matrices(rows)) for rows in _ROWS_SIZES)
+                for name, grad in zip(
+                    ("a.grad", "b.grad"),
+                    _matmul_sin_grads(world["a"].detach(), world["b"].detach(), _rounded),
+                    strict=True,
+                )
+            ],
+        ],
+        skip=COMPILED_ONLY,
+    )
+)

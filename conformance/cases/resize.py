@@ -6,6 +6,7 @@ from aotspec.errors import UnsupportedError
 
 from ..case import (
     COMPILED_ONLY,
+    AtSize,
     Case,
     Layout,
     Raises,
@@ -163,5 +164,87 @@ CASES += [
         program=_resize_view,
         expect=[Raises(UnsupportedError, rule="resize.compiled.base-only")],
         skip=COMPILED_ONLY,
+    ),
+]
+
+
+def _zero_storage_parameter_of(n):
+    # FSDP's sharded state at size n (even): the parameter object exists, its bytes do not.
+    w = torch.zeros(n)
+    resize(w, 0)
+    return {
+        "w": w,
+        "w_alias": w.view(2, n // 2),
+        "src": torch.arange(float(n)),
+        "x": torch.full((n,), 2.0),
+    }
+
+
+def _fsdp_pattern_of_any_size(w, src, x):
+    resize(w, w.numel() * w.element_size())  # the all-gather's bytes: 4n at size n
+    w.copy_(src)
+    out = x * w
+    resize(w, 0)
+    return out
+
+
+#: Two sizes of FSDP's parameter, one compiled function called at each in turn.
+_FSDP_SIZES = (4, 8)
+
+def _fsdp_pattern_of_any_size_with_fsdp_copy(w, src, x):
+    """The same, with the copy FSDP itself uses (`r[aliasing.copy.fsdp]`)."""
+    resize(w, w.numel() * w.element_size())
+    torch.ops.fsdp.copy_(w, src)
+    out = x * w
+    resize(w, 0)
+    return out
+
+
+def _zero_storage_parameter_of_with_fsdp(n):
+    import torch.distributed.fsdp._fully_shard._fsdp_param  # noqa: F401  (defines fsdp.copy_)
+
+    return _zero_storage_parameter_of(n)
+
+
+def _fsdp_at_each_size(name: str, rules: list[str], setup, program) -> Case:
+    """FSDP's pattern called at each of `_FSDP_SIZES` by one compiled function."""
+    return Case(
+        name=name,
+        rules=["resize.zero-then-back", "resize.compiled.epilogue", *rules],
+        setup=setup,
+        args=["w", "src", "x"],
+        program=program,
+        sizes=_FSDP_SIZES,
+        # eager at size n: out = 2 * arange(n); w's storage, grown to 4n bytes and filled, is
+        # 0 bytes again at the end, for w and its alias, which keep their shapes
+        expect=[
+            StorageBytes("w", 0),
+            StorageBytes("w_alias", 0),
+            Shares("w", "w_alias"),
+            *[
+                AtSize(n, expectation)
+                for n in _FSDP_SIZES
+                for expectation in (
+                    Values("out0", 2 * torch.arange(float(n))),
+                    Layout("w", shape=(n,), strides=(1,)),
+                    Layout("w_alias", shape=(2, n // 2), strides=(n // 2, 1)),
+                )
+            ],
+        ],
+    )
+
+
+CASES += [
+    _fsdp_at_each_size(
+        "resize.fsdp-up-fill-use-down-at-each-size",
+        [],
+        _zero_storage_parameter_of,
+        _fsdp_pattern_of_any_size,
+    ),
+    _fsdp_at_each_size(
+        "resize.fsdp-copy-up-fill-use-down-at-each-size",
+        ["aliasing.copy.fsdp"],
+        _zero_storage_parameter_of_with_fsdp,
+        _fsdp_pattern_of_any_size_with_fsdp_copy,
     ),
 ]

@@ -70,6 +70,7 @@ CONFORMANCE = "tests/test_conformance.py"
 EPILOGUE = "tests/test_epilogue.py"
 AOTDISPATCH = "tests/aotdispatch"
 CALLING_PATTERNS = "tests/test_calling_patterns.py"
+SIZES = "tests/test_differential_sizes.py"
 
 #: Code generation and the fast runtime: the fast differential tests first.
 ON_FAST = (FAST, FUSION, CODEGEN, COMPILE)
@@ -530,6 +531,21 @@ MUTANTS: tuple[Mutant, ...] = (
         "Storage sizes left out of the input facts: a zero-byte parameter reuses the plan of a "
         "gathered one.",
         ON_GUARDS,
+    ),
+    Mutant(
+        "guard.sizes",
+        "reference/program_records.py",
+        "                t.shape,\n                t.stride(),\n"
+        "                t.storage_offset(),\n"
+        "                first_on_storage.setdefault(storage._cdata, i),\n"
+        "                storage.nbytes(),\n",
+        "                None,\n                None,\n"
+        "                t.storage_offset(),\n"
+        "                first_on_storage.setdefault(storage._cdata, i),\n"
+        "                None,\n",
+        "Sizes left out of the input facts (shape, strides, storage bytes): a plan made at one "
+        "size serves every size.",
+        (SIZES, GUARDS),
     ),
     Mutant(
         "guard.strides",

@@ -17,6 +17,7 @@ for _name in (
     "stealing",
     "functions",
     "pointwise",
+    "sizes",
 ):
     _module = importlib.import_module(f"aotspec.fuzz.strategies.{_name}")
     sys.modules[f"{__name__}.{_name}"] = _module

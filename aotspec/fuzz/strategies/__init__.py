@@ -13,6 +13,8 @@ eager PyTorch accepts:
 - `stealing.py`: `stealing_programs()`, either kind after reading a stolen list of activations;
 - `pointwise.py`: `pointwise_programs()`, chains of pointwise ops over several dtypes, with
   special values, for the fusion pass and its Triton kernels;
+- `sizes.py`: `sized_programs()`, a pointwise program and sizes of one dimension of its
+  tensors, at which one compiled function is called in turn;
 - `complex.py`: `complex_programs()`, chains of complex ops (arithmetic, matmul, conjugate views,
   views between complex and real, a write through `.imag`, the fft family, `polar`) on complex
   tensors that require grad.

@@ -1,0 +1,66 @@
+"""One program at several sizes of one dimension, for calling one compiled function at each.
+
+Generates `sized_programs()`: a pointwise program (`pointwise.py`), whose body names no size, and
+two or three sizes of the last dimension of its widest values. `Sized.at(size)` is the program
+whose caller tensors have that size there: every tensor whose last dimension is the family's
+widest gets `size` in its place (those of 1 and the 0-dim ones broadcast as before), its values
+the drawn ones repeated, so the magnitudes the generator bounded stay bounded.
+"""
+
+from __future__ import annotations
+
+import math
+
+from attrs import evolve, frozen
+from hypothesis import strategies as st
+
+from .pointwise import pointwise_programs
+from .program import Base, Program, source
+
+#: The sizes a dimension may take; 1 among them, which broadcasts.
+SIZES = range(1, 8)
+
+
+@frozen
+class Sized:
+    """`program` as drawn, and the sizes of its dimension `width` at which it is called, in
+    order."""
+
+    program: Program
+    #: The last dimension of the program's widest tensors, as drawn.
+    width: int
+    sizes: tuple[int, ...]
+
+    def at(self, size: int) -> Program:
+        """The program on caller tensors whose last dimension `width` is `size`."""
+        bases = tuple(self._resized(base, size) for base in self.program.setup.bases)
+        return evolve(self.program, setup=evolve(self.program.setup, bases=bases))
+
+    def _resized(self, base: Base, size: int) -> Base:
+        if not base.shape or base.shape[-1] != self.width:
+            return base
+        shape = (*base.shape[:-1], size)
+        numel = math.prod(shape)
+        values = tuple(base.values[i % len(base.values)] for i in range(numel))
+        return evolve(base, shape=shape, values=values)
+
+
+def _width(program: Program) -> int:
+    return max((base.shape[-1] for base in program.setup.bases if base.shape), default=1)
+
+
+@st.composite
+def sized_programs(draw) -> Sized:
+    """A pointwise program with a tensor whose last dimension is wider than 1, and two or three
+    distinct sizes of that dimension (see the module docstring)."""
+    program = draw(pointwise_programs().filter(lambda p: _width(p) > 1))
+    sizes = draw(st.lists(st.sampled_from(SIZES), min_size=2, max_size=3, unique=True))
+    return Sized(program, _width(program), tuple(sizes))
+
+
+def sized_source(sized: Sized) -> str:
+    """The program at its first size as Python, and the sizes it is called at."""
+    return (
+        f"{source(sized.at(sized.sizes[0]))}\n"
+        f"# one compiled function called at last dimension {sized.width} -> {list(sized.sizes)}"
+    )

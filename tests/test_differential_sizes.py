@@ -1,0 +1,109 @@
+"""Differential test: one compiled function called at several sizes, each call against eager.
+
+Today a compiled function specializes its plan on the sizes of each call's tensors and compiles
+again for a new size; symbolic plans, one for every size, are to come. Either way a call must
+compute what eager computes at its own sizes, and no plan may serve a size it does not hold
+for. The generator `sized_programs()` (tests/strategies/sizes.py) draws a pointwise program
+and two or three sizes of the last dimension of its widest tensors; `sizes_divergence`
+(tests/harness.py) compiles the program once for the reference and once for fast, and calls
+each at every size in turn, on a fresh caller's world each time:
+
+- the reference against eager: outputs, the caller's tensors, requires_grad and gradients
+  (`compare`, rounding forgiven by a float64 eager run);
+- fast against the reference, on the plans the reference built: those observables, and the
+  memory facts of `tests/test_differential_fast.py` (the runtime's storages alive after every
+  node and the peaks of forward and backward) of the plan the call ran.
+
+A failure prints the program, its sizes and what differed at which size, and writes a
+standalone `repros/repro_sizes_<hash>.py` that reruns the check.
+
+Run: `.venv/bin/python -m pytest tests/test_differential_sizes.py` (HYPOTHESIS_PROFILE=ci, the
+default, runs a few examples; dev and nightly more; see tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+
+from aotspec.fuzz import coverage
+
+from harness import sizes_divergence
+from repro import is_final_run, write_sizes_repro
+from strategies.program import Base, Instr, Program, Setup, Var
+from strategies.sizes import Sized, sized_programs, sized_source
+
+#: A profile's examples (ci: 500) over 25: ci runs 20 programs, each at two or three sizes.
+EXAMPLES = max(settings.default.max_examples // 25, 10)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # casts of nan and inf to integers
+@settings(max_examples=EXAMPLES)
+@given(sized_programs())
+def test_one_compiled_function_agrees_with_eager_at_each_size(sized):
+    """At every size in turn: the reference as eager, fast as the reference, memory included."""
+    coverage.note("sizes", coverage.program_items(sized.program))
+    found = sizes_divergence(sized)
+    if not found:
+        return
+    where = ""
+    if is_final_run():
+        where = f"\nstandalone repro: .venv/bin/python {write_sizes_repro(sized, found)}"
+    raise AssertionError(
+        "one compiled function called at several sizes disagrees:\n"
+        + "\n".join(f"  {line}" for line in found)
+        + f"\nprogram:\n{sized_source(sized)}{where}"
+    )
+
+
+def _broadcast_product_sized(sizes: tuple[int, ...]) -> Sized:
+    """`(x0 * x1).sin()` of a (2, 3) leaf and a (3,) leaf, the 3 at each of `sizes`: its
+    backward sums x1's gradient over the broadcast rows, to x1's size."""
+    bases = (
+        Base("b0", (2, 3), (1.0, -1.0, 0.5, 2.0, -0.5, 1.5), requires_grad=True),
+        Base("b1", (3,), (2.0, -1.0, 0.5), requires_grad=True),
+    )
+    body = (Instr("mul", ("v0",), (Var("x0"), Var("x1"))), Instr("sin", ("v1",), (Var("v0"),)))
+    program = Program(Setup(bases, (), ("b0", "b1")), body, ("v1",))
+    return Sized(program, 3, sizes)
+
+
+def test_the_sizes_change_the_caller_tensors_and_nothing_else():
+    """`Sized.at` gives every tensor of the widest last dimension the size there, its values
+    repeated, and leaves the body and the other dimensions alone."""
+    sized = _broadcast_product_sized((5, 1))
+    at_five = sized.at(5)
+    assert [((2, 5), (1.0, -1.0, 0.5, 2.0, -0.5, 1.5, 1.0, -1.0, 0.5, 2.0)), ((5,), None)] == [
+        (base.shape, base.values if base.name == "b0" else None) for base in at_five.setup.bases
+    ]
+    assert ((2, 1), (1,)) == tuple(base.shape for base in sized.at(1).setup.bases)
+    assert at_five.body == sized.program.body
+
+
+def test_a_plan_that_serves_a_size_it_was_not_made_for_is_caught(monkeypatch):
+    """A guard that forgets sizes lets the plan made at size 3 serve size 5: its backward sums
+    x1's gradient to 3 elements, so the call fails or differs from eager; the check says so,
+    at size 5. With the guard intact it agrees at both sizes."""
+    import aotspec.api
+    from aotspec.reference.program_records import input_facts
+
+    sized = _broadcast_product_sized((3, 5))
+    assert [] == sizes_divergence(sized)
+
+    def sizeless(tensors):
+        # the facts with the shape, the strides and the storage's bytes left out
+        return tuple((f[0], None, None, *f[3:5], None, *f[6:]) for f in input_facts(tensors))
+
+    monkeypatch.setattr(aotspec.api, "input_facts", sizeless)
+    found = sizes_divergence(sized)
+    assert found and all(line.startswith("at size 5") for line in found), found
+
+
+def test_repro_reruns_the_check(tmp_path):
+    """A written repro runs alone and passes on a program every side agrees on."""
+    from repro import REPRO_DIR
+
+    path = write_sizes_repro(_broadcast_product_sized((3, 5)), ["(none)"], tmp_path)
+    namespace = {"__name__": "__main__", "__file__": str(REPRO_DIR / path.name)}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 (ours)
+    assert namespace["SIZED"].sizes == (3, 5)
