@@ -13,6 +13,7 @@ from operator import getitem
 import torch.fx
 import torch.fx.traceback as fx_traceback
 from attrs import frozen
+from torch.fx._lazy_graph_module import _make_graph_module
 
 from .optable import OpEntry, lookup
 
@@ -37,6 +38,12 @@ class GraphProgram:
             if node.op == "call_function" and node.target is not getitem
         }
         return cls(graph_module, entries)
+
+
+def graph_module(root: torch.nn.Module, graph: torch.fx.Graph) -> torch.fx.GraphModule:
+    """`torch.fx.GraphModule(root, graph)`, lazy where the pipeline traces (`build_plan`): its
+    Python code is generated when first read or run, as for the modules `make_fx` returns."""
+    return _make_graph_module(root, graph)
 
 
 def output_node(graph: torch.fx.Graph) -> torch.fx.Node:
