@@ -754,6 +754,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
             # r[capture.no-side-effects]: the caller's tensors are not run on
             tracing_mode="fake",
             record_stack_traces=True,
+            _disable_torch_fn_metadata_mode=True,  # node.meta["torch_fn"], which no pass reads
         )(*tensors)
     _refuse_other_generator_changes(generator_before)
     grad_modes.annotate(graph_module.graph)
