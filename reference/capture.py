@@ -39,7 +39,7 @@ from torch._subclasses.fake_tensor import (
     DynamicOutputShapeException,
     FakeTensor,
 )
-from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
+from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
 from torch.fx.experimental.symbolic_shapes import (
     GuardOnDataDependentSymNode,
     PendingUnbackedSymbolNotFound,
@@ -52,6 +52,7 @@ from aotspec.errors import UnsupportedError
 from aotspec.versions import (
     apply_references_intercepted,
     checkpoint_generator_replaced,
+    make_fx_keeping_detach,
     stack_traces_of,
     traces_generators,
 )
@@ -748,13 +749,12 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     # make_fx keeps stack traces only for frames it knows are user code: tell it `fn`'s.
     # r[capture.data-dependent.shapes-from-arguments]
     with _tracing_errors_named(), stack_traces_of(fn), shapes_from_arguments():
-        graph_module = make_fx(
+        graph_module = make_fx_keeping_detach(
             flat_fn,
             decomposition_table=_decompositions(),  # r[capture.aten-graph]
             # r[capture.no-side-effects]: the caller's tensors are not run on
             tracing_mode="fake",
             record_stack_traces=True,
-            _disable_torch_fn_metadata_mode=True,  # node.meta["torch_fn"], which no pass reads
         )(*tensors)
     _refuse_other_generator_changes(generator_before)
     grad_modes.annotate(graph_module.graph)
