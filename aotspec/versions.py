@@ -118,8 +118,17 @@ def make_fx_keeping_detach(fn: Callable, **options) -> Callable[..., torch.fx.Gr
     `aten.alias` (a no-op decomposition, pytorch/pytorch#186845): the graph it returns lets a
     gradient through where eager's detach stops it. An explicit table, even an empty one, keeps
     detach on every release; aotspec's passes differentiate the graphs they trace, so they pass
-    one."""
-    return make_fx(fn, decomposition_table=options.pop("decomposition_table", {}), **options)
+    one.
+
+    The traces leave out make_fx's torch-function metadata mode (`node.meta["torch_fn"]`, which
+    no pass reads): with it, every tensor method a pass calls while it traces (`.shape`,
+    `.stride()`) goes through a Python mode, 5-10% of a trace."""
+    return make_fx(
+        fn,
+        decomposition_table=options.pop("decomposition_table", {}),
+        _disable_torch_fn_metadata_mode=True,
+        **options,
+    )
 
 
 def custom_function_apply_owner() -> type:

@@ -39,7 +39,14 @@ from .capture import (
 from .collectives import communicates
 from .custom_functions import custom_function_call
 from .functionalize import node_of
-from .graph import GraphProgram, output_node, placeholders, source_line, traced_from
+from .graph import (
+    GraphProgram,
+    graph_module,
+    output_node,
+    placeholders,
+    source_line,
+    traced_from,
+)
 from .optable import (
     NONDIFFERENTIABLE,
     OpKind,
@@ -883,4 +890,4 @@ def _extract(
             env[node] = new.node_copy(node, env.__getitem__)
     new.output([env[o] for o in outputs])
     # the joint graph's module is the root: it holds the constants get_attr nodes read
-    return torch.fx.GraphModule(joint_module, new)
+    return graph_module(joint_module, new)

@@ -39,7 +39,7 @@ from torch._subclasses.fake_tensor import (
     DynamicOutputShapeException,
     FakeTensor,
 )
-from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot, make_fx
+from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
 from torch.fx.experimental.symbolic_shapes import (
     GuardOnDataDependentSymNode,
     PendingUnbackedSymbolNotFound,
@@ -53,6 +53,7 @@ from aotspec.versions import (
     add_note,
     apply_references_intercepted,
     checkpoint_generator_replaced,
+    make_fx_keeping_detach,
     stack_traces_of,
     traces_generators,
 )
@@ -764,7 +765,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     # make_fx keeps stack traces only for frames it knows are user code: tell it `fn`'s.
     # r[capture.data-dependent.shapes-from-arguments]
     with _tracing_errors_named(), stack_traces_of(fn), shapes_from_arguments():
-        graph_module = make_fx(
+        graph_module = make_fx_keeping_detach(
             flat_fn,
             decomposition_table=_decompositions(),  # r[capture.aten-graph]
             # r[capture.no-side-effects]: the caller's tensors are not run on

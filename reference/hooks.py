@@ -34,7 +34,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from aotspec.errors import HooksWarning, UnsupportedError
 
 from .capture import capture
-from .graph import GraphProgram, output_node
+from .graph import GraphProgram, graph_module, output_node
 from .optable import OpKind
 from .plan_records import InlinedHook, Placement, Plan
 from .program_records import TENSOR, CapturedProgram
@@ -153,11 +153,11 @@ def inline_hooks(
     unpacked, read_as_saved = _unpack_in_backward(
         backward, packed, {j: traced[saved[j]] for j in selected}, placement
     )
-    new_backward = torch.fx.GraphModule(plan.backward.graph_module, unpacked)
+    new_backward = graph_module(plan.backward.graph_module, unpacked)
     _propagate_meta_values(new_backward, read_as_saved)
     differentiated = evolve(
         plan.differentiated,
-        forward=GraphProgram.of(torch.fx.GraphModule(plan.forward.graph_module, new_forward)),
+        forward=GraphProgram.of(graph_module(plan.forward.graph_module, new_forward)),
         backward=GraphProgram.of(new_backward),
         num_saved=plan.num_saved - len(selected) + sum(len(names) for names in packed.values()),
     )

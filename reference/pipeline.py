@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 from attrs import evolve, frozen
+from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
 from aotspec.errors import UnsupportedError
 
@@ -58,8 +59,10 @@ def build_plan(
     bases = SyntheticBases()
     while True:
         try:
-            # r[capture.data-dependent.shapes-from-arguments]: every pass traces on fakes
-            with shapes_from_arguments():
+            # r[capture.data-dependent.shapes-from-arguments]: every pass traces on fakes.
+            # Graph modules generate their Python code when it is first read or run, not at
+            # every trace and graph edit (as under Dynamo): the passes read nodes, not code.
+            with shapes_from_arguments(), _use_lazy_graph_module(True):
                 return _build_plan(fn, args, kwargs, tensors, stolen, hooks, bases)
         except AliasedInputsWritten as written:
             # r[autograd.input-writes.synthetic-base]: compile them as views of their base; each

@@ -13,7 +13,7 @@ import torch
 import torch.fx
 
 from .collectives import is_impure
-from .graph import GraphProgram, placeholders
+from .graph import GraphProgram, graph_module, placeholders
 
 aten = torch.ops.aten
 
@@ -55,7 +55,7 @@ def without_unreached_terms(
         # r[ops.aten-derivatives.value-checks.phases]: eager checks only gradients it was given
         if zero and not node.users and (not is_impure(node) or _checks_values(node)):
             graph.erase_node(node)
-    return GraphProgram.of(torch.fx.GraphModule(backward.graph_module, graph))
+    return GraphProgram.of(graph_module(backward.graph_module, graph))
 
 
 def _checks_values(node: torch.fx.Node) -> bool:

@@ -82,8 +82,15 @@ class Strided:
         return addresses.ravel()
 
     def overlaps_itself(self) -> bool:
-        footprint = self.footprint()
-        return np.unique(footprint).size != footprint.size
+        return _overlaps_itself(self)
+
+
+@functools.lru_cache(maxsize=4096)
+def _overlaps_itself(lay: Strided) -> bool:
+    """Whether two elements of `lay` share an address; cached, as the draws of a campaign ask it
+    of the same few layouts thousands of times."""
+    footprint = lay.footprint()
+    return np.unique(footprint).size != footprint.size
 
 
 @define
@@ -195,14 +202,16 @@ class Model:
         return [v for v in self.names if self.readable(v)]
 
 
-def _broadcasts_to(shape, target) -> bool:
+@functools.lru_cache(maxsize=4096)
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
     try:
         return tuple(torch.broadcast_shapes(tuple(shape), tuple(target))) == tuple(target)
     except RuntimeError:
         return False
 
 
-def broadcastable(a, b) -> bool:
+@functools.lru_cache(maxsize=4096)
+def broadcastable(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     try:
         torch.broadcast_shapes(tuple(a), tuple(b))
     except RuntimeError:
