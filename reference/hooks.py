@@ -18,7 +18,9 @@ Each pass visits every node once; tracing is cached per saved-tensor layout.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import types
 import warnings
 from collections.abc import Callable
@@ -299,7 +301,8 @@ def _propagate_meta_values(module: torch.fx.GraphModule, read_as_saved: dict) ->
     try:
         # r[hooks.compiled.unpack-dtype]: each op's result takes the dtype its kernel computes
         # from its arguments' dtypes, unpack's results included
-        FakeTensorProp(module, mode).propagate_dont_convert_inputs(*inputs)
+        with _fake_kernel_failures_unlogged() if retyped else contextlib.nullcontext():
+            FakeTensorProp(module, mode).propagate_dont_convert_inputs(*inputs)
     except Exception as error:
         if not retyped:
             raise
@@ -307,6 +310,19 @@ def _propagate_meta_values(module: torch.fx.GraphModule, read_as_saved: dict) ->
         _refuse_retyping(read_as_saved, f"an op rejects the dtypes it now reads ({first_line})")
     if retyped:
         _check_retyped(module.graph, before, read_as_saved)
+
+
+@contextlib.contextmanager
+def _fake_kernel_failures_unlogged():
+    """Fake tensors log a meta kernel's failure with its traceback; where the dtypes an unpack
+    gives are rejected, the refusal (`r[hooks.compiled.unpack-dtype.refused]`) says it instead."""
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _dtypes(value) -> tuple[torch.dtype, ...]:

@@ -7,6 +7,7 @@ generated code.
 
 from __future__ import annotations
 
+import logging
 import warnings
 
 import pytest
@@ -278,6 +279,20 @@ def test_a_backward_that_cannot_be_typed_again_is_refused(backend, fn, make_inpu
     message = str(raised.value)
     assert "rule hooks.compiled.unpack-dtype.refused" in message and reason in message
     assert all(t.grad is None and t._version == 0 for t in inputs)
+
+
+def test_a_refused_retyping_is_said_once_by_the_refusal(caplog):
+    """r[hooks.compiled.unpack-dtype.refused]: the meta kernel's failure that shows the dtypes
+    are rejected is not also logged by fake tensors, traceback and all."""
+    compiled = aotspec.compile(_gather, backend="fast", hooks_filter="all")
+    inputs = [torch.ones(4, requires_grad=True), torch.tensor([0, 2, 2])]
+    with (
+        caplog.at_level(logging.DEBUG, logger="torch._subclasses.fake_tensor"),
+        torch.autograd.graph.saved_tensors_hooks(_keep, _unpack_ints_to_halved_f64),
+        pytest.raises(UnsupportedError, match="hooks.compiled.unpack-dtype.refused"),
+    ):
+        compiled(*inputs)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
 def test_eager_raises_where_the_backward_rejects_the_unpacked_dtype():
