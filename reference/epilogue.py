@@ -12,7 +12,7 @@ backend uses this module as it is.
 
 from __future__ import annotations
 
-import functools
+import contextlib
 
 import torch
 
@@ -172,16 +172,16 @@ def build_outputs(
         if isinstance(output, OutputIsInput):
             outputs.append(tensors[output.input_index])
             continue
-        view = functools.partial(
-            _output_view, output, tensors, on_storage, caller_storages, flats, returned
-        )
-        if output.made_with_grad == grad_enabled:
-            outputs.append(view())
-            continue
         # r[autograd.grad-mode-inside.views]: an output view is built under the grad mode the
-        # program took it in, whatever the mode of the call
-        with torch.set_grad_enabled(output.made_with_grad):
-            outputs.append(view())
+        # program took it in, whatever the mode of the call (no switch when they agree)
+        with (
+            contextlib.nullcontext()
+            if output.made_with_grad == grad_enabled
+            else torch.set_grad_enabled(output.made_with_grad)
+        ):
+            outputs.append(
+                _output_view(output, tensors, on_storage, caller_storages, flats, returned)
+            )
     return outputs
 
 

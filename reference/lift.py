@@ -336,15 +336,15 @@ def _module_reaches(
             continue
         seen.add(id(owner))
         modules.append(owner)  # r[capture.module-mode]
-        attributes = [n for n, value in vars(owner).items() if isinstance(value, torch.Tensor)]
         for name, parameter in owner._parameters.items():
             if parameter is not None:
                 yield Reach("parameter", owner, name)
         for name, buffer in owner._buffers.items():
             if buffer is not None:
                 yield Reach("buffer", owner, name)
-        for name in attributes:
-            yield Reach("attribute", owner, name)
+        for name, attribute in vars(owner).items():
+            if isinstance(attribute, torch.Tensor):
+                yield Reach("attribute", owner, name)
 
 
 def _global_names(code: types.CodeType) -> Iterator[str]:

@@ -442,8 +442,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "epilogue.views-under-caller-grad-mode",
         "reference/epilogue.py",
-        "with torch.set_grad_enabled(output.made_with_grad):",
-        "with torch.set_grad_enabled(torch.is_grad_enabled()):",
+        "            if output.made_with_grad == grad_enabled\n",
+        "            if True\n",
         "Output views built under the caller's grad mode, not the program's.",
         ON_SHARED,
     ),
