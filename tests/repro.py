@@ -299,30 +299,26 @@ def write_fast_repro(
 ) -> Path:
     """Write `repro_fast_<hash>.py` for `case` (pickled, beside its Python source) and return
     its path."""
-    text = FuzzCase(case).source
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"repro_fast_{digest}.py"
-    commented = "\n".join(f"# {line}".rstrip() for line in text.splitlines())
-    blob = base64.b64encode(pickle.dumps(case)).decode()
-    found_lines = "\n".join(f"    {line}" for line in found)
-    path.write_text(
-        _FAST_TEMPLATE.format(path=path.name, found=found_lines, blob=blob, source=commented)
-    )
-    return path
+    return _write_pickled(case, FuzzCase(case).source, found, directory, "fast", _FAST_TEMPLATE)
 
 
 def write_sizes_repro(sized: Sized, found: list[str], directory: Path = REPRO_DIR) -> Path:
     """Write `repro_sizes_<hash>.py` for `sized` (pickled, beside its Python source) and return
     its path."""
-    text = sized_source(sized)
+    return _write_pickled(sized, sized_source(sized), found, directory, "sizes", _SIZES_TEMPLATE)
+
+
+def _write_pickled(
+    subject, text: str, found: list[str], directory: Path, kind: str, template: str
+) -> Path:
+    """`template` filled with `subject` pickled and its Python source `text`, commented, written
+    to `repro_<kind>_<hash of text>.py` in `directory`."""
     digest = hashlib.sha256(text.encode()).hexdigest()[:12]
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"repro_sizes_{digest}.py"
+    path = directory / f"repro_{kind}_{digest}.py"
     commented = "\n".join(f"# {line}".rstrip() for line in text.splitlines())
-    blob = base64.b64encode(pickle.dumps(sized)).decode()
+    blob = base64.b64encode(pickle.dumps(subject)).decode()
     found_lines = "\n".join(f"    {line}" for line in found)
-    path.write_text(
-        _SIZES_TEMPLATE.format(path=path.name, found=found_lines, blob=blob, source=commented)
-    )
+    filled = template.format(path=path.name, found=found_lines, blob=blob, source=commented)
+    path.write_text(filled)
     return path
