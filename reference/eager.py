@@ -9,6 +9,8 @@ runs through the autograd tape (`tape.py`), which records what the backward
 
 from __future__ import annotations
 
+from collections import Counter
+from operator import getitem
 from typing import Any
 
 import numpy as np
@@ -22,12 +24,12 @@ from .boundary import Boundary, autocast_off, refuse_transformed
 from .capture import capture, hooks_silenced_while_tracing
 from .eager_backward import connect
 from .graph import placeholders
-from .interpreter import interpret
+from .interpreter import OpCall, call_op, interpret
 from .ledger import Ledger
 from .lift import lift
 from .program_records import CapturedProgram
 from .storage import Tensor
-from .tape import Tape
+from .tape import Tape, bumps_version
 
 
 @define
@@ -41,6 +43,31 @@ class EagerRun:
     backward_ledger: Ledger | None = None
     #: Storages (ledger ids) of the values the tape saved, which the backward took over.
     saved_storages: frozenset[int] = frozenset()
+
+
+class WritesCounted:
+    """Runs each op with `inner`, counting the in-place ops made through each storage."""
+
+    def __init__(self, inner: OpCall):
+        self.inner = inner
+        #: id of a storage -> how many in-place ops wrote through it (`r[boundary.export.versions]`)
+        self.through: Counter[int] = Counter()
+
+    def call(self, node: torch.fx.Node, entry, env, ledger: Ledger):
+        if node.target is not getitem and bumps_version(node, entry):
+            self.through[id(env[node.args[0]].storage)] += 1
+        return self.inner(node, entry, env, ledger)
+
+
+def _advance_versions(
+    callers: list[torch.Tensor], storages: list, before: list[int], writes: Counter[int]
+) -> None:
+    """r[boundary.export.versions]: each caller tensor's counter is advanced once per in-place op
+    through its storage, counting an advance the write-back made (its `set_`) as one of them."""
+    for t, storage, version in zip(callers, storages, before, strict=True):
+        target = version + writes[id(storage)]
+        while t._version < target:  # a counter shared with an earlier tensor is there already
+            torch.autograd.graph.increment_version(t)
 
 
 def run(fn, *args, **kwargs) -> EagerRun:
@@ -81,12 +108,15 @@ def execute(program: CapturedProgram, args, kwargs) -> EagerRun:
         ledger.hold(cell)  # the caller holds its arguments for the whole call
     tape = Tape.needed(inputs, callers, ledger, program.graph)
     input_storages = [cell.storage for cell in inputs]
+    writes = WritesCounted(call_op if tape is None else tape.call)
     # inf and nan are values here, as in PyTorch; r[capture.autocast]: the casts are ops
     with np.errstate(all="ignore"), autocast_off():
-        outputs = interpret(program, inputs, ledger, call=None if tape is None else tape.call)
+        outputs = interpret(program, inputs, ledger, call=writes.call)
     # r[capture.data-dependent.checks]: before anything reaches the caller
     program.raise_failed_check(lambda k: boundary.export(outputs[k]).item())
+    versions_before = [t._version for t in callers]
     boundary.apply_to_caller()  # r[boundary.failed-call]: reached only when the run succeeded
+    _advance_versions(callers, input_storages, versions_before, writes.through)
     torch_outputs = [boundary.export(value) for value in outputs]
     run = EagerRun(None, ledger, program)
     if tape is not None:

@@ -223,18 +223,18 @@ class Tape:
             # r[capture.grad-mode]: under torch.no_grad() nothing is recorded; a write still bumps
             # the target's version (an optimizer's update of a parameter).
             result = call_op(node, entry, env, ledger)
-            if _bumps_version(node, entry):
+            if bumps_version(node, entry):
                 self._bump(bound[0].storage)
             return result
         if entry.kind is OpKind.INPLACE or node.target is aten.copy_.default:
             return self._mutation(node, entry, bound, env, ledger)
         if entry.kind is OpKind.EFFECT:
-            if _bumps_version(
+            if bumps_version(
                 node, entry
             ):  # set_; a resize is nothing to autograd (FSDP's reshard)
                 self._refuse_if_needs_grad(node, bound)
             result = call_op(node, entry, env, ledger)
-            if _bumps_version(node, entry):
+            if bumps_version(node, entry):
                 self._bump(bound[0].storage)
             return result
         inputs = self._input_vars(bound)
@@ -522,7 +522,7 @@ class Crossing:
         return pytree.tree_map(reimport, value)
 
 
-def _bumps_version(node: torch.fx.Node, entry) -> bool:
+def bumps_version(node: torch.fx.Node, entry) -> bool:
     """In-place ops, copy_ and set_ advance a tensor's version; resize_storage_bytes_ does not
     (r[resize.eager.version])."""
     if node.target is torch.ops.inductor.resize_storage_bytes_.default:
