@@ -19,6 +19,10 @@ training step. `tests/test_models.py` runs each step on aotspec's backends again
 - "gpt2", "bert": transformers' `GPT2LMHeadModel` and `BertForMaskedLM` from tiny configs
   (2 layers, width 32, 2 heads, sequences of 8), built without downloading anything.
 
+`at_size(name, inputs, batch=..., length=...)` gives a model's batch at another batch size or
+sequence length (`SIZED_DIMS` says which dimension of each input is which), for training at
+several sizes as a real loop does (`benchmarks/zoo_sizes.py`).
+
 The last three need the `models` extra (`pip install -e '.[models]'`); without it, building them
 raises `ModuleNotFoundError` naming torchvision or transformers (`EXTRAS`).
 
@@ -41,6 +45,8 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
+from attrs import frozen
 
 #: The models that need a library of the `models` extra, by the library.
 EXTRAS = {"resnet18": "torchvision", "gpt2": "transformers", "bert": "transformers"}
@@ -297,3 +303,58 @@ MODELS: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "gpt2": _gpt2,
     "bert": _bert,
 }
+
+
+@frozen
+class SizedDims:
+    """Which dimension of each input leaf (in `pytree` order) is the batch and which the
+    sequence; None where a leaf has none."""
+
+    batch: tuple[int | None, ...]
+    length: tuple[int | None, ...] = ()
+    #: The longest sequence the model takes (its position table), if it has one.
+    longest: int | None = None
+
+
+#: The sized dimensions of each model's inputs.
+SIZED_DIMS: dict[str, SizedDims] = {
+    "mlp": SizedDims(batch=(0, 0)),
+    "cnn": SizedDims(batch=(0, 0)),
+    "gpt-block": SizedDims(batch=(0, 0), length=(1, 1), longest=8),
+    "encoder": SizedDims(batch=(0, 0), length=(1, 1)),
+    "encoder-norm-first": SizedDims(batch=(0, 0), length=(1, 1)),
+    "gru": SizedDims(batch=(0, 0), length=(1, 1)),
+    "lstm": SizedDims(batch=(1, 1, 1, 0), length=(0, None, None, None)),
+    "resnet18": SizedDims(batch=(0, 0)),
+    "gpt2": SizedDims(batch=(0, 0), length=(1, 1), longest=CONTEXT),
+    "bert": SizedDims(batch=(0, 0), length=(1, 1), longest=CONTEXT),
+}
+
+
+def at_size(name: str, inputs: tuple, batch: int | None = None, length: int | None = None):
+    """Model `name`'s `inputs` with `batch` rows and sequences of `length` (None keeps a size).
+    A dimension grows by repeating its rows (labels and token ids stay valid) and shrinks by
+    dropping the last ones."""
+    dims = SIZED_DIMS[name]
+    if length is not None and not dims.length:
+        raise ValueError(f"zoo model {name!r} has no sequence dimension; pass only batch=")
+    if length is not None and dims.longest is not None and length > dims.longest:
+        raise ValueError(
+            f"zoo model {name!r} takes sequences of at most {dims.longest}, not {length}"
+        )
+    leaves, spec = pytree.tree_flatten(inputs)
+    resized = []
+    for k, leaf in enumerate(leaves):
+        if batch is not None and dims.batch[k] is not None:
+            leaf = _resized(leaf, dims.batch[k], batch)
+        if length is not None and dims.length[k] is not None:
+            leaf = _resized(leaf, dims.length[k], length)
+        resized.append(leaf)
+    return pytree.tree_unflatten(resized, spec)
+
+
+def _resized(t: torch.Tensor, dim: int, size: int) -> torch.Tensor:
+    if size < 1:
+        raise ValueError(f"a size of the zoo's inputs must be at least 1, not {size}")
+    copies = -(-size // t.shape[dim])
+    return torch.cat([t] * copies, dim).narrow(dim, 0, size).contiguous()

@@ -50,7 +50,7 @@ class WritesCounted:
 
     def __init__(self, inner: OpCall):
         self.inner = inner
-        #: id of a storage -> how many in-place ops wrote through it (`r[boundary.export.versions]`)
+        #: id of a storage -> the in-place ops made through it (`r[boundary.export.versions]`)
         self.through: Counter[int] = Counter()
 
     def call(self, node: torch.fx.Node, entry, env, ledger: Ledger):
