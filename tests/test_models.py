@@ -18,6 +18,7 @@ torchvision's resnet18 and transformers' GPT2 and BERT come with the `models` ex
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -26,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import aotspec
-from aotspec.examples.zoo import EXTRAS, MODELS
+from aotspec.examples.zoo import EXTRAS, MODELS, SIZED_DIMS, at_size
 from aotspec.tracker import step_memory
 
 #: Compiled ways to run a step: `aotspec.compile` on a backend, or Dynamo then a backend.
@@ -295,3 +296,53 @@ def test_zoo_models_follow_their_inputs_device(name):
     assert factories.deviceless == []
     module, inputs = gpu_check._on(torch.device("meta"), module, inputs)
     assert module(*inputs).device.type == "meta"
+
+
+#: Sizes a real loop trains at: the batch's own, a larger batch, a shorter sequence.
+_SIZES = [{}, {"batch": 5}, {"length": 3}]
+
+
+@pytest.mark.parametrize("name", ["mlp", "gpt-block", "encoder"])
+def test_training_at_several_sizes_under_dynamic_matches_eager(name):
+    """`torch.compile(model, backend="aotspec", dynamic=True)`: Dynamo hands the backend graphs
+    with symbolic sizes. Trained at three sizes in turn, each step's loss, gradients and buffers
+    are eager's at that size, and the fast backend's memory after the forward and at the
+    backward's peak is at most eager's there."""
+    module, inputs = _built(name)
+    torch._dynamo.reset()
+    eager, compiled = module, copy.deepcopy(module)
+    call = torch.compile(compiled, backend="aotspec", dynamic=True, options={"backend": "fast"})
+    sizes = [s for s in _SIZES if "length" not in s or SIZED_DIMS[name].length]
+    for size in sizes:
+        batch = at_size(name, inputs, **size)
+        for m in (eager, compiled):
+            m.zero_grad(set_to_none=True)
+        torch.manual_seed(5)
+        expected = eager(*batch)
+        expected.backward()
+        torch.manual_seed(5)
+        loss = call(*batch)
+        loss.backward()
+        torch.testing.assert_close(loss, expected, msg=lambda m, s=size: f"at {s}: {m}")
+        for (key, p), q in zip(compiled.named_parameters(), eager.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, msg=lambda m, k=key: f"{k}: {m}")
+        for m in (eager, compiled):  # gradients then start at None, as in the first step
+            m.zero_grad(set_to_none=True)
+        torch.manual_seed(5)
+        eager_after_forward, eager_peak = step_memory(lambda: eager(*batch), *batch)
+        torch.manual_seed(5)
+        after_forward, peak = step_memory(lambda: call(*batch), *batch)
+        assert after_forward <= eager_after_forward and peak <= eager_peak, (
+            f"at {size}: {after_forward, peak} bytes, eager {eager_after_forward, eager_peak}"
+        )
+
+
+def test_at_size_resizes_the_batch_and_sequence_dimensions():
+    _, inputs = MODELS["lstm"]()
+    x, (h, c), target = at_size("lstm", inputs, batch=5, length=4)
+    assert (x.shape, h.shape, c.shape, target.shape) == ((4, 5, 8), (4, 5, 16), (4, 5, 16), (5, 4))
+    assert torch.equal(x[:, 3], inputs[0][:4, 0])  # rows repeat: batch 3 is batch 0 again
+    with pytest.raises(ValueError, match="no sequence dimension"):
+        at_size("mlp", MODELS["mlp"]()[1], length=4)
+    with pytest.raises(ValueError, match="at most 8"):
+        at_size("gpt-block", MODELS["gpt-block"]()[1], length=9)
