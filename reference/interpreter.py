@@ -186,7 +186,7 @@ def _fresh(values, meta, name: str):
     # Sized from the layout, not from the fake storage: tracing may have resized that one since.
     layout = Layout.of(meta)
     out = Tensor(Storage.zeros(layout.extent_bytes()), layout, name=name)
-    out.write(values)
+    out.write(values, fresh=True)  # r[ops.fresh-output]: even through overlapping strides
     return out
 
 

@@ -292,9 +292,10 @@ class Tensor:
             values = np.conjugate(values)
         return np.negative(values) if self.layout.neg else values
 
-    def write(self, values: np.ndarray) -> None:
-        """Store `values` (broadcast, cast to the tensor's dtype) through the layout."""
-        if self.layout.has_internal_overlap():
+    def write(self, values: np.ndarray, *, fresh: bool = False) -> None:
+        """Store `values` (broadcast, cast to the tensor's dtype) through the layout; `fresh`: the
+        tensor is an op's new output, which may overlap itself (`r[ops.fresh-output]`)."""
+        if self.layout.has_internal_overlap() and not fresh:
             # r[aliasing.inplace.no-overlapping-write]: eager's error, in eager's words.
             raise RuntimeError(
                 "unsupported operation: more than one element of the written-to tensor refers to "

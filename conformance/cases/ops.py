@@ -78,6 +78,10 @@ _KERNEL = torch.tensor([[[1.0, -2.0, 0.25]], [[0.5, 0.5, -1.0]]])
 _IMAGES = torch.arange(24.0).view(2, 3, 2, 2).sin()
 
 
+def _empty_with_a_zero_stride():
+    return torch.empty_strided((5, 5, 5), (2, 0, 1))
+
+
 def _cumsum(x):
     return torch.cumsum(x, 0)
 
@@ -792,6 +796,18 @@ CASES = [
             Layout("out0", dtype=torch.float32, shape=(3,)),
             Values("out1", [0.7310586, 0.5, 0.7310586]),
             Layout("out1", dtype=torch.float32, shape=(3,)),
+        ],
+    ),
+    Case(
+        name="ops.fresh-output-with-strides-that-overlap",
+        rules=["ops.fresh-output"],
+        setup=dict,
+        args=[],
+        program=_empty_with_a_zero_stride,
+        # eager: the zero stride stays, and the storage holds 2*4 + 0*4 + 1*4 + 4 bytes
+        expect=[
+            Layout("out0", dtype=torch.float32, shape=(5, 5, 5), strides=(2, 0, 1), offset=0),
+            StorageBytes("out0", 52),
         ],
     ),
     Case(
