@@ -713,6 +713,42 @@ def _tracing_errors_named():
         ) from None
 
 
+@contextlib.contextmanager
+def _leaf_view_writes_refused(tensors: list[torch.Tensor]):
+    """r[capture.leaf-view-writes]: autograd's internal assert, where tracing writes a leaf that
+    is a view while a view of it is an input too, raised as the rule's refusal."""
+    try:
+        yield
+    except RuntimeError as error:
+        pairs = _leaf_views_with_their_views(tensors)
+        if "INTERNAL ASSERT FAILED" not in str(error) or not pairs:
+            raise
+        leaf, view = pairs[0]
+        raise UnsupportedError(
+            f"flat input {leaf} is a leaf that is a view of another tensor, flat input {view} "
+            "is a view taken from it, and the function writes in place through them",
+            rule="capture.leaf-view-writes",
+            fix=f"make flat input {leaf} a tensor of its own "
+            "(base[1:].clone().requires_grad_()), or pass only it and take the view inside the "
+            "function",
+        ) from None
+
+
+def _leaf_views_with_their_views(tensors: list[torch.Tensor]) -> list[tuple[int, int]]:
+    """(leaf, view) positions: a leaf that requires grad and is a view, and an input with
+    history on the same root base."""
+    leaf_views = {
+        id(t._base): i
+        for i, t in enumerate(tensors)
+        if t.is_leaf and t.requires_grad and t._is_view()
+    }
+    return [
+        (leaf_views[id(t._base)], j)
+        for j, t in enumerate(tensors)
+        if t.grad_fn is not None and t._is_view() and id(t._base) in leaf_views
+    ]
+
+
 def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     """Trace `fn(*args, **kwargs)` to an aten graph without touching the caller's tensors."""
     kwargs = {} if kwargs is None else kwargs
@@ -764,7 +800,12 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     generator_before = torch.default_generator.get_state()
     # make_fx keeps stack traces only for frames it knows are user code: tell it `fn`'s.
     # r[capture.data-dependent.shapes-from-arguments]
-    with _tracing_errors_named(), stack_traces_of(fn), shapes_from_arguments():
+    with (
+        _tracing_errors_named(),
+        _leaf_view_writes_refused(tensors),
+        stack_traces_of(fn),
+        shapes_from_arguments(),
+    ):
         graph_module = make_fx_keeping_detach(
             flat_fn,
             decomposition_table=_decompositions(),  # r[capture.aten-graph]

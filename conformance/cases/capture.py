@@ -1188,3 +1188,30 @@ CASES.append(
         skip={"torch-eager": "eager writes x, then raises its ValueError"},
     )
 )
+
+
+def _a_leaf_view_and_a_view_of_it():
+    base = torch.ones(4, 3)
+    leaf = base[1:].requires_grad_()
+    return {"base": base, "leaf": leaf, "view": leaf[0]}
+
+
+def _writes_the_leaf_then_reads_its_view(leaf, view):
+    with torch.no_grad():
+        leaf.add_(1)
+    return (view * leaf[0]).sum()
+
+
+CASES.append(
+    Case(
+        name="capture.leaf-view-written-with-its-view-passed-is-refused",
+        rules=["capture.leaf-view-writes", "boundary.failed-call"],
+        setup=_a_leaf_view_and_a_view_of_it,
+        args=["leaf", "view"],
+        program=_writes_the_leaf_then_reads_its_view,
+        expect=[
+            Raises(UnsupportedError, rule="capture.leaf-view-writes", match="flat input 0")
+        ],
+        skip={"torch-eager": "eager runs it, the view's history regenerated from the root base"},
+    )
+)
