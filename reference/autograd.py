@@ -2,7 +2,8 @@
 
 1. The joint graph (`r[autograd.joint]`): the functional graph is replayed on traced tensors, then
    walked backwards, applying each op's derivative rule (registered beside the op in
-   `reference/ops.py`) to the gradients flowing into it; `make_fx` records both halves.
+   `reference/ops.py`) to the gradients flowing into it; `make_fx` records both halves (the
+   replayed ops with the values functionalize traced for them, not running them again).
 2. The partition (`r[autograd.partition.saved]`): the replayed functional graph is the forward
    graph, the ops the derivative rules add are the backward graph; forward values the backward
    reads are saved, except views, which the backward recomputes from their saved base
