@@ -2,7 +2,8 @@
 
 1. The joint graph (`r[autograd.joint]`): the functional graph is replayed on traced tensors, then
    walked backwards, applying each op's derivative rule (registered beside the op in
-   `reference/ops.py`) to the gradients flowing into it; `make_fx` records both halves.
+   `reference/ops.py`) to the gradients flowing into it; `make_fx` records both halves (the
+   replayed ops with the values functionalize traced for them, not running them again).
 2. The partition (`r[autograd.partition.saved]`): the replayed functional graph is the forward
    graph, the ops the derivative rules add are the backward graph; forward values the backward
    reads are saved, except views, which the backward recomputes from their saved base
@@ -23,7 +24,13 @@ import torch.fx
 import torch.fx.traceback as fx_traceback
 import torch.utils._pytree as pytree
 from attrs import define, field, frozen
-from torch.fx.experimental.proxy_tensor import get_proxy_mode
+from torch._guards import detect_fake_mode
+from torch.fx.experimental.proxy_tensor import (
+    get_proxy_mode,
+    get_proxy_slot,
+    set_original_aten_op,
+    track_tensor_tree,
+)
 
 from aotspec.errors import InternalError, UnsupportedError
 from aotspec.versions import make_fx_keeping_detach
@@ -367,7 +374,7 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
 
     def joint(*values):
         primals, tangents = values[:n_inputs], values[n_inputs:]
-        env, outputs = _run(program.graph_module, primals, regions)
+        env, outputs = _replay_forward(program.graph_module, primals, regions)
         input_nodes = placeholders(graph)
         seeds = {outputs_node.args[0][k]: t for k, t in zip(differentiable, tangents, strict=True)}
         grads = _backward_pass(program, env, flows, seeds, stands_for, joint_found, regions)
@@ -376,13 +383,22 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
         written = [value for _, value, _ in joint_found.writes]
         return outputs, [grads[input_nodes[i]] for i in joint_found.grad_inputs] + written
 
+    # The joint trace runs on functionalize's fake tensors, in its fake tensor mode: its inputs
+    # are the values functionalize traced the inputs as (one per tensor object, as `tensors`
+    # has them), and its forward values those functionalize traced (`_replay_forward`).
+    traced_as = {}
+    primals = [
+        traced_as.setdefault(id(tensor), node.meta["val"])
+        for tensor, node in zip(tensors, placeholders(graph), strict=True)
+    ]
     tangent_examples = [
         torch.zeros_like(_meta_value(outputs_node.args[0][k])) for k in differentiable
     ]
-    with fx_traceback.preserve_node_meta():  # the user's source lines, for `aotspec explain`
-        joint_module = make_fx_keeping_detach(
-            joint, tracing_mode="fake", _allow_non_fake_inputs=True
-        )(*tensors, *tangent_examples)
+    fake_mode = detect_fake_mode(primals)
+    tangent_values = [fake_mode.from_tensor(tangent) for tangent in tangent_examples]
+    # the user's source lines, for `aotspec explain`
+    with fx_traceback.preserve_node_meta(), fake_mode:
+        joint_module = make_fx_keeping_detach(joint)(*primals, *tangent_values)
     regions.marks.annotate(joint_module.graph)
     _check_no_writes(joint_module.graph)
     joint_module.graph.eliminate_dead_code()  # rules may compute gradients nobody needs
@@ -438,6 +454,87 @@ def _run(
                 regions.enter(node)  # r[checkpoint.region], carried over
             env[node] = node.target(*args, **kwargs)
     return env, [env[node] for node in output_node(graph_module.graph).args[0]]
+
+
+def _replay_forward(
+    graph_module: torch.fx.GraphModule, values, regions: _RegionMarker
+) -> tuple[dict, list]:
+    """`_run` of the functional graph in the joint trace, without running its ops again: each op
+    is recorded as `make_fx` records it, with the value functionalize traced for it (in the same
+    fake tensor mode), so the joint graph is the one running them would trace. An op `make_fx`
+    treats apart (constants, draws, values that are not tensors) runs as in `_run`."""
+    env: dict[torch.fx.Node, object] = {}
+    inputs = iter(values)
+    tracer = get_proxy_mode().tracer
+    for node in traced_from(graph_module.graph.nodes, "autograd.joint"):
+        if node.op == "placeholder":
+            env[node] = next(inputs)
+        elif node.op == "get_attr":  # r[capture.constants], or a generator (r[ops.random])
+            env[node] = getattr(graph_module, node.target)
+        elif node.op == "call_function":
+            args = torch.fx.node.map_arg(node.args, env.__getitem__)
+            kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+            regions.enter(node)  # r[checkpoint.region], carried over
+            if _recordable(node, (args, kwargs), tracer):
+                env[node] = _record(node, args, kwargs, tracer)
+            else:
+                env[node] = node.target(*args, **kwargs)
+    return env, [env[node] for node in output_node(graph_module.graph).args[0]]
+
+
+#: Arguments `make_fx` puts in a node as they are.
+_PLAIN_ARGUMENTS = (
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    type(None),
+    torch.dtype,
+    torch.device,
+    torch.layout,
+    torch.memory_format,
+)
+#: Ops `make_fx` records otherwise than as they are called.
+_TRACED_APART = (aten.lift_fresh.default, aten.lift_fresh_copy.default, aten.is_nonzero.default)
+
+
+def _recordable(node: torch.fx.Node, operands, tracer) -> bool:
+    """Whether `make_fx` would record `node`'s op as it is, with its traced value: an aten op on
+    traced tensors and plain arguments, which neither draws nor reads values (`make_fx` computes
+    those from constants), and whose value is a tensor or tensors."""
+    target = node.target
+    if not isinstance(target, torch._ops.OpOverload) or target in _TRACED_APART:
+        return False
+    if {torch.Tag.data_dependent_output, torch.Tag.nondeterministic_seeded} & set(target.tags):
+        return False
+    for leaf in pytree.tree_leaves(operands):
+        if isinstance(leaf, torch.Tensor):
+            slot = get_proxy_slot(leaf, tracer, None)
+            if slot is None or slot.constant is not None:
+                return False
+        elif not isinstance(leaf, _PLAIN_ARGUMENTS):
+            return False
+    value = node.meta.get("val")
+    return value is not None and all(
+        isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(value)
+    )
+
+
+def _record(node: torch.fx.Node, args, kwargs, tracer) -> object:
+    """Record `node`'s op in the graph `tracer` builds as `make_fx`'s proxy mode records a call
+    (its node name, `original_aten` and value metadata, a getitem node per output), and return
+    its traced value."""
+    target = node.target
+    proxy_args, proxy_kwargs = pytree.tree_map_only(
+        torch.Tensor, lambda t: get_proxy_slot(t, tracer).proxy, (args, kwargs)
+    )
+    value = node.meta["val"]
+    with set_original_aten_op(target):
+        name = tracer.graph._target_to_str(target.overloadpacket.__name__)
+        proxy = tracer.create_proxy("call_function", target, proxy_args, proxy_kwargs, name=name)
+        track_tensor_tree(value, proxy, constant=None, tracer=tracer)
+    return value
 
 
 def _final_contents(program: FunctionalProgram, env) -> dict[torch.fx.Node, int]:
