@@ -207,9 +207,12 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
             check(outs, grad_of)
         return [r for r in results if r is not None]
 
-    examples = [example(g) for g in grads if g is not None] + [example(s.layout) for s in slots]
     # r[capture.data-dependent.shapes-from-arguments]: the op runs again in the trace
     with _disable_current_modes(), shapes_from_arguments():
+        # made outside the caller's trace (which would record them) on a fake mode of their own
+        with FakeTensorMode():
+            grad_examples = [example(g) for g in grads if g is not None]
+            examples = grad_examples + [example(s.layout) for s in slots]
         try:
             traced = make_fx_keeping_detach(joint, tracing_mode="fake")(*examples)
         except DataDependentOutputException as error:
