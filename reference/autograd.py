@@ -16,6 +16,7 @@ differentiable outputs, `grads` maps a value (node) to the gradient accumulated 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from operator import getitem
 from typing import NoReturn
 
@@ -374,7 +375,7 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
 
     def joint(*values):
         primals, tangents = values[:n_inputs], values[n_inputs:]
-        env, outputs = _replay_forward(program.graph_module, primals, regions)
+        env, outputs = _run(program.graph_module, primals, regions, run_op=_recorded)
         input_nodes = placeholders(graph)
         seeds = {outputs_node.args[0][k]: t for k, t in zip(differentiable, tangents, strict=True)}
         grads = _backward_pass(program, env, flows, seeds, stands_for, joint_found, regions)
@@ -385,7 +386,7 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
 
     # The joint trace runs on functionalize's fake tensors, in its fake tensor mode: its inputs
     # are the values functionalize traced the inputs as (one per tensor object, as `tensors`
-    # has them), and its forward values those functionalize traced (`_replay_forward`).
+    # has them), and its forward values those functionalize traced (`_recorded`).
     traced_as = {}
     primals = [
         traced_as.setdefault(id(tensor), node.meta["val"])
@@ -436,10 +437,13 @@ def _check_no_writes(joint: torch.fx.Graph) -> None:
 
 
 def _run(
-    graph_module: torch.fx.GraphModule, values, regions: _RegionMarker | None = None
+    graph_module: torch.fx.GraphModule,
+    values,
+    regions: _RegionMarker | None = None,
+    run_op: Callable = lambda node, args, kwargs: node.target(*args, **kwargs),
 ) -> tuple[dict, list]:
-    """Run a functional graph's ops on traced `values`, so `make_fx` records them; returns every
-    node's value and the graph's outputs."""
+    """Run a functional graph's ops on traced `values` with `run_op`, so `make_fx` records them;
+    returns every node's value and the graph's outputs."""
     env: dict[torch.fx.Node, object] = {}
     inputs = iter(values)
     for node in traced_from(graph_module.graph.nodes, "autograd.joint"):
@@ -452,34 +456,19 @@ def _run(
             kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
             if regions is not None:
                 regions.enter(node)  # r[checkpoint.region], carried over
-            env[node] = node.target(*args, **kwargs)
+            env[node] = run_op(node, args, kwargs)
     return env, [env[node] for node in output_node(graph_module.graph).args[0]]
 
 
-def _replay_forward(
-    graph_module: torch.fx.GraphModule, values, regions: _RegionMarker
-) -> tuple[dict, list]:
-    """`_run` of the functional graph in the joint trace, without running its ops again: each op
-    is recorded as `make_fx` records it, with the value functionalize traced for it (in the same
-    fake tensor mode), so the joint graph is the one running them would trace. An op `make_fx`
-    treats apart (constants, draws, values that are not tensors) runs as in `_run`."""
-    env: dict[torch.fx.Node, object] = {}
-    inputs = iter(values)
+def _recorded(node: torch.fx.Node, args, kwargs) -> object:
+    """`run_op` of the functional graph in the joint trace, without running the op again: it is
+    recorded as `make_fx` records it, with the value functionalize traced for it (in the same
+    fake tensor mode), so the joint graph is the one running it would trace. An op `make_fx`
+    treats apart (constants, draws, values that are not tensors) runs."""
     tracer = get_proxy_mode().tracer
-    for node in traced_from(graph_module.graph.nodes, "autograd.joint"):
-        if node.op == "placeholder":
-            env[node] = next(inputs)
-        elif node.op == "get_attr":  # r[capture.constants], or a generator (r[ops.random])
-            env[node] = getattr(graph_module, node.target)
-        elif node.op == "call_function":
-            args = torch.fx.node.map_arg(node.args, env.__getitem__)
-            kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
-            regions.enter(node)  # r[checkpoint.region], carried over
-            if _recordable(node, (args, kwargs), tracer):
-                env[node] = _record(node, args, kwargs, tracer)
-            else:
-                env[node] = node.target(*args, **kwargs)
-    return env, [env[node] for node in output_node(graph_module.graph).args[0]]
+    if _recordable(node, (args, kwargs), tracer):
+        return _record(node, args, kwargs, tracer)
+    return node.target(*args, **kwargs)
 
 
 #: Arguments `make_fx` puts in a node as they are.
