@@ -9,14 +9,17 @@ on the reference backend; and `torch.compile()` (inductor). Each contender has i
 the model (the same weights) and compiles in its first warm-up step; Dynamo runs with `allow_rnn`,
 so that it captures the GRU and the LSTM.
 
-1. Step time, on one intra-op thread: each contender takes one step in turn, so that a load
-   that comes and goes on a shared machine slows them alike, and a contender's ratio to eager is
-   the median over the turns of its step's time over eager's step of the same turn (eager's
-   column: the median of its steps). A timed step is the call and `backward()`: the gradients'
-   reset and the dropout seed come before the clock starts (`torch.manual_seed` alone costs
-   about 0.2 ms on a CPU build, formatting a stack for each lazily initialized device, which
-   would add to every contender alike and shrink the ratios). Each contender takes three
-   untimed steps first. The reference backend, slow by design, takes a fifth of the steps.
+1. Step time, on one intra-op thread: each contender takes one step in turn (the order rotating
+   from turn to turn), so that a load that comes and goes on a shared machine slows them alike,
+   and a contender's ratio to eager is the median over the turns of its step's time over eager's
+   step of the same turn (eager's column: the median of its steps). A step's time is the CPU
+   time of this thread (`time.thread_time`), which leaves out the time other processes hold
+   the cores: on the CPU, with one intra-op thread, the forward and the backward both run on
+   it. A timed step is the call and `backward()`: the gradients' reset and the dropout seed
+   come before the clock starts (`torch.manual_seed` alone costs about 0.2 ms on a CPU build,
+   formatting a stack for each lazily initialized device, which would add to every contender
+   alike and shrink the ratios). Each contender takes three untimed steps first. The reference
+   backend, slow by design, takes a fifth of the steps.
 2. Memory on real tensors (`aotspec.tracker.MemoryTracker`; the weights, the buffers and the
    batch are not counted): the bytes alive once the forward returned (what the backward will
    read), and the backward's peak (from there to the end of `backward()`). Inductor's generated
@@ -108,14 +111,14 @@ def _step_times(contenders: dict[str, Contender], inputs, repeats: int) -> dict[
     ratios: dict[str, list[float]] = {name: [] for name in names if name != "eager"}
     for turn in range(repeats):
         times = {}
-        for name in names:
+        for name in names[turn % len(names) :] + names[: turn % len(names)]:
             if turn % CONTENDERS[name][1]:
                 continue
             contender = contenders[name]
             contender.prepare()
-            start = time.perf_counter()
+            start = time.thread_time()
             contender.forward(inputs).backward()
-            times[name] = time.perf_counter() - start
+            times[name] = time.thread_time() - start
         eager.append(times["eager"])
         for name in ratios.keys() & times.keys():
             ratios[name].append(times[name] / times["eager"])
