@@ -195,11 +195,15 @@ def input_facts(tensors: list[torch.Tensor]) -> tuple[tuple, ...]:
     guard."""
     first_on_storage: dict[int, int] = {}
     first_object: dict[int, int] = {}
+    on_storage, on_object = first_on_storage.setdefault, first_object.setdefault
+    strided = torch.strided
     facts = []
     for i, t in enumerate(tensors):
-        if t.layout != torch.strided:
+        # the refusals' own tests inline: they run at every call, for every input
+        if t.layout is not strided:
             refuse_layout(f"flat input {i}", f"has layout {t.layout}")  # before its storage
-        refuse_lazy_bits(i, t)
+        if t.is_conj() or t.is_neg():
+            refuse_lazy_bits(i, t)
         storage = t.untyped_storage()
         facts.append(
             (
@@ -207,11 +211,11 @@ def input_facts(tensors: list[torch.Tensor]) -> tuple[tuple, ...]:
                 t.shape,
                 t.stride(),
                 t.storage_offset(),
-                first_on_storage.setdefault(storage._cdata, i),
+                on_storage(storage._cdata, i),
                 storage.nbytes(),
                 t.requires_grad,
                 t.is_leaf,
-                first_object.setdefault(id(t), i),
+                on_object(id(t), i),
             )
         )
     return tuple(facts)
