@@ -442,11 +442,26 @@ class FunctionalProgram:
         return self.graph_module.graph
 
     @cached_property
+    def inputs_on_written(self) -> dict[int, tuple[int, ...]]:
+        """Per storage of `written`, the flat inputs on it: the caller's tensors whose versions a
+        call advances (`r[functionalize.epilogue.version]`)."""
+        return {
+            storage: tuple(i for i, meta in enumerate(self.inputs) if meta.storage == storage)
+            for storage in self.written
+        }
+
+    @cached_property
     def reads_caller_storages(self) -> bool:
         """Whether the epilogue acts on the caller's storages or an output is built on one (as a
         view of the caller's, or a view carrying a custom Function's gradient): then a call
         notes the storages its inputs read at entry."""
-        return bool(self.epilogue) or any(
+        return bool(self.epilogue) or self.outputs_on_caller_storages
+
+    @cached_property
+    def outputs_on_caller_storages(self) -> bool:
+        """Whether an output is built on a caller's storage: a view of the caller's, or a view
+        carrying a custom Function's gradient."""
+        return any(
             isinstance(output, OutputView)
             and (output.gradient_from is not None or isinstance(output.storage, CallerStorage))
             for output in self.outputs
