@@ -194,7 +194,7 @@ class CompiledFunction:
             self._plans[key] = self._runtime.prepare(plan)
 
     def __call__(self, *args, **kwargs):
-        stolen_lists = self._stolen_lists(args, kwargs)
+        stolen_lists = self._stolen_lists(args, kwargs) if self.steal else []
         lifted = self._lifter.lift()
         if lifted.tensors:  # r[capture.lift]: looked up again at every call
             args = (list(lifted.tensors), *args)
@@ -270,8 +270,6 @@ class CompiledFunction:
         return compiled.functional.captured.unflatten_outputs(outputs)
 
     def _stolen_lists(self, args, kwargs) -> list[list]:
-        if not self.steal:
-            return []
         bound = inspect.signature(self.fn).bind(*args, **kwargs)
         lists = []
         for name in self.steal:
@@ -343,9 +341,7 @@ class _FastRuntime:
     def run(
         compiled_function: CompiledFunction, fast: FastPlan, tensors: list, stolen, callers=()
     ) -> list:
-        from aotspec.fast.runtime import run_fast
-
-        return run_fast(fast, tensors, stolen, callers)
+        return fast.run(tensors, stolen, callers)
 
 
 _RUNTIMES = {"reference": _ReferenceRuntime, "fast": _FastRuntime}

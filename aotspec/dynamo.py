@@ -14,10 +14,18 @@ arguments (`torch._TorchCompileWrapper`); without the option, `$AOTSPEC_BACKEND`
 The example inputs are not used: `aotspec.compile` specializes on the real tensors of each call,
 and on the Python numbers Dynamo passes as 0-d tensors, which the backend hands it as numbers
 (`r[capture.dynamo-numbers]`).
+
+Dynamo passes parameters and buffers as inputs; tensors its graph module holds as attributes
+are inputs too (`r[capture.lift]`). Where those are all the graph reads besides its inputs,
+they are read by name at every call and passed as an argument (`_FlatGraph`), so no call walks
+the graph module's Python attributes (Dynamo's bookkeeping) to find them; a graph that calls
+a module or holds a subgraph (a higher-order op's body) is compiled as a closure over the
+graph module, whose tensors the walk lifts.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 
 import torch
@@ -46,17 +54,33 @@ def aotspec_backend(
             f"unknown options {unknown} for torch.compile(backend='aotspec'); valid options: "
             f"{', '.join(map(repr, OPTIONS))} (the keyword arguments of aotspec.compile)"
         )
-    compiled = aotspec.compile(_keeping_source_lines(graph_module), **options)
-    numbers = _numbers_passed_as_tensors(graph_module)
-    if not numbers:
-        return compiled
+    if _holds_only_tensors(graph_module):
+        graph = _FlatGraph(graph_module)
+        compiled = aotspec.compile(graph.run, **options)
+    else:  # subgraphs (a higher-order op's body) hold tensors of their own: lifted
+        graph = None
+        compiled = aotspec.compile(_keeping_source_lines(graph_module), **options)
+    return CompiledGraph(compiled, graph, _numbers_passed_as_tensors(graph_module))
 
-    def call(*args):
-        # r[capture.dynamo-numbers]: each such input is its number again, a constant of the
-        # capture, so a call with another number compiles again (aotspec.compile's guard)
-        return compiled(*[arg.item() if i in numbers else arg for i, arg in enumerate(args)])
 
-    return call
+class CompiledGraph:
+    """What the backend hands Dynamo: `compiled` (the `aotspec.compile`d graph) called with
+    the graph's tensor attributes first when it takes them as an argument (`_FlatGraph`), and
+    with numbers where Dynamo passes 0-d tensors (`r[capture.dynamo-numbers]`)."""
+
+    def __init__(self, compiled: aotspec.CompiledFunction, graph, numbers: frozenset[int]):
+        self.compiled = compiled
+        self.graph = graph
+        self.numbers = numbers
+
+    def __call__(self, *args):
+        if self.numbers:
+            # r[capture.dynamo-numbers]: each such input is its number again, a constant of the
+            # capture, so a call with another number compiles again (aotspec.compile's guard)
+            args = [arg.item() if i in self.numbers else arg for i, arg in enumerate(args)]
+        if self.graph is None:
+            return self.compiled(*args)
+        return self.compiled(self.graph.attributes(), *args)
 
 
 def _numbers_passed_as_tensors(graph_module: torch.fx.GraphModule) -> frozenset[int]:
@@ -72,12 +96,66 @@ def _numbers_passed_as_tensors(graph_module: torch.fx.GraphModule) -> frozenset[
 
 
 class _Interpreter(torch.fx.Interpreter):
-    """Runs Dynamo's graph on the user's numbers where it reads them from 0-d tensors."""
+    """Runs Dynamo's graph on the user's numbers where it reads them from 0-d tensors, and on
+    `attributes` (name -> tensor) where it reads the graph module's tensors."""
+
+    def __init__(self, graph_module: torch.fx.GraphModule, attributes: dict | None = None):
+        super().__init__(graph_module)
+        self.attributes = attributes or {}
 
     def call_method(self, target, args, kwargs):
         if target == "item" and isinstance(args[0], int | float | bool):
             return args[0]  # r[capture.dynamo-numbers]: the number itself
         return super().call_method(target, args, kwargs)
+
+    def get_attr(self, target, args, kwargs):
+        if target in self.attributes:
+            return self.attributes[target]
+        return super().get_attr(target, args, kwargs)
+
+
+def _holds_only_tensors(graph_module: torch.fx.GraphModule) -> bool:
+    """Whether every attribute the graph reads is a tensor and it calls no module: then those
+    tensors are all it reaches besides its inputs."""
+    return all(
+        node.op != "call_module"
+        and (node.op != "get_attr" or isinstance(_attribute(graph_module, node), torch.Tensor))
+        for node in graph_module.graph.nodes
+    )
+
+
+def _attribute(graph_module: torch.fx.GraphModule, node: torch.fx.Node):
+    return operator.attrgetter(node.target)(graph_module)
+
+
+class _FlatGraph:
+    """Dynamo's graph as a function of its tensor attributes (a list, read from the graph module
+    at every call) and its inputs, for a graph whose attributes are tensors only: what
+    `aotspec.compile` would lift from the graph module (`r[capture.lift]`: looked up at every
+    call), handed to it as an argument instead, so that no call walks the graph module, whose
+    other attributes are Dynamo's and no op reads. The method `run` is what is compiled: the
+    walk that `r[capture.lift]` makes at every call finds no tensor through it (this object is
+    not a module), and reads only `run`'s own globals."""
+
+    def __init__(self, graph_module: torch.fx.GraphModule):
+        self.graph_module = graph_module
+        nodes = graph_module.graph.nodes
+        self.names = tuple(dict.fromkeys(node.target for node in nodes if node.op == "get_attr"))
+        self.read = operator.attrgetter(*self.names) if self.names else None
+
+    def attributes(self) -> list[torch.Tensor]:
+        """The graph module's tensors the graph reads, as they are now."""
+        if self.read is None:
+            return []
+        values = self.read(self.graph_module)
+        return list(values) if len(self.names) > 1 else [values]
+
+    def run(self, attributes: list, *args):
+        """The graph on `attributes` (in the order of `names`) and `args`, node by node with
+        each node's metadata in effect (`_keeping_source_lines`)."""
+        with torch.fx.traceback.preserve_node_meta():
+            named = dict(zip(self.names, attributes, strict=True))
+            return _Interpreter(self.graph_module, named).run(*args)
 
 
 def _keeping_source_lines(graph_module: torch.fx.GraphModule) -> Callable:

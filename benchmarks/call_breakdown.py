@@ -1,11 +1,17 @@
 """Where one training step's time goes through `aotspec.compile(step, backend="fast")`.
 
-Run on demand: `.venv/bin/python benchmarks/call_breakdown.py [--rounds N]`. One process, one
-intra-op thread; each round runs torch eager, torch.compile aot_eager, torch.compile aotspec,
-aotspec fast as it is, and aotspec fast with timing wrappers around its phases, one after another
-(contenders alternated), and the table prints medians over the rounds in microseconds.
+Run on demand: `.venv/bin/python benchmarks/call_breakdown.py [--rounds N] [--zoo NAME ...]`.
+One process, one intra-op thread; each round runs torch eager, torch.compile aot_eager,
+torch.compile aotspec, aotspec fast as it is, and aotspec fast with timing wrappers around its
+phases, one after another (contenders alternated), and the table prints medians over the rounds
+in microseconds of this thread's CPU time (`time.thread_time_ns`: the time other processes hold
+the cores is left out; a CPU step's forward and backward run on this thread).
 "dynamo aotspec" is the step through `torch.compile(step, backend="aotspec")` (fast), Dynamo's
 guards and frame included.
+
+`--zoo NAME` breaks down a model of `examples/zoo.py` instead, as `benchmarks/zoo.py` runs it:
+the module compiled by `torch.compile`, whose forward returns the loss; its phases are those of
+the aotspec contender, through Dynamo, and "dynamo + guards" is its forward less aotspec's call.
 
 The phases are timed by wrapping, from here, the functions the call goes through (the library holds
 no timing code):
@@ -27,6 +33,7 @@ The wrappers cost a little themselves: compare "fast call" (unwrapped) with the 
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import time
 from collections import defaultdict
@@ -64,16 +71,17 @@ class _Phases:
         ns = self.ns
 
         def timed(*args, **kwargs):
-            start = time.perf_counter_ns()
+            start = time.thread_time_ns()
             try:
                 return original(*args, **kwargs)
             finally:
-                ns[phase] += time.perf_counter_ns() - start
+                ns[phase] += time.thread_time_ns() - start
 
         self._originals.append((owner, name, original))
         setattr(owner, name, timed)
 
     def install(self) -> None:
+        self._wrap(api.CompiledFunction, "__call__", "aotspec call")
         self._wrap(api.Lifter, "lift", "guard + lift")
         self._wrap(api, "_flatten", "flatten")
         self._wrap(api, "input_facts", "input facts / key")
@@ -88,46 +96,73 @@ class _Phases:
         self._originals.clear()
 
 
-def _timed_step(step, x) -> tuple[int, int]:
-    start = time.perf_counter_ns()
-    loss = step(x)
-    middle = time.perf_counter_ns()
+def _timed_step(step, inputs) -> tuple[int, int]:
+    start = time.thread_time_ns()
+    loss = step(*inputs)
+    middle = time.thread_time_ns()
     loss.backward()
-    return middle - start, time.perf_counter_ns() - middle
+    return middle - start, time.thread_time_ns() - middle
 
 
 def _bench(name: str, model: torch.nn.Module, x: torch.Tensor, rounds: int) -> None:
     def step(x):
         return model(x).pow(2).mean()
 
-    fast = aotspec.compile(step, backend="fast")
-    aot_eager = torch.compile(step, backend="aot_eager")
-    dynamo_fast = torch.compile(step, backend="aotspec")
-    for contender in (step, aot_eager, dynamo_fast, fast, fast):  # warm-up, compiles
-        contender(x).backward()
-    model.zero_grad(set_to_none=True)
+    contenders = {
+        "eager": step,
+        "aot_eager": torch.compile(step, backend="aot_eager"),
+        "dynamo aotspec": torch.compile(step, backend="aotspec"),
+        "fast": aotspec.compile(step, backend="fast"),
+    }
+    _report(name, _measure(contenders, "fast", model.zero_grad, (x,), rounds), rounds)
 
+
+def _bench_zoo(name: str, rounds: int) -> None:
+    from aotspec.examples.zoo import MODELS
+
+    torch.manual_seed(0)
+    module, inputs = MODELS[name]()
+    modules = [copy.deepcopy(module) for _ in range(3)]
+    contenders = {
+        "eager": modules[0],
+        "aot_eager": torch.compile(modules[1], backend="aot_eager"),
+        "dynamo aotspec": torch.compile(modules[2], backend="aotspec"),
+    }
+
+    def zero_grad(set_to_none: bool) -> None:
+        for module in modules:
+            module.zero_grad(set_to_none=set_to_none)
+
+    with torch._dynamo.config.patch(allow_rnn=True):
+        samples = _measure(contenders, "dynamo aotspec", zero_grad, inputs, rounds)
+    _report(f"zoo {name}, through torch.compile", samples, rounds)
+
+
+def _measure(contenders: dict, measured: str, zero_grad, inputs, rounds: int) -> dict:
+    """Per round, each contender's step, then `measured`'s with its phases timed."""
+    for contender in [*contenders.values(), contenders[measured]]:  # warm-up, compiles
+        contender(*inputs).backward()
+    zero_grad(set_to_none=True)
     samples: dict[str, list[float]] = defaultdict(list)
     phases = _Phases()
     for _ in range(rounds):
-        contenders = (
-            ("eager", step),
-            ("aot_eager", aot_eager),
-            ("dynamo aotspec", dynamo_fast),
-            ("fast", fast),
-        )
-        for label, contender in contenders:
-            forward, backward = _timed_step(contender, x)
+        for label, contender in contenders.items():
+            forward, backward = _timed_step(contender, inputs)
             samples[f"{label} step"].append((forward + backward) / 1e3)
-        samples["fast call"].append(forward / 1e3)
-        samples["fast backward()"].append(backward / 1e3)
+            if label == measured:
+                samples[f"{measured} call"].append(forward / 1e3)
+                samples[f"{measured} backward()"].append(backward / 1e3)
+            zero_grad(set_to_none=True)
         phases.ns.clear()
         phases.install()
         try:
-            forward, backward = _timed_step(fast, x)
+            forward, backward = _timed_step(contenders[measured], inputs)
         finally:
             phases.uninstall()
         ns = phases.ns
+        if measured != "fast":
+            samples["  dynamo + guards"].append((forward - ns["aotspec call"]) / 1e3)
+            forward = ns["aotspec call"]
         before_run = forward - ns["runtime run"]
         samples["  guard + lift"].append(ns["guard + lift"] / 1e3)
         samples["  flatten"].append(ns["flatten"] / 1e3)
@@ -139,8 +174,11 @@ def _bench(name: str, model: torch.nn.Module, x: torch.Tensor, rounds: int) -> N
         samples["  epilogue + outputs"].append((ns["runtime run"] - ns["forward graph"]) / 1e3)
         samples["  backward graph"].append(ns["backward graph"] / 1e3)
         samples["  autograd engine"].append((backward - ns["backward graph"]) / 1e3)
-        model.zero_grad(set_to_none=True)
+        zero_grad(set_to_none=True)
+    return samples
 
+
+def _report(name: str, samples: dict, rounds: int) -> None:
     medians = {label: statistics.median(values) for label, values in samples.items()}
     eager, aot = medians["eager step"], medians["aot_eager step"]
     print(f"\n{name}: medians of {rounds} rounds, {torch.get_num_threads()} thread")
@@ -152,11 +190,18 @@ def _bench(name: str, model: torch.nn.Module, x: torch.Tensor, rounds: int) -> N
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200)
-    rounds = parser.parse_args().rounds
+    parser.add_argument(
+        "--zoo", action="append", default=[], help="a model of examples/zoo.py instead"
+    )
+    args = parser.parse_args()
     # One intra-op thread: on a shared machine a second OpenMP thread makes timings swing.
     torch.set_num_threads(1)
-    _bench("MLP: 5 x (Linear(64, 64) + ReLU), batch 16", *_mlp(), rounds)
-    _bench("TransformerEncoderLayer(32, 4, 64), batch 4 x 8", *_transformer(), rounds)
+    for name in args.zoo:
+        _bench_zoo(name, args.rounds)
+    if args.zoo:
+        return
+    _bench("MLP: 5 x (Linear(64, 64) + ReLU), batch 16", *_mlp(), args.rounds)
+    _bench("TransformerEncoderLayer(32, 4, 64), batch 4 x 8", *_transformer(), args.rounds)
 
 
 if __name__ == "__main__":

@@ -6,13 +6,20 @@ timed calls per contender). Each model of `examples/zoo.py` (the `models` extra 
 GPT2 and BERT) trains one step at a time, forward and backward, run five ways in one process:
 eager; `torch.compile(backend="aot_eager")`; `torch.compile(backend="aotspec")` on the fast and
 on the reference backend; and `torch.compile()` (inductor). Each contender has its own copy of
-the model (the same weights) and compiles in a warm-up step first; Dynamo runs with `allow_rnn`,
+the model (the same weights) and compiles in its first warm-up step; Dynamo runs with `allow_rnn`,
 so that it captures the GRU and the LSTM.
 
-1. Step time, on one intra-op thread: the median of the timed steps, each contender taking one
-   step in turn, so that a load that comes and goes on a shared machine slows them alike; the
-   ratios to eager come from those medians. The reference backend, slow by design, takes a fifth
-   of the steps.
+1. Step time, on one intra-op thread: each contender takes one step in turn (the order rotating
+   from turn to turn), so that a load that comes and goes on a shared machine slows them alike,
+   and a contender's ratio to eager is the median over the turns of its step's time over eager's
+   step of the same turn (eager's column: the median of its steps). A step's time is the CPU
+   time of this thread (`time.thread_time`), which leaves out the time other processes hold
+   the cores: on the CPU, with one intra-op thread, the forward and the backward both run on
+   it. A timed step is the call and `backward()`: the gradients' reset and the dropout seed
+   come before the clock starts (`torch.manual_seed` alone costs about 0.2 ms on a CPU build,
+   formatting a stack for each lazily initialized device, which would add to every contender
+   alike and shrink the ratios). Each contender takes three untimed steps first. The reference
+   backend, slow by design, takes a fifth of the steps.
 2. Memory on real tensors (`aotspec.tracker.MemoryTracker`; the weights, the buffers and the
    batch are not counted): the bytes alive once the forward returned (what the backward will
    read), and the backward's peak (from there to the end of `backward()`). Inductor's generated
@@ -66,34 +73,59 @@ class Contender:
         )
         self.error: Exception | None = None
 
-    def step(self, inputs) -> torch.Tensor:
-        """One forward; the caller runs the backward."""
+    def prepare(self) -> None:
+        """What comes before a step and is not timed: the gradients reset, the dropout seed."""
         self.module.zero_grad(set_to_none=True)
         torch.manual_seed(5)  # dropout's draws
+
+    def forward(self, inputs) -> torch.Tensor:
+        """The forward alone, what a timed step runs before its backward."""
         with torch._dynamo.config.patch(allow_rnn=True):
             return self.call(*inputs)
 
+    def step(self, inputs) -> torch.Tensor:
+        """One forward; the caller runs the backward."""
+        self.prepare()
+        return self.forward(inputs)
+
+
+#: Untimed steps per contender: the first compiles, the others let the allocator settle.
+WARM_STEPS = 3
+
 
 def _warm(contenders: dict[str, Contender], inputs) -> None:
-    """A first step each, which compiles; a contender that fails keeps its error."""
+    """The untimed first steps; a contender that fails keeps its error."""
     for contender in contenders.values():
         try:
-            contender.step(inputs).backward()
+            for _ in range(WARM_STEPS):
+                contender.step(inputs).backward()
         except Exception as error:  # the table shows which contender failed, and how
             contender.error = error
 
 
 def _step_times(contenders: dict[str, Contender], inputs, repeats: int) -> dict[str, float]:
-    """Median seconds of a forward and backward, the contenders taking turns."""
-    samples: dict[str, list[float]] = {name: [] for name, c in contenders.items() if not c.error}
+    """Eager's median seconds of a forward and backward, and each other contender's median
+    ratio to eager's step of the same turn, the contenders taking turns."""
+    names = [name for name, c in contenders.items() if not c.error]
+    eager: list[float] = []
+    ratios: dict[str, list[float]] = {name: [] for name in names if name != "eager"}
     for turn in range(repeats):
-        for name in samples:
+        times = {}
+        for name in names[turn % len(names) :] + names[: turn % len(names)]:
             if turn % CONTENDERS[name][1]:
                 continue
-            start = time.perf_counter()
-            contenders[name].step(inputs).backward()
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(times) for name, times in samples.items()}
+            contender = contenders[name]
+            contender.prepare()
+            start = time.thread_time()
+            contender.forward(inputs).backward()
+            times[name] = time.thread_time() - start
+        eager.append(times["eager"])
+        for name in ratios.keys() & times.keys():
+            ratios[name].append(times[name] / times["eager"])
+    return {
+        "eager": statistics.median(eager),
+        **{name: statistics.median(values) for name, values in ratios.items()},
+    }
 
 
 def _memory(contender: Contender, inputs) -> tuple[int, int]:
@@ -124,7 +156,7 @@ def measure(name: str, contender_names: list[str], repeats: int) -> dict:
 def _ratio(result: dict, contender: str) -> str:
     if contender in result["errors"]:
         return result["errors"][contender]
-    return f"{result['times'][contender] / result['times']['eager']:.2f}"
+    return f"{result['times'][contender]:.2f}"
 
 
 def main() -> None:
@@ -148,7 +180,7 @@ def main() -> None:
         console.print(f"{name}: done")
 
     times = Table(
-        title="Training step time: eager's median, and each contender's median / eager's"
+        title="Training step time: eager's median, and each contender's median ratio to eager's"
     )
     times.add_column("model")
     times.add_column("parameters", justify="right")
@@ -190,7 +222,7 @@ def main() -> None:
         memory.add_row(name, *cells)
     console.print(memory)
     console.print(
-        f"{args.repeats} timed steps per contender (aotspec reference: one in "
+        f"{args.repeats} turns of timed steps (aotspec reference: one in "
         f"{CONTENDERS['aotspec reference'][1]}), one process, one intra-op thread"
     )
 

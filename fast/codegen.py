@@ -17,6 +17,7 @@ function: no module call and no wrapper holding arguments or results.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from types import SimpleNamespace
 import torch
 import torch.fx
 from attrs import frozen
+from torch._C import _len_torch_dispatch_stack
+from torch._ops import _len_torch_dispatch_stack_pre_dispatch
 from torch.utils._python_dispatch import _disable_current_modes
 
 from aotspec.errors import InternalError
@@ -33,13 +36,22 @@ from aotspec.reference.lifetimes import last_uses
 from aotspec.reference.optable import CLONES_STORAGE, OpKind, lookup
 
 
+def _modes_off() -> contextlib.AbstractContextManager:
+    """The dispatch modes switched off for a layout fix-up; nothing to enter when none is on
+    (the common case, where entering `_disable_current_modes` would cost more than the fix-up
+    itself: it runs at every call of a plan whose op needs one, `mse_loss`'s mean)."""
+    if _len_torch_dispatch_stack() or _len_torch_dispatch_stack_pre_dispatch():
+        return _disable_current_modes()
+    return contextlib.nullcontext()
+
+
 def meta_strided(value: torch.Tensor, strides: tuple[int, ...], nbytes: int) -> torch.Tensor:
     """r[ops.fresh-output.meta-layout]: the kernel's fresh output `value`, laid out on its own
     storage with the meta kernel's strides, the storage `nbytes` long (only its strides change
     where the dims that differ hold one element). The relayout is the op's, not ops of the
     program: it runs with the dispatch modes off, so a mode watching the program sees the op
     and its one storage."""
-    with _disable_current_modes():
+    with _modes_off():
         storage = value.untyped_storage()
         if value.storage_offset() != 0 or nbytes > storage.nbytes():  # not its own: copied
             copy = torch.empty_strided(value.shape, strides, dtype=value.dtype)
@@ -59,7 +71,7 @@ def meta_placed(value: torch.Tensor, strides: tuple[int, ...], offset: int) -> t
     """r[ops.fresh-output.cloned-storage]: the kernel's result, which it laid out as its first
     argument on a clone of that argument's storage, moved on that storage to the meta value's
     strides and storage offset; the op's own work, with the dispatch modes off."""
-    with _disable_current_modes():
+    with _modes_off():
         values = value.clone()
         value.as_strided_(value.shape, strides, offset)
         return value.copy_(values)
@@ -147,11 +159,13 @@ def _meta_layout(node: torch.fx.Node) -> list[str]:
     relaid = f"        {node.name} = meta_strided({node.name}, {strides}, {nbytes})"
     if kind is OpKind.ATEN:
         # r[ops.aten-values.workspace]: an output whose sizes only the kernel knows (the meta
-        # kernel's is empty: mkldnn_rnn_layer's workspace) keeps the kernel's layout
+        # kernel's is empty: mkldnn_rnn_layer's workspace) keeps the kernel's layout. The sizes
+        # are compared last: comparing a torch.Size costs the most, and the common case (the
+        # kernel laid the output out as the meta kernel) is settled before it.
         shape = tuple(value.shape)
         test = (
-            f"{node.name}.shape == {shape} and ({node.name}.stride() != {strides} or "
-            f"{node.name}.untyped_storage().nbytes() != {nbytes})"
+            f"({node.name}.stride() != {strides} or "
+            f"{node.name}.untyped_storage().nbytes() != {nbytes}) and {node.name}.shape == {shape}"
         )
         return [f"    if {test}:", relaid]
     if kind is OpKind.COMPUTE and source.target in CLONES_STORAGE:

@@ -13,6 +13,8 @@ Nothing here imports the reference interpreter: the numbers are torch's own.
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import torch
 import torch.fx
 from attrs import define, field
@@ -58,6 +60,16 @@ class FastPlan:
             self.backwards_reaching[reached] = _generated(graph_module, "backward")
         return self.backwards_reaching[reached]
 
+    def run(self, tensors: list, stolen: frozenset[int] = frozenset(), callers: list = ()) -> list:
+        """Run the plan on the caller's `tensors` (the runtime's own list; stolen entries are
+        dropped from it, so the graph's list holds their last references); returns the outputs.
+        With synthetic bases, `callers` are the caller's flat tensors (`run_plan`)."""
+        return run_plan(self.plan, self._graphs, tensors, stolen, callers)
+
+    @cached_property
+    def _graphs(self) -> _FastGraphs:
+        return _FastGraphs(self)
+
     @property
     def functional(self):
         return self.plan.functional
@@ -97,12 +109,3 @@ class _FastGraphs:
         # then holds it alone (a stolen one dies at its last use)
         saved_inputs.clear()
         return self.fast.backward_reaching(reached)(arguments)
-
-
-def run_fast(
-    fast: FastPlan, tensors: list, stolen: frozenset[int] = frozenset(), callers: list = ()
-) -> list:
-    """Run `fast` on the caller's `tensors` (the runtime's own list; stolen entries are dropped
-    from it, so the graph's list holds their last references); returns the outputs. With
-    synthetic bases, `callers` are the caller's flat tensors (`run_plan`)."""
-    return run_plan(fast.plan, _FastGraphs(fast), tensors, stolen, callers)

@@ -332,10 +332,15 @@ def batch_norm_backward(
 def _bernoulli_(self, p=0.5, *, generator=None):
     """r[ops.random]: `x.bernoulli_(p)` draws in the order of x's memory, its functional variant
     `bernoulli.p` in the order of its own contiguous result: so the draw runs on x's dims
-    permuted into memory order, and is permuted back. It reads only x's sizes (`detach`)."""
+    permuted into memory order, and is permuted back. It reads only x's sizes (`detach`, where x
+    has a history to cut: dropout's fresh `empty_like` has none)."""
+    sizes = aten.detach(self) if self.requires_grad else self
     order = sorted(range(self.dim()), key=lambda d: (-self.stride(d), -self.shape[d]))
+    if order == sorted(order):  # x's dims are in memory order already: no permutation
+        self.copy_(aten.bernoulli.p(sizes, p, generator=generator))
+        return self
     inverse = [order.index(d) for d in range(self.dim())]
-    drawn = aten.bernoulli.p(aten.permute(aten.detach(self), order), p, generator=generator)
+    drawn = aten.bernoulli.p(aten.permute(sizes, order), p, generator=generator)
     self.copy_(aten.permute(drawn, inverse))
     return self
 

@@ -29,10 +29,8 @@ AUTOCAST_DEVICES = ("cpu", "cuda")
 def autocast_state() -> tuple:
     """r[capture.autocast]: whether autocast is on, and its dtype, per device type: part of what
     a compiled program assumes, since capture records the casts autocast makes."""
-    return tuple(
-        (torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
-        for device in AUTOCAST_DEVICES
-    )
+    enabled, dtype = torch.is_autocast_enabled, torch.get_autocast_dtype
+    return tuple([(enabled(device), dtype(device)) for device in AUTOCAST_DEVICES])
 
 
 _NOTHING_TO_DO = contextlib.nullcontext()

@@ -65,7 +65,20 @@ def apply_epilogue(
 
 
 def _write_bytes(storage: torch.UntypedStorage, flat: torch.Tensor) -> None:
-    """r[functionalize.epilogue.data]: the storage takes the bytes, through a fresh alias."""
+    """r[functionalize.epilogue.data]: the storage takes the bytes, through a fresh alias; from
+    storage to storage where `flat` lays out, in order, every byte of a storage as big as the
+    caller's (a buffer's new value: the same bytes, without making the alias, at every call),
+    and reads them as they are (no lazy conjugate or negation to apply)."""
+    source = flat.untyped_storage()
+    if (
+        flat.storage_offset() == 0
+        and flat.is_contiguous()
+        and not (flat.is_conj() or flat.is_neg())
+        and flat.numel() * flat.element_size() == source.nbytes() == storage.nbytes()
+        and source.device == storage.device
+    ):
+        storage.copy_(source)
+        return
     with torch.no_grad():
         torch.empty(0, dtype=flat.dtype, device=storage.device).set_(storage).copy_(flat)
 
@@ -119,11 +132,8 @@ def _advance_versions(program: FunctionalProgram, tensors, storage: int) -> None
     """r[functionalize.epilogue.version]: the caller's tensors on a storage the program wrote see
     a new version, as after an eager in-place op (even when the storage ends at 0 bytes and
     nothing is written back), so autograd's checks of saved tensors see the write."""
-    on_storage = [
-        t
-        for t, meta in zip(tensors, program.inputs, strict=True)
-        if t is not None and meta.storage == storage
-    ]
+    on_storage = [tensors[i] for i in program.inputs_on_written[storage]]
+    on_storage = [t for t in on_storage if t is not None]
     versions = [t._version for t in on_storage]
     for t, version in zip(on_storage, versions, strict=True):
         # each counter once: an object passed twice, a view and its base share one
@@ -161,7 +171,7 @@ def build_outputs(
     program: FunctionalProgram, tensors, caller_storages, flats
 ) -> list[torch.Tensor]:
     on_storage = {}
-    if program.reads_caller_storages:
+    if program.outputs_on_caller_storages:  # the caller's tensor on a storage, by dtype
         for t in tensors:
             if t is not None:
                 on_storage.setdefault((t.untyped_storage()._cdata, t.dtype), t)

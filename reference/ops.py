@@ -1597,7 +1597,20 @@ def split_with_sizes(layout: Layout, split_sizes, dim):
 @derivative(aten.split_with_sizes.default)
 def split_with_sizes_backward(grads, outs, x, split_sizes, dim):
     windows = split_with_sizes(_contiguous_layout(x), split_sizes, dim)
-    return _grad_like(_views_into_zeros(grads, x, windows), x), None, None
+    return _grad_like(_pieces_joined(grads, windows, dim), x), None, None
+
+
+def _pieces_joined(grads, windows, dim):
+    """The gradient of a tensor split along `dim` into pieces laid out as `windows`: the pieces'
+    gradients joined along `dim`, zeros for a piece nobody used, as eager's derivative of
+    split_with_sizes: one `cat`, where writing each into zeros would copy the whole tensor once
+    per piece."""
+    like = next(g for g in grads if g is not None)
+    pieces = [
+        grad if grad is not None else like.new_zeros(window.sizes)
+        for grad, window in zip(grads, windows, strict=True)
+    ]
+    return aten.cat(pieces, dim)
 
 
 @view(aten.split.Tensor)
@@ -1611,7 +1624,7 @@ def split(layout: Layout, split_size, dim):
 @derivative(aten.split.Tensor)
 def split_backward(grads, outs, x, split_size, dim):
     windows = split(_contiguous_layout(x), split_size, dim)
-    return _grad_like(_views_into_zeros(grads, x, windows), x), None, None
+    return _grad_like(_pieces_joined(grads, windows, dim), x), None, None
 
 
 @view(aten.unbind.int)

@@ -134,6 +134,18 @@ class Plan:
         saved = outputs[len(outputs) - self.num_saved :]
         return {k: index_of[node] for k, node in enumerate(saved) if node in index_of}
 
+    @cached_property
+    def saved_inputs_by_time(self) -> tuple[tuple[tuple[int, int], ...], ...]:
+        """The saved inputs as (saved index, flat input index), split in two: those the backward
+        reads as the call began, then those it reads as the call left them
+        (`r[autograd.saved-inputs]`); a call notes each when it reads it so."""
+        after = {} if self.differentiated is None else self.differentiated.read_after_call
+        pairs = self.saved_inputs.items()
+        return (
+            tuple((k, i) for k, i in pairs if i not in after),
+            tuple((k, i) for k, i in pairs if i in after),
+        )
+
     def backward_reaching(self, reached: tuple[bool, ...]) -> GraphProgram:
         """The backward graph for a backward that reached the differentiable outputs `reached`
         says (`r[autograd.unreached-outputs.terms]`); made once per such set."""

@@ -195,11 +195,15 @@ def input_facts(tensors: list[torch.Tensor]) -> tuple[tuple, ...]:
     guard."""
     first_on_storage: dict[int, int] = {}
     first_object: dict[int, int] = {}
+    on_storage, on_object = first_on_storage.setdefault, first_object.setdefault
+    strided = torch.strided
     facts = []
     for i, t in enumerate(tensors):
-        if t.layout != torch.strided:
+        # the refusals' own tests inline: they run at every call, for every input
+        if t.layout is not strided:
             refuse_layout(f"flat input {i}", f"has layout {t.layout}")  # before its storage
-        refuse_lazy_bits(i, t)
+        if t.is_conj() or t.is_neg():
+            refuse_lazy_bits(i, t)
         storage = t.untyped_storage()
         facts.append(
             (
@@ -207,11 +211,11 @@ def input_facts(tensors: list[torch.Tensor]) -> tuple[tuple, ...]:
                 t.shape,
                 t.stride(),
                 t.storage_offset(),
-                first_on_storage.setdefault(storage._cdata, i),
+                on_storage(storage._cdata, i),
                 storage.nbytes(),
                 t.requires_grad,
                 t.is_leaf,
-                first_object.setdefault(id(t), i),
+                on_object(id(t), i),
             )
         )
     return tuple(facts)
@@ -438,11 +442,26 @@ class FunctionalProgram:
         return self.graph_module.graph
 
     @cached_property
+    def inputs_on_written(self) -> dict[int, tuple[int, ...]]:
+        """Per storage of `written`, the flat inputs on it: the caller's tensors whose versions a
+        call advances (`r[functionalize.epilogue.version]`)."""
+        return {
+            storage: tuple(i for i, meta in enumerate(self.inputs) if meta.storage == storage)
+            for storage in self.written
+        }
+
+    @cached_property
     def reads_caller_storages(self) -> bool:
         """Whether the epilogue acts on the caller's storages or an output is built on one (as a
         view of the caller's, or a view carrying a custom Function's gradient): then a call
         notes the storages its inputs read at entry."""
-        return bool(self.epilogue) or any(
+        return bool(self.epilogue) or self.outputs_on_caller_storages
+
+    @cached_property
+    def outputs_on_caller_storages(self) -> bool:
+        """Whether an output is built on a caller's storage: a view of the caller's, or a view
+        carrying a custom Function's gradient."""
+        return any(
             isinstance(output, OutputView)
             and (output.gradient_from is not None or isinstance(output.storage, CallerStorage))
             for output in self.outputs

@@ -318,11 +318,11 @@ class SavedInputs:
 
     def _note(self, read_after_call: bool) -> None:
         after = self.plan.differentiated.read_after_call
-        for k, t in self.tensors.items():
-            i = self.plan.saved_inputs[k]
-            if (i in after) == read_after_call:
-                nbytes = after[i] if read_after_call else t.untyped_storage().nbytes()
-                self.noted.append((t, t._version, nbytes, read_after_call))
+        tensors, noted = self.tensors, self.noted
+        for k, i in self.plan.saved_inputs_by_time[read_after_call]:
+            t = tensors[k]
+            nbytes = after[i] if read_after_call else t.untyped_storage().nbytes()
+            noted.append((t, t._version, nbytes, read_after_call))
 
     def check(self) -> None:
         """Before the backward runs any op: each saved input still holds what the forward read.

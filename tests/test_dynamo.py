@@ -108,22 +108,22 @@ def test_options_choose_the_reference():
     got, _ = outputs_and_grads(compiled, x)
     torch.testing.assert_close(got, model(x).detach())
     (fn,) = spy.compiled
-    assert fn.backend == "reference"
-    assert fn.last_run.backward_ledger is not None  # the reference ran the backward
+    assert fn.compiled.backend == "reference"
+    assert fn.compiled.last_run.backward_ledger is not None  # the reference ran the backward
 
 
 def test_environment_chooses_the_backend_without_options(monkeypatch):
     monkeypatch.setenv("AOTSPEC_BACKEND", "reference")
     spy = Spy()
     torch.compile(lambda x: x.sin(), backend=spy)(torch.ones(2))
-    assert [fn.backend for fn in spy.compiled] == ["reference"]
+    assert [fn.compiled.backend for fn in spy.compiled] == ["reference"]
 
 
 def test_default_backend_is_fast(monkeypatch):
     monkeypatch.delenv("AOTSPEC_BACKEND", raising=False)
     spy = Spy()
     torch.compile(lambda x: x.sin(), backend=spy)(torch.ones(2))
-    assert [fn.backend for fn in spy.compiled] == ["fast"]
+    assert [fn.compiled.backend for fn in spy.compiled] == ["fast"]
 
 
 def graph_of_sin() -> torch.fx.GraphModule:
@@ -195,3 +195,42 @@ def test_numbers_dynamo_stops_specializing_on_are_the_users_values(backend):
         out.sum().backward()
         torch.testing.assert_close(out, expected, rtol=0, atol=0)
         torch.testing.assert_close(x.grad, expected_x.grad, rtol=0, atol=0)
+
+
+class Scale(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.tensor([2.0, 3.0]))
+
+    def forward(self, x):
+        return x * self.weight
+
+
+@pytest.mark.parametrize("backend", ["fast", "reference"])
+def test_a_graphs_tensor_attributes_are_read_at_every_call(backend):
+    # r[capture.lift]: the graph's attributes are inputs, looked up at every call, and their
+    # gradients reach their .grad; the graph is flat (no module, no subgraph): they are
+    # handed over as an argument, with no walk of the graph module
+    graph_module = torch.fx.symbolic_trace(Scale())
+    compiled = aotspec_backend(graph_module, [], options={"backend": backend})
+    assert compiled.graph is not None
+    x = torch.ones(2)
+    compiled(x).sum().backward()
+    assert graph_module.weight.grad.tolist() == [1.0, 1.0]
+    graph_module.weight = torch.nn.Parameter(torch.tensor([5.0, 7.0]))  # swapped
+    out = compiled(x)
+    assert out.tolist() == [5.0, 7.0]
+    (out * torch.tensor([1.0, 2.0])).sum().backward()
+    assert graph_module.weight.grad.tolist() == [1.0, 2.0]
+
+
+def test_a_graph_that_calls_modules_lifts_their_tensors():
+    model, x = mlp(), torch.randn(3, 4)
+    compiled = aotspec_backend(torch.fx.symbolic_trace(model), [], options={"backend": "fast"})
+    assert compiled.graph is None  # call_module nodes: the graph module is walked
+    compiled(x).sum().backward()
+    expected = model(x)
+    expected_grads = torch.autograd.grad(expected.sum(), list(model.parameters()))
+    torch.testing.assert_close(compiled(x), expected)
+    for p, g in zip(model.parameters(), expected_grads, strict=True):
+        torch.testing.assert_close(p.grad, g)
