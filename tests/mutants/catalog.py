@@ -518,7 +518,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "guard.storage-sharing",
         "reference/program_records.py",
-        "                first_on_storage.setdefault(storage._cdata, i),\n",
+        "                on_storage(storage._cdata, i),\n",
         "",
         "Aliasing between arguments left out of the input facts.",
         ON_GUARDS,
@@ -537,11 +537,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "reference/program_records.py",
         "                t.shape,\n                t.stride(),\n"
         "                t.storage_offset(),\n"
-        "                first_on_storage.setdefault(storage._cdata, i),\n"
+        "                on_storage(storage._cdata, i),\n"
         "                storage.nbytes(),\n",
         "                None,\n                None,\n"
         "                t.storage_offset(),\n"
-        "                first_on_storage.setdefault(storage._cdata, i),\n"
+        "                on_storage(storage._cdata, i),\n"
         "                None,\n",
         "Sizes left out of the input facts (shape, strides, storage bytes): a plan made at one "
         "size serves every size.",
