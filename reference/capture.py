@@ -674,7 +674,7 @@ def _caller_inputs(traced: tuple, tensors: list) -> dict[int, _CallerInput]:
 
 
 @contextlib.contextmanager
-def _tracing_errors_named():
+def _tracing_errors_named(tensors: list[torch.Tensor]):
     """Tracing's errors for what the spec refuses, raised as `UnsupportedError`s naming the rule
     and the user's line; other errors pass unchanged."""
     try:
@@ -711,27 +711,25 @@ def _tracing_errors_named():
             fix="pass the tensor as an argument, or hold it in a closure variable, a global or "
             "a module attribute",
         ) from None
+    except RuntimeError as error:
+        _refuse_leaf_view_writes(error, tensors)
+        raise
 
 
-@contextlib.contextmanager
-def _leaf_view_writes_refused(tensors: list[torch.Tensor]):
+def _refuse_leaf_view_writes(error: RuntimeError, tensors: list[torch.Tensor]) -> None:
     """r[capture.leaf-view-writes]: autograd's internal assert, where tracing writes a leaf that
     is a view while a view of it is an input too, raised as the rule's refusal."""
-    try:
-        yield
-    except RuntimeError as error:
-        pairs = _leaf_views_with_their_views(tensors)
-        if "INTERNAL ASSERT FAILED" not in str(error) or not pairs:
-            raise
-        leaf, view = pairs[0]
-        raise UnsupportedError(
-            f"flat input {leaf} is a leaf that is a view of another tensor, flat input {view} "
-            "is a view taken from it, and the function writes in place through them",
-            rule="capture.leaf-view-writes",
-            fix=f"make flat input {leaf} a tensor of its own "
-            "(base[1:].clone().requires_grad_()), or pass only it and take the view inside the "
-            "function",
-        ) from None
+    pairs = _leaf_views_with_their_views(tensors)
+    if "INTERNAL ASSERT FAILED" not in str(error) or not pairs:
+        return
+    leaf, view = pairs[0]
+    raise UnsupportedError(
+        f"flat input {leaf} is a leaf that is a view of another tensor, flat input {view} is a "
+        "view taken from it, and the function writes in place through them",
+        rule="capture.leaf-view-writes",
+        fix=f"make flat input {leaf} a tensor of its own (base[1:].clone().requires_grad_()), or "
+        "pass only it and take the view inside the function",
+    ) from None
 
 
 def _leaf_views_with_their_views(tensors: list[torch.Tensor]) -> list[tuple[int, int]]:
@@ -800,12 +798,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     generator_before = torch.default_generator.get_state()
     # make_fx keeps stack traces only for frames it knows are user code: tell it `fn`'s.
     # r[capture.data-dependent.shapes-from-arguments]
-    with (
-        _tracing_errors_named(),
-        _leaf_view_writes_refused(tensors),
-        stack_traces_of(fn),
-        shapes_from_arguments(),
-    ):
+    with _tracing_errors_named(tensors), stack_traces_of(fn), shapes_from_arguments():
         graph_module = make_fx_keeping_detach(
             flat_fn,
             decomposition_table=_decompositions(),  # r[capture.aten-graph]
