@@ -322,7 +322,11 @@ def _write(
         # copied from elsewhere lack the old contents' history (r[functionalize.writes.copied]).
         contents = None
         storage.flat = aten.view(new, [storage.elements])
-    elif _replaces(new, layout, storage) and not _has_history(new, storage, replay):
+    elif (
+        private
+        and _replaces(new, layout, storage)
+        and not _has_history(new, storage, replay)
+    ):
         # r[functionalize.writes.whole-without-history]: scattering every element of contents
         # no gradient reaches gives the written values themselves, so they are the contents
         contents = None

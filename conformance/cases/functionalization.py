@@ -541,3 +541,28 @@ CASES.append(
         },
     )
 )
+
+
+def _rebind_then_copy_an_input(x, y):
+    y.set_(x.neg())
+    y.copy_(x)
+    return y
+
+
+CASES.append(
+    Case(
+        name="functionalize.whole-copy-of-an-input-keeps-its-own-storage",
+        rules=["functionalize.writes.whole-without-history", "functionalize.epilogue.set"],
+        setup=lambda: {"x": torch.arange(4.0), "y": torch.zeros(4)},
+        args=["x", "y"],
+        program=_rebind_then_copy_an_input,
+        # eager: y is rebound to the fresh storage of x.neg(), then takes x's values there
+        expect=[
+            Values("y", [0.0, 1.0, 2.0, 3.0]),
+            Values("x", [0.0, 1.0, 2.0, 3.0]),
+            Separate("x", "y"),
+            Separate("x", "out0"),
+            StorageBytes("y", 16),
+        ],
+    )
+)
