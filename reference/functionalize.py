@@ -322,6 +322,15 @@ def _write(
         # copied from elsewhere lack the old contents' history (r[functionalize.writes.copied]).
         contents = None
         storage.flat = aten.view(new, [storage.elements])
+    elif (
+        private
+        and _replaces(new, layout, storage)
+        and not _has_history(new, storage, replay)
+    ):
+        # r[functionalize.writes.whole-without-history]: scattering every element of contents
+        # no gradient reaches gives the written values themselves, so they are the contents
+        contents = None
+        storage.flat = aten.view(new, [storage.elements])
     else:
         contents = None
         written = aten.as_strided_scatter(
@@ -363,6 +372,16 @@ def _as_stored(new: torch.Tensor, layout: Layout) -> torch.Tensor:
     if layout.neg:
         new = aten.neg(new)
     return new
+
+
+def _has_history(new: torch.Tensor, storage: _Storage, replay: _Replay) -> bool:
+    """Whether a gradient can reach `new`, the storage's contents, or an input on the storage."""
+    contents = storage.origin if storage.flat is None else storage.flat
+    return (
+        new.requires_grad
+        or contents.requires_grad
+        or storage.caller in replay.storages_requiring_grad
+    )
 
 
 def _replaces(new: torch.Tensor, layout: Layout, storage: _Storage) -> bool:
@@ -522,6 +541,13 @@ class _Replay:
     #: each storage's contents are (by the storage's id).
     graph_outputs: list[torch.Tensor] = field(factory=list)
     output_index_of: dict[int, int] = field(factory=dict)
+    #: Caller storages (by first input) that an input requiring grad reads.
+    storages_requiring_grad: frozenset[int] = field(init=False)
+
+    def __attrs_post_init__(self):
+        self.storages_requiring_grad = frozenset(
+            meta.storage for meta in self.inputs if meta.requires_grad
+        )
 
     def run(self, values: list[torch.Tensor]):
         storages: dict[int, _Storage] = {}

@@ -512,3 +512,57 @@ CASES.append(
         ],
     )
 )
+
+
+def _running_average_into(buffer, x):
+    with torch.no_grad():
+        buffer.mul_(0.5).add_(x, alpha=0.5)
+    return x.sum()
+
+
+CASES.append(
+    Case(
+        name="functionalize.whole-buffer-update-takes-the-written-values",
+        rules=["functionalize.writes.whole-without-history", "memory.peak"],
+        setup=lambda: {"buffer": torch.full((64,), 4.0), "x": torch.arange(64.0)},
+        args=["buffer", "x"],
+        program=_running_average_into,
+        expect=[
+            Values("buffer", 2.0 + torch.arange(64.0) / 2),
+            Values("out0", 2016.0),
+            # the inputs, 256 bytes each, and the two written values while add_ computes the
+            # second from the first (256 each); each is the buffer's contents in turn, with no
+            # scattered copy of either
+            PeakBytes(1024),
+        ],
+        skip={
+            "reference-eager": "the eager interpreter writes in place: its peak is the inputs "
+            "and the output (516 bytes)"
+        },
+    )
+)
+
+
+def _rebind_then_copy_an_input(x, y):
+    y.set_(x.neg())
+    y.copy_(x)
+    return y
+
+
+CASES.append(
+    Case(
+        name="functionalize.whole-copy-of-an-input-keeps-its-own-storage",
+        rules=["functionalize.writes.whole-without-history", "functionalize.epilogue.set"],
+        setup=lambda: {"x": torch.arange(4.0), "y": torch.zeros(4)},
+        args=["x", "y"],
+        program=_rebind_then_copy_an_input,
+        # eager: y is rebound to the fresh storage of x.neg(), then takes x's values there
+        expect=[
+            Values("y", [0.0, 1.0, 2.0, 3.0]),
+            Values("x", [0.0, 1.0, 2.0, 3.0]),
+            Separate("x", "y"),
+            Separate("x", "out0"),
+            StorageBytes("y", 16),
+        ],
+    )
+)
