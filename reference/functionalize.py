@@ -310,25 +310,7 @@ def _write(
         storage.flat = aten.view(contents, [storage.elements])
         replay.resized_contents[node_of(storage.flat)] = storage.caller
         storage.unread_since_resize = False
-    elif (
-        private
-        and from_cell
-        and with_grad
-        and storage.caller is None
-        and _replaces(new, layout, storage)
-    ):
-        # r[functionalize.writes.whole-private]: the written values are the new contents, as
-        # eager's in-place op leaves them in the one storage, not held beside a copy; values
-        # copied from elsewhere lack the old contents' history (r[functionalize.writes.copied]).
-        contents = None
-        storage.flat = aten.view(new, [storage.elements])
-    elif (
-        private
-        and _replaces(new, layout, storage)
-        and not _has_history(new, storage, replay)
-    ):
-        # r[functionalize.writes.whole-without-history]: scattering every element of contents
-        # no gradient reaches gives the written values themselves, so they are the contents
+    elif private and _takes_the_written_values(new, layout, storage, replay, from_cell, with_grad):
         contents = None
         storage.flat = aten.view(new, [storage.elements])
     else:
@@ -372,6 +354,24 @@ def _as_stored(new: torch.Tensor, layout: Layout) -> torch.Tensor:
     if layout.neg:
         new = aten.neg(new)
     return new
+
+
+def _takes_the_written_values(
+    new: torch.Tensor, layout: Layout, storage: _Storage, replay: _Replay, from_cell: bool,
+    with_grad: bool,
+) -> bool:
+    """Whether a write of `new`, values nothing else reads, through `layout` makes them the
+    storage's contents as they are, with no as_strided_scatter into the old ones."""
+    if not _replaces(new, layout, storage):
+        return False
+    if from_cell and with_grad and storage.caller is None:
+        # r[functionalize.writes.whole-private]: as eager's in-place op leaves them in the one
+        # storage, not held beside a copy; values copied from elsewhere lack the old contents'
+        # history (r[functionalize.writes.copied])
+        return True
+    # r[functionalize.writes.whole-without-history]: scattering every element of contents no
+    # gradient reaches gives the written values themselves
+    return not _has_history(new, storage, replay)
 
 
 def _has_history(new: torch.Tensor, storage: _Storage, replay: _Replay) -> bool:
