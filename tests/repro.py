@@ -172,13 +172,13 @@ if __name__ == "__main__":
 '''
 
 
-_FAST_TEMPLATE = '''\
-"""Differential repro: aotspec.compile(backend="fast") and backend="reference" disagree.
+_PICKLED_TEMPLATE = '''\
+"""Differential repro: {title}.
 
-Found by tests/test_differential_fast.py; run alone: .venv/bin/python {path}
+Found by tests/{test}.py; run alone: .venv/bin/python {{path}}
 It reruns that test's check on the program below (pickled; its Python source follows).
 When found:
-{found}
+{{found}}
 """
 
 import base64
@@ -188,48 +188,36 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from harness import fast_divergence  # noqa: E402
+from harness import {check}  # noqa: E402
 
-PROGRAM = pickle.loads(base64.b64decode({blob!r}))
-
-# The program, as Python:
-{source}
-
-if __name__ == "__main__":
-    found = fast_divergence(PROGRAM)
-    assert not found, "fast and the reference disagree:\\n" + "\\n".join(found)
-    print("fast and the reference agree")
-'''
-
-
-_SIZES_TEMPLATE = '''\
-"""Differential repro: one compiled function called at several sizes disagrees somewhere.
-
-Found by tests/test_differential_sizes.py; run alone: .venv/bin/python {path}
-It reruns that test's check on the program below (pickled; its Python source follows).
-When found:
-{found}
-"""
-
-import base64
-import pickle
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-
-from harness import sizes_divergence  # noqa: E402
-
-SIZED = pickle.loads(base64.b64decode({blob!r}))
+{name} = pickle.loads(base64.b64decode({{blob!r}}))
 
 # The program, as Python:
-{source}
+{{source}}
 
 if __name__ == "__main__":
-    found = sizes_divergence(SIZED)
-    assert not found, "the compiled function disagrees:\\n" + "\\n".join(found)
-    print("eager, the reference and fast agree at every size")
+    found = {check}({name})
+    assert not found, "{disagree}:\\n" + "\\n".join(found)
+    print("{agree}")
 '''
+
+_FAST_TEMPLATE = _PICKLED_TEMPLATE.format(
+    title='aotspec.compile(backend="fast") and backend="reference" disagree',
+    test="test_differential_fast",
+    check="fast_divergence",
+    name="PROGRAM",
+    disagree="fast and the reference disagree",
+    agree="fast and the reference agree",
+)
+
+_SIZES_TEMPLATE = _PICKLED_TEMPLATE.format(
+    title="one compiled function called at several sizes disagrees somewhere",
+    test="test_differential_sizes",
+    check="sizes_divergence",
+    name="SIZED",
+    disagree="the compiled function disagrees",
+    agree="eager, the reference and fast agree at every size",
+)
 
 
 def is_final_run() -> bool:
