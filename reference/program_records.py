@@ -445,10 +445,11 @@ class FunctionalProgram:
     def inputs_on_written(self) -> dict[int, tuple[int, ...]]:
         """Per storage of `written`, the flat inputs on it: the caller's tensors whose versions a
         call advances (`r[functionalize.epilogue.version]`)."""
-        return {
-            storage: tuple(i for i, meta in enumerate(self.inputs) if meta.storage == storage)
-            for storage in self.written
-        }
+        on_storage: dict[int, list[int]] = {storage: [] for storage in self.written}
+        for i, meta in enumerate(self.inputs):
+            if meta.storage in on_storage:
+                on_storage[meta.storage].append(i)
+        return {storage: tuple(inputs) for storage, inputs in on_storage.items()}
 
     @cached_property
     def reads_caller_storages(self) -> bool:
