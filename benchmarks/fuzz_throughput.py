@@ -4,7 +4,8 @@ Run on demand: `.venv/bin/python benchmarks/fuzz_throughput.py [BACKEND] [PROGRA
 `fast`, 200). It runs campaigns (seed 0) with one worker process in a temporary directory,
 exactly as `aotspec fuzz --jobs 1` does: drawing each program, judging it against eager PyTorch
 and, on `fast`, the reference's memory facts, in a worker that survives crashes. The clock
-starts after a warm-up campaign, so the worker's start and the first compilations are not in it.
+starts when the first WARM_UP programs are judged, so the worker's start and the first
+compilations are not in it.
 `--repeat N` (default 3) times the same programs N times and gives the median (the machine may
 be shared); per-kind counts follow.
 
@@ -32,14 +33,22 @@ WARM_UP = 10
 
 
 def _rate(backend: str, programs: int) -> tuple[float, collections.Counter]:
+    """One campaign of WARM_UP + `programs` programs on one worker, clocked from the warm-up's
+    last result to the last one: the same worker throughout, as in `aotspec fuzz` (a second
+    campaign would start a worker of its own, and its start and first compilations with it)."""
+    results: list[float] = []
     with tempfile.TemporaryDirectory() as scratch:
-        campaign = Campaign(backend, Path(scratch), seed=0, jobs=1)
+        campaign = Campaign(
+            backend,
+            Path(scratch),
+            seed=0,
+            jobs=1,
+            on_result=lambda *_: results.append(time.monotonic()),
+        )
         campaign.start(resume=False)
-        campaign.run(programs=WARM_UP, budget=None)  # the worker's start, first compilations
-        start = time.monotonic()
         campaign.run(programs=WARM_UP + programs, budget=None)
-        seconds = time.monotonic() - start
         lines = (Path(scratch) / "results.jsonl").read_text().splitlines()[WARM_UP:]
+    seconds = results[-1] - results[WARM_UP - 1]
     return programs / seconds, collections.Counter(json.loads(line)["kind"] for line in lines)
 
 
