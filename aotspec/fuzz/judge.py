@@ -48,6 +48,7 @@ from .oracle import (
 from .strategies.grad import grad_programs
 from .strategies.mutations import programs
 from .strategies.program import Program, source
+from .strategies.sampling import sampled_from
 from .strategies.stealing import Stealing, make_activations, stealing_programs, stealing_source
 
 #: Kinds of programs, and how many of each in a hundred.
@@ -59,7 +60,7 @@ HOOK_FILTERS = ("donated", "no_static", "all")
 
 @st.composite
 def _hooked(draw) -> Hooked:
-    return Hooked(draw(grad_programs()), draw(st.sampled_from(HOOK_FILTERS)), lossless=True)
+    return Hooked(draw(grad_programs()), draw(sampled_from(HOOK_FILTERS)), lossless=True)
 
 
 def _strategy(kind: str):

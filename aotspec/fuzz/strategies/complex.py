@@ -15,6 +15,8 @@ import torch
 from attrs import frozen
 from hypothesis import strategies as st
 
+from .sampling import sampled_from
+
 #: step name -> (the op, its source), both on `x` and `y`.
 STEPS: dict[str, str] = {
     "mul": "x * y",
@@ -83,9 +85,9 @@ def complex_programs(draw, steps: tuple[str, ...] = tuple(STEPS)) -> ComplexProg
     size = draw(st.integers(2, 3))  # hfft needs 2 points
     numbers = st.lists(_NUMBERS, min_size=size * size, max_size=size * size).map(tuple)
     return ComplexProgram(
-        dtype=draw(st.sampled_from(["complex64", "complex128"])),
+        dtype=draw(sampled_from(["complex64", "complex128"])),
         size=size,
         x=draw(numbers),
         y=draw(numbers),
-        steps=tuple(draw(st.lists(st.sampled_from(sorted(steps)), min_size=1, max_size=4))),
+        steps=tuple(draw(st.lists(sampled_from(sorted(steps)), min_size=1, max_size=4))),
     )

@@ -88,6 +88,7 @@ from .model import (
     viewable,
 )
 from .program import OPS, Instr, Program, Var
+from .sampling import sampled_from
 from .setups import grad_setups, initial_grad_model
 
 GRAD_VIEWS = ["view", "reshape", "t", "transpose", "permute", "expand", "slice", "select"]
@@ -204,7 +205,7 @@ def _compute(model: Model, op: str, args: tuple, positive: bool = False) -> Inst
 def _recent(draw, names: list[str]) -> str:
     """One of `names`, often one of the latest: programs become chains more than fans."""
     recent = draw(st.booleans())  # drawn always: the same choices however many names exist
-    return draw(st.sampled_from(names[-2:] if recent else names))
+    return draw(sampled_from(names[-2:] if recent else names))
 
 
 def _is_positive(model: Model, arg) -> bool:
@@ -229,9 +230,9 @@ def _view_of(draw, model: Model, v: str) -> list[Instr]:
     ops = [op for op in view_ops(lay, in_bounds=True) if op in GRAD_VIEWS]
     if 1 in lay.sizes:
         ops.append("squeeze")
-    op = draw(st.sampled_from(ops))
+    op = draw(sampled_from(ops))
     if op == "squeeze":
-        args = draw(st.sampled_from([(), *((d,) for d, n in enumerate(lay.sizes) if n == 1)]))
+        args = draw(sampled_from([(), *((d,) for d, n in enumerate(lay.sizes) if n == 1)]))
     else:
         args = draw_view_args(draw, op, lay, may_copy=True)
     (result,) = apply_view(op, lay, args)
@@ -288,7 +289,7 @@ def _g_relayout(draw, model: Model) -> list[Instr]:
     ops.remove("resize_")  # eager refuses to resize a tensor that requires grad
     if model.storage(v).caller:
         ops.remove("as_strided_")
-    op = draw(st.sampled_from(ops))
+    op = draw(sampled_from(ops))
     args, obj.lay = draw_relayout(draw, op, obj.lay, model.storage(v).nbytes)
     model.storage(v).relaid = obj.rebound = True
     if _requires_grad(model, v):
@@ -305,10 +306,10 @@ def _g_unary(draw, model: Model) -> list[Instr]:
     x = _recent(draw, list(model.names))
     positive = model.storage(x).positive
     ops = ["neg", "abs", "relu", "sigmoid", "tanh", "exp", "pow", "clone"]
-    op = draw(st.sampled_from(ops + ["log"] * positive))
+    op = draw(sampled_from(ops + ["log"] * positive))
     args = ()
     if op == "pow":
-        args = (draw(st.sampled_from([2.0, 3.0] + [0.5, -1.0] * positive)),)
+        args = (draw(sampled_from([2.0, 3.0] + [0.5, -1.0] * positive)),)
     stays_positive = op in ("sigmoid", "exp") or (positive and op in ("pow", "clone"))
     return [_compute(model, op, (Var(x), *args), positive=stays_positive)]
 
@@ -320,15 +321,15 @@ def _g_custom_function(draw, model: Model) -> list[Instr]:
     functions = sorted(FUNCTIONS)
     if model.obj(x).rebound:  # fn_pass_through returns a view of x (see _viewable)
         functions.remove("fn_pass_through")
-    op = draw(st.sampled_from(functions))
+    op = draw(sampled_from(functions))
     positive = _is_positive(model, Var(x))
     if op == "fn_scaled":
-        c = draw(st.sampled_from(SCALARS))
+        c = draw(sampled_from(SCALARS))
         return [_compute(model, op, (Var(x), c), positive=positive and c > 0)]
     if op == "fn_product":
         shape = model.lay(x).sizes
         others = [v for v in model.names if broadcastable(model.lay(v).sizes, shape)]
-        y = Var(draw(st.sampled_from(others)))
+        y = Var(draw(sampled_from(others)))
         return [_compute(model, op, (Var(x), y), positive=positive and _is_positive(model, y))]
     if op == "fn_pass_through":
         # eager returns a view of x made inside the Function: writing it, or writing x and then
@@ -348,7 +349,7 @@ def _g_custom_function(draw, model: Model) -> list[Instr]:
         # tensor) is its one reader, and the product is what the program goes on with.
         applied = _compute(model, op, (Var(x),), positive=positive)
         (t,) = applied.outs
-        c = draw(st.sampled_from(SCALARS))
+        c = draw(sampled_from(SCALARS))
         scaled = _compute(model, "mul", (Var(t), c), positive=positive and c > 0)
         del model.names[t]
         return [applied, scaled]
@@ -358,7 +359,7 @@ def _g_custom_function(draw, model: Model) -> list[Instr]:
 def _g_no_grad(draw, model: Model) -> list[Instr]:
     """`x * c` computed under torch.no_grad(): a value that requires no grad."""
     x = _recent(draw, list(model.names))
-    other = draw(st.sampled_from(SCALARS))
+    other = draw(sampled_from(SCALARS))
     positive = _is_positive(model, Var(x)) and other > 0
     instr = _compute(model, "no_grad_mul", (Var(x), other), positive=positive)
     model.storage(instr.outs[0]).requires_grad = False
@@ -367,13 +368,13 @@ def _g_no_grad(draw, model: Model) -> list[Instr]:
 
 def _g_binary(draw, model: Model) -> list[Instr]:
     x = _recent(draw, list(model.names))
-    op = draw(st.sampled_from(["add", "sub", "mul", "maximum"]))
+    op = draw(sampled_from(["add", "sub", "mul", "maximum"]))
     shape = model.lay(x).sizes
     others = [v for v in model.names if broadcastable(model.lay(v).sizes, shape)]
     if op != "maximum" and draw(st.booleans()):
-        other = draw(st.sampled_from(SCALARS))
+        other = draw(sampled_from(SCALARS))
     else:
-        other = Var(draw(st.sampled_from(others)))
+        other = Var(draw(sampled_from(others)))
     positive = op != "sub" and _is_positive(model, Var(x)) and _is_positive(model, other)
     return [_compute(model, op, (Var(x), other), positive=positive)]
 
@@ -383,8 +384,8 @@ def _g_grad_mode(draw, model: Model) -> list[Instr]:
     x = _recent(draw, list(model.names))
     shape = model.lay(x).sizes
     others = [v for v in model.names if broadcastable(model.lay(v).sizes, shape)]
-    op = draw(st.sampled_from(GRAD_MODE_PRODUCTS))
-    other = draw(st.one_of(st.sampled_from(SCALARS), st.sampled_from(others).map(Var)))
+    op = draw(sampled_from(GRAD_MODE_PRODUCTS))
+    other = draw(st.one_of(sampled_from(SCALARS), sampled_from(others).map(Var)))
     positive = _is_positive(model, Var(x)) and _is_positive(model, other)
     return [_compute(model, op, (Var(x), other), positive=positive)]
 
@@ -411,9 +412,9 @@ def _g_matmul(draw, model: Model) -> list[Instr]:
     """mm or matmul of 2-D values; with no fitting pair, of a value and its transpose."""
     a = _recent(draw, _matmul_operands(model))
     partners = _matmul_partners(model, a)
-    op = draw(st.sampled_from(["mm", "matmul"]))
+    op = draw(sampled_from(["mm", "matmul"]))
     if partners and (model.obj(a).rebound or draw(st.booleans())):
-        return [_compute(model, op, (Var(a), Var(draw(st.sampled_from(partners)))))]
+        return [_compute(model, op, (Var(a), Var(draw(sampled_from(partners)))))]
     t = model.new_name()
     _bind_view(model, t, a, apply_view("t", model.lay(a), ())[0])
     return [Instr("t", (t,), (Var(a),)), _compute(model, op, (Var(a), Var(t)))]
@@ -425,11 +426,11 @@ def _g_reduce(draw, model: Model) -> list[Instr]:
     ops = ["sum", "mean"]
     if not sizes or draw(st.booleans()):  # every dim
         ops += ["amax"] * (math.prod(sizes) > 0)
-        return [_compute(model, draw(st.sampled_from(ops)), (Var(x),))]
+        return [_compute(model, draw(sampled_from(ops)), (Var(x),))]
     dims = draw(st.lists(st.integers(0, len(sizes) - 1), min_size=1, unique=True))
     if all(sizes[d] > 0 for d in dims):  # amax of nothing raises
         ops.append("amax")
-    op = draw(st.sampled_from(ops))
+    op = draw(sampled_from(ops))
     dims = tuple(d - len(sizes) if draw(st.booleans()) else d for d in dims)
     return [_compute(model, op, (Var(x), dims, draw(st.booleans())))]
 
@@ -442,9 +443,9 @@ def _g_norm(draw, model: Model) -> list[Instr]:
     sizes = model.lay(x).sizes
     d = draw(st.integers(0, len(sizes) - 1))
     ops = ["vector_norm", "normalize"] + ["std"] * (sizes[d] > 1)  # std of one value: nan
-    op = draw(st.sampled_from(ops))
+    op = draw(sampled_from(ops))
     if op == "vector_norm":
-        ord = draw(st.sampled_from([2.0, 1.0, 3.0]))
+        ord = draw(sampled_from([2.0, 1.0, 3.0]))
         return [_compute(model, op, (Var(x), ord, (d,), draw(st.booleans())))]
     if op == "std":
         return [_compute(model, op, (Var(x), d))]
@@ -464,18 +465,18 @@ def _g_loss(draw, model: Model) -> list[Instr]:
     sizes = model.lay(x).sizes
     targets = [v for v in model.names if model.lay(v).sizes == sizes and v != x]
     if targets and draw(st.booleans()):
-        target = draw(st.sampled_from(targets))
+        target = draw(sampled_from(targets))
     else:
-        full = _compute(model, "full", (sizes, draw(st.sampled_from(SCALARS))))
+        full = _compute(model, "full", (sizes, draw(sampled_from(SCALARS))))
         body.append(full)
         target = full.outs[0]
-    op = draw(st.sampled_from(["mse_loss", "smooth_l1_loss", "huber_loss"]))
+    op = draw(sampled_from(["mse_loss", "smooth_l1_loss", "huber_loss"]))
     # A mean's or a sum's storage departs from eager's by rule (eager's kernel leaves the 0-d
     # result on a storage of every term, r[ops.fresh-output.meta-layout] gives it its own): the
     # oracle runs eager with the rule's storage (aotspec.fuzz.oracle.eager_as_specified).
     # No mean of no terms: PyTorch's decompositions of the losses' backward divide by the count
     # in Python, so tracing raises ZeroDivisionError where eager's kernel gives nan.
-    reduction = draw(st.sampled_from(["none", "sum"] + ["mean"] * bool(math.prod(sizes))))
+    reduction = draw(sampled_from(["none", "sum"] + ["mean"] * bool(math.prod(sizes))))
     return [*body, _compute(model, op, (Var(x), Var(target), reduction))]
 
 
@@ -499,7 +500,7 @@ def _g_cat(draw, model: Model) -> list[Instr]:
         )
 
     fitting = [v for v in model.names if fits(v)]
-    partners = draw(st.lists(st.sampled_from(fitting), min_size=1, max_size=2))
+    partners = draw(st.lists(sampled_from(fitting), min_size=1, max_size=2))
     return [_compute(model, "cat", (d, Var(x), *map(Var, partners)))]
 
 
@@ -507,15 +508,15 @@ def _g_where(draw, model: Model) -> list[Instr]:
     """A mask from comparing a value with a scalar, then where(mask, a, b), all broadcasting."""
     c = _recent(draw, list(model.names))
     mask = model.new_name()
-    scalar = draw(st.sampled_from(SCALARS))
-    compare = Instr(draw(st.sampled_from(["gt", "lt"])), (mask,), (Var(c), scalar))
+    scalar = draw(sampled_from(SCALARS))
+    compare = Instr(draw(sampled_from(["gt", "lt"])), (mask,), (Var(c), scalar))
     model.masks[mask] = shape = model.lay(c).sizes
 
     def fitting(shape):
         return [v for v in model.names if broadcastable(model.lay(v).sizes, shape)]
 
     a = _recent(draw, fitting(shape))
-    b = draw(st.sampled_from(fitting(torch.broadcast_shapes(model.lay(a).sizes, shape))))
+    b = draw(sampled_from(fitting(torch.broadcast_shapes(model.lay(a).sizes, shape))))
     positive = _is_positive(model, Var(a)) and _is_positive(model, Var(b))
     return [compare, _compute(model, "where", (Var(mask), Var(a), Var(b)), positive=positive)]
 
@@ -525,10 +526,10 @@ def _g_special(draw, model: Model) -> list[Instr]:
     infinite (min > max gives max everywhere)."""
     x = _recent(draw, list(model.names))
     if draw(st.booleans()):
-        low, high = draw(st.sampled_from(EDGE_CLAMPS))
+        low, high = draw(sampled_from(EDGE_CLAMPS))
         return [_compute(model, "clamp", (Var(x), low, high))]
-    op = draw(st.sampled_from(["add", "sub", "mul", "maximum"]))
-    other = draw(st.sampled_from(SPECIAL_SCALARS))
+    op = draw(sampled_from(["add", "sub", "mul", "maximum"]))
+    other = draw(sampled_from(SPECIAL_SCALARS))
     if op == "maximum":  # of a tensor only: a full one
         full = _compute(model, "full", (model.lay(x).sizes, other))
         return [full, _compute(model, op, (Var(x), Var(full.outs[0])))]
@@ -590,7 +591,7 @@ def _g_write(draw, model: Model, targets: list[str]) -> list[Instr]:
     body = []
     if not model.obj(target).rebound and draw(st.booleans()):
         lay = model.lay(target)
-        view_op = draw(st.sampled_from([op for op in view_ops(lay, True) if op in WRITE_VIEWS]))
+        view_op = draw(sampled_from([op for op in view_ops(lay, True) if op in WRITE_VIEWS]))
         view_args = draw_view_args(draw, view_op, lay, may_copy=False)
         (result,) = apply_view(view_op, lay, view_args)
         view = model.new_name()
@@ -599,12 +600,12 @@ def _g_write(draw, model: Model, targets: list[str]) -> list[Instr]:
         target = view
     sources = _grad_sources(model, target)
     ops = ["add_", "sub_", "mul_", "fill_", "zero_"] + ["copy_"] * bool(sources)
-    op = draw(st.sampled_from(ops))
-    other = draw(st.sampled_from(SCALARS))
+    op = draw(sampled_from(ops))
+    other = draw(sampled_from(SCALARS))
     if sources and (op == "copy_" or (op in ("add_", "sub_", "mul_") and draw(st.booleans()))):
-        other = Var(draw(st.sampled_from(sources)))
+        other = Var(draw(sampled_from(sources)))
     if op in ("add_", "sub_"):
-        args = (other, draw(st.sampled_from([1, 2.0])))
+        args = (other, draw(sampled_from([1, 2.0])))
     elif op in ("mul_", "copy_", "fill_"):
         args = (other,)
     else:
@@ -654,9 +655,9 @@ def _g_no_grad_write(draw, model: Model) -> list[Instr]:
     storage = model.obj(target).storage
     sources = [v for v in copy_sources(model, target) if model.obj(v).storage != storage]
     if sources and draw(st.booleans()):
-        instr = Instr("no_grad_copy_", (), (Var(target), Var(draw(st.sampled_from(sources)))))
+        instr = Instr("no_grad_copy_", (), (Var(target), Var(draw(sampled_from(sources)))))
     else:
-        instr = Instr("no_grad_mul_", (), (Var(target), draw(st.sampled_from(SCALARS))))
+        instr = Instr("no_grad_mul_", (), (Var(target), draw(sampled_from(SCALARS))))
     model.storage(target).positive = False
     _forget_no_grad_views(model, storage)
     return [instr]
@@ -715,25 +716,25 @@ def grad_programs(draw, max_steps: int = 10) -> Program:
     model = initial_grad_model(setup)
     body: list[Instr] = _detach_freed(setup, model)
     grad_arguments = [v for v in model.names if _requires_grad(model, v)]
-    grad_enabled = draw(st.sampled_from([True, True, True, False]))
+    grad_enabled = draw(sampled_from([True, True, True, False]))
     model.grad_enabled = grad_enabled
-    retain_graph = draw(st.sampled_from([False, False, False, True]))
+    retain_graph = draw(sampled_from([False, False, False, True]))
     # At least two steps (one rarely reaches a write), then go on with odds 5:1. A "go on" choice
     # per step, rather than a count drawn first, lets shrinking delete any one step.
     steps = 0
-    while steps < 2 or (steps < max_steps and draw(st.sampled_from([False] + [True] * 5))):
+    while steps < 2 or (steps < max_steps and draw(sampled_from([False] + [True] * 5))):
         kinds = [(name, step) for name, step, allowed in GRAD_STEPS if allowed(model)]
-        _, step = draw(st.sampled_from(kinds))
+        _, step = draw(sampled_from(kinds))
         body += step(draw, model)
         steps += 1
     if not grad_enabled:  # the one value sure to require grad: see the section comment
-        x = draw(st.sampled_from(grad_arguments))
-        body.append(_compute(model, "enable_grad_mul", (Var(x), draw(st.sampled_from(SCALARS)))))
+        x = draw(sampled_from(grad_arguments))
+        body.append(_compute(model, "enable_grad_mul", (Var(x), draw(sampled_from(SCALARS)))))
     names = list(model.names)
     with_grad = [v for v in reversed(names) if _requires_grad(model, v)]  # latest first
     first = with_grad[0] if not grad_enabled or draw(st.booleans()) else None
-    returns = [first or draw(st.sampled_from(with_grad))]
-    returns += draw(st.lists(st.sampled_from(names), max_size=2))
+    returns = [first or draw(sampled_from(with_grad))]
+    returns += draw(st.lists(sampled_from(names), max_size=2))
     returns += names[-1:] * draw(st.booleans())  # often the chain's end: what the last step made
     returns = tuple(draw(st.permutations(returns)))
     return Program(setup, tuple(body), returns, grad_enabled, retain_graph)

@@ -25,6 +25,7 @@ from attrs import define, field, frozen
 from hypothesis import strategies as st
 
 from .program import OPS
+from .sampling import sampled_from
 
 ITEMSIZE = 4  # every tensor here is float32
 #: The constants both generators draw as a scalar operand.
@@ -37,9 +38,9 @@ EDGE_CLAMPS = [(1.0, -1.0), (0.5, 0.0), (-math.inf, 0.5), (-1.0, math.inf), (mat
 
 def draw_scalar(draw) -> float:
     """One of SCALARS, or one time in eight a non-finite one."""
-    if draw(st.sampled_from([False] * 7 + [True])):
-        return draw(st.sampled_from(SPECIAL_SCALARS))
-    return draw(st.sampled_from(SCALARS))
+    if draw(sampled_from([False] * 7 + [True])):
+        return draw(sampled_from(SPECIAL_SCALARS))
+    return draw(sampled_from(SCALARS))
 
 
 @frozen
@@ -281,7 +282,7 @@ def draw_view_args(draw, op: str, lay: Strided, may_copy: bool) -> tuple:
             shapes = [s for s in shapes if viewable(lay, s)]
         if not shapes:  # rank above 3 and nothing else viewable: flatten a size-1 dim away
             shapes = [tuple(n for n in sizes if n != 1) or (1,)]
-        return (draw(st.sampled_from(shapes)),)
+        return (draw(sampled_from(shapes)),)
     if op == "t":
         return ()
     if op == "transpose":
@@ -294,13 +295,13 @@ def draw_view_args(draw, op: str, lay: Strided, may_copy: bool) -> tuple:
         stop = draw(st.integers(start, sizes[d]))
         return (d, start, stop, draw(st.integers(1, 3)))
     if op == "select":
-        d = draw(st.sampled_from([d for d in range(ndim) if sizes[d] > 0]))
+        d = draw(sampled_from([d for d in range(ndim) if sizes[d] > 0]))
         return (d, draw(st.integers(-sizes[d], sizes[d] - 1)))
     if op == "unsqueeze":
         return (draw(st.integers(-ndim - 1, ndim)),)
     if op == "expand":
-        grown = tuple(draw(st.sampled_from([1, 2, 3])) if n == 1 else n for n in sizes)
-        lead = draw(st.lists(st.sampled_from([1, 2]), max_size=1))
+        grown = tuple(draw(sampled_from([1, 2, 3])) if n == 1 else n for n in sizes)
+        lead = draw(st.lists(sampled_from([1, 2]), max_size=1))
         return (tuple(lead) + grown,)
     if op == "split":
         d = draw(dim)
@@ -316,7 +317,7 @@ def apply_view(op: str, lay: Strided, args: tuple) -> list[Strided]:
 
 def draw_view(draw, lay: Strided, in_bounds: bool, may_copy: bool):
     """A view op applicable to `lay`, its arguments, and the layouts of its results."""
-    op = draw(st.sampled_from(view_ops(lay, in_bounds)))
+    op = draw(sampled_from(view_ops(lay, in_bounds)))
     args = draw_view_args(draw, op, lay, may_copy=may_copy)
     return op, args, apply_view(op, lay, args)
 
@@ -353,7 +354,7 @@ def draw_relayout(draw, op: str, lay: Strided, storage_bytes: int) -> tuple[tupl
     if op == "as_strided_":
         whole = Strided.contiguous((storage_bytes // ITEMSIZE,))
         _, _, results = draw_view(draw, whole, in_bounds=True, may_copy=False)
-        new = draw(st.sampled_from(results))
+        new = draw(sampled_from(results))
         return (new.sizes, new.strides, new.offset), new
     if op == "resize_":
         # r[aliasing.resize.relayout]: contiguous from the offset, within the storage (growing it
@@ -365,7 +366,7 @@ def draw_relayout(draw, op: str, lay: Strided, storage_bytes: int) -> tuple[tupl
         return (sizes,), new
     if op == "squeeze_":
         dims = [(d,) for d in range(ndim)] + [(tuple(range(ndim)),)] * (ndim > 0)
-        args = draw(st.sampled_from([(), *dims]))
+        args = draw(sampled_from([(), *dims]))
     else:
         args = draw_view_args(draw, RELAYOUTS[op], lay, may_copy=False)
     (new,) = apply_view(RELAYOUTS[op], lay, args)

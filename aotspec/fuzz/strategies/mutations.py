@@ -52,13 +52,14 @@ from .model import (
     viewable,
 )
 from .program import OPS, Instr, Program, Var
+from .sampling import sampled_from
 from .setups import initial_model, setups
 
 CLAMP_BOUNDS = [None, -1.0, 0.0, 1.0, 10.0]
 
 
 def _step_view(draw, model: Model) -> list[Instr]:
-    v = draw(st.sampled_from(list(model.names)))
+    v = draw(sampled_from(list(model.names)))
     in_bounds, readable = model.in_bounds(v), model.readable(v)
     op, args, results = draw_view(draw, model.lay(v), in_bounds, may_copy=readable)
     obj = model.obj(v)
@@ -74,9 +75,9 @@ def _step_view(draw, model: Model) -> list[Instr]:
 
 def _step_relayout(draw, model: Model) -> list[Instr]:
     """An in-place metadata op: the object (every name bound to it) takes a new layout."""
-    v = draw(st.sampled_from(_relayable(model)))
+    v = draw(sampled_from(_relayable(model)))
     obj = model.obj(v)
-    op = draw(st.sampled_from(relayout_ops(obj.lay)))
+    op = draw(sampled_from(relayout_ops(obj.lay)))
     args, lay = draw_relayout(draw, op, obj.lay, model.storage(v).nbytes)
     obj.rebound |= lay != obj.lay  # compiled programs resize only objects laid out as passed
     obj.lay = lay
@@ -91,7 +92,7 @@ def _draw_other(draw, model: Model, target: str):
     """A scalar, or a tensor that may be read while writing `target` (see copy_sources)."""
     tensors = copy_sources(model, target)
     if tensors and draw(st.booleans()):
-        return Var(draw(st.sampled_from(tensors)))
+        return Var(draw(sampled_from(tensors)))
     return draw_scalar(draw)
 
 
@@ -100,15 +101,15 @@ def _writable_names(model: Model) -> list[str]:
 
 
 def _step_inplace(draw, model: Model) -> list[Instr]:
-    target = draw(st.sampled_from(_writable_names(model)))
-    op = draw(st.sampled_from(["add_", "mul_", "sub_", "clamp_", "zero_", "fill_"]))
+    target = draw(sampled_from(_writable_names(model)))
+    op = draw(sampled_from(["add_", "mul_", "sub_", "clamp_", "zero_", "fill_"]))
     if op in ("add_", "sub_"):
-        args = (_draw_other(draw, model, target), draw(st.sampled_from([1, 2.0])))
+        args = (_draw_other(draw, model, target), draw(sampled_from([1, 2.0])))
     elif op == "mul_":
         args = (_draw_other(draw, model, target),)
     elif op == "clamp_":
-        low = draw(st.sampled_from(CLAMP_BOUNDS))
-        high = draw(st.sampled_from(CLAMP_BOUNDS[1:] if low is None else CLAMP_BOUNDS))
+        low = draw(sampled_from(CLAMP_BOUNDS))
+        high = draw(sampled_from(CLAMP_BOUNDS[1:] if low is None else CLAMP_BOUNDS))
         args = (low, high)
     elif op == "fill_":
         args = (draw_scalar(draw),)
@@ -119,8 +120,8 @@ def _step_inplace(draw, model: Model) -> list[Instr]:
 
 def _step_copy(draw, model: Model) -> list[Instr]:
     dsts = [v for v in _writable_names(model) if copy_sources(model, v)]
-    dst = draw(st.sampled_from(dsts))
-    src = draw(st.sampled_from(copy_sources(model, dst)))
+    dst = draw(sampled_from(dsts))
+    src = draw(sampled_from(copy_sources(model, dst)))
     return [Instr("copy_", (), (Var(dst), Var(src)))]
 
 
@@ -139,8 +140,8 @@ def _shape(model: Model, v: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 
 def _step_set(draw, model: Model) -> list[Instr]:
-    dst = draw(st.sampled_from([v for v in model.names if _set_sources(model, v)]))
-    src = draw(st.sampled_from(_set_sources(model, dst)))
+    dst = draw(sampled_from([v for v in model.names if _set_sources(model, v)]))
+    src = draw(sampled_from(_set_sources(model, dst)))
     obj, source = model.obj(dst), model.obj(src)
     grows = not model.in_bounds(src)
     obj.rebound |= (obj.storage, obj.lay) != (source.storage, source.lay)
@@ -184,7 +185,7 @@ def _resizable_up(model: Model) -> list[str]:
 
 def _step_resize(draw, model: Model) -> list[Instr]:
     down, up = _resizable_down(model), _resizable_up(model)
-    v = draw(st.sampled_from(down + up))
+    v = draw(sampled_from(down + up))
     storage = model.storage(v)
     if storage.nbytes > 0:
         storage.nbytes = 0
@@ -198,17 +199,17 @@ def _grow_and_fill(draw, model: Model, v: str) -> list[Instr]:
     storage.nbytes = storage.full
     resize = Instr("resize_storage_bytes_", (), (Var(v), storage.full))
     index = model.obj(v).storage
-    cover = draw(st.sampled_from(_covers(model, index)))
+    cover = draw(sampled_from(_covers(model, index)))
     sources = [s for s in copy_sources(model, cover) if model.obj(s).storage != index]
     if sources and draw(st.booleans()):
-        return [resize, Instr("copy_", (), (Var(cover), Var(draw(st.sampled_from(sources)))))]
-    return [resize, Instr("fill_", (), (Var(cover), draw(st.sampled_from(SCALARS))))]
+        return [resize, Instr("copy_", (), (Var(cover), Var(draw(sampled_from(sources)))))]
+    return [resize, Instr("fill_", (), (Var(cover), draw(sampled_from(SCALARS))))]
 
 
 def _step_pointwise(draw, model: Model) -> list[Instr]:
     readable = model.readable_names()
-    x = draw(st.sampled_from(readable))
-    op = draw(st.sampled_from(["add", "mul", "sub", "maximum", "neg", "abs", "clamp"]))
+    x = draw(sampled_from(readable))
+    op = draw(sampled_from(["add", "mul", "sub", "maximum", "neg", "abs", "clamp"]))
     shape = model.lay(x).sizes
     if op in ("add", "mul", "sub", "maximum"):
         others = [v for v in readable if broadcastable(model.lay(v).sizes, shape)]
@@ -216,9 +217,9 @@ def _step_pointwise(draw, model: Model) -> list[Instr]:
         if scalar_ok and draw(st.booleans()):
             args = (draw_scalar(draw),)
         else:
-            args = (Var(draw(st.sampled_from(others))),)
+            args = (Var(draw(sampled_from(others))),)
     elif op == "clamp":
-        args = (draw(st.sampled_from(CLAMP_BOUNDS)), draw(st.sampled_from(CLAMP_BOUNDS[1:])))
+        args = (draw(sampled_from(CLAMP_BOUNDS)), draw(sampled_from(CLAMP_BOUNDS[1:])))
     else:
         args = ()
     # The output's strides follow its inputs' (TensorIterator): ask the meta kernel.
@@ -230,7 +231,7 @@ def _step_pointwise(draw, model: Model) -> list[Instr]:
 
 
 def _step_full(draw, model: Model) -> list[Instr]:
-    shape = draw(st.sampled_from([(4,), (2, 3), (5,), (2, 2), (1, 3), (6,)]))
+    shape = draw(sampled_from([(4,), (2, 3), (5,), (2, 2), (1, 3), (6,)]))
     value = draw_scalar(draw)
     out = model.new_name()
     model.bind(out, model.new_storage(math.prod(shape) * ITEMSIZE), Strided.contiguous(shape))
@@ -239,13 +240,13 @@ def _step_full(draw, model: Model) -> list[Instr]:
 
 def _step_dead(draw, model: Model) -> list[Instr]:
     """`torch.rand_like(x)`, which nothing reads: a value that dies where it is made."""
-    x = draw(st.sampled_from(model.readable_names()))
+    x = draw(sampled_from(model.readable_names()))
     return [Instr("rand_like", (model.new_name(),), (Var(x),))]
 
 
 def _step_seeded_draw(draw, model: Model) -> list[Instr]:
     """`torch.manual_seed(seed)` then `torch.rand_like(x)`, a value the program may return."""
-    x = draw(st.sampled_from(model.readable_names()))
+    x = draw(sampled_from(model.readable_names()))
     seed = draw(st.integers(0, 2**16))
     # rand_like lays out its result as empty_like does (preserve_format)
     result = torch.empty_like(model.lay(x).meta())
@@ -284,12 +285,12 @@ def programs(draw, max_steps: int = 10, compiled: bool = False) -> Program:
     body: list[Instr] = []
     for _ in range(draw(st.integers(1, max_steps))):
         kinds = [(name, step) for name, step, allowed in STEPS if allowed(model)]
-        _, step = draw(st.sampled_from(kinds))
+        _, step = draw(sampled_from(kinds))
         body += step(draw, model)
     names = list(model.names)
     if draw(st.booleans()):
         # A few outputs, maybe one twice: what is returned, and what is not, both matter.
-        returns = draw(st.lists(st.sampled_from(names), min_size=1, max_size=3))
+        returns = draw(st.lists(sampled_from(names), min_size=1, max_size=3))
     else:
         # Everything: every effect of the program lands somewhere the observer looks.
         returns = names

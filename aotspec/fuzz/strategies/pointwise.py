@@ -25,6 +25,7 @@ from attrs import define, field
 from hypothesis import strategies as st
 
 from .program import OPS, Base, Instr, Program, Setup, Var
+from .sampling import sampled_from
 
 DTYPES = ["float32", "float16", "bfloat16", "int32", "int64", "bool"]
 FLOATS = {"float32", "float16", "bfloat16"}
@@ -115,18 +116,18 @@ def _result(chain: _Chain, op: str, args: tuple, bound: float) -> Instr:
 
 def _recent(draw, names: list[str]) -> str:
     recent = draw(st.booleans())
-    return draw(st.sampled_from(names[-2:] if recent else names))
+    return draw(sampled_from(names[-2:] if recent else names))
 
 
 def _scalar(draw, dtype: str):
     """A scalar operand for a `dtype` tensor: an int for an int tensor, one time in three a
     float (which promotes it), and a non-finite float one time in five."""
-    special = draw(st.sampled_from([False] * 4 + [True]))
+    special = draw(sampled_from([False] * 4 + [True]))
     if special:
-        return draw(st.sampled_from(SPECIAL_SCALARS))
-    if dtype in INT_LIMITS and draw(st.sampled_from([True, True, False])):
-        return draw(st.sampled_from(INT_SCALARS))
-    return draw(st.sampled_from(FLOAT_SCALARS))
+        return draw(sampled_from(SPECIAL_SCALARS))
+    if dtype in INT_LIMITS and draw(sampled_from([True, True, False])):
+        return draw(sampled_from(INT_SCALARS))
+    return draw(sampled_from(FLOAT_SCALARS))
 
 
 def _bound(chain: _Chain, argument) -> float:
@@ -155,7 +156,7 @@ def _unary(draw, chain: _Chain) -> list[Instr]:
         ops = ["relu", "neg", "abs", "floor", "ceil", *ops]
     if not value.exact:
         ops = [op for op in ops if op not in JUMPING]
-    op = draw(st.sampled_from(ops))
+    op = draw(sampled_from(ops))
     bound = _BOUNDED.get(op, lambda b: math.inf)(value.bound)
     return [_result(chain, op, (Var(x),), bound)]
 
@@ -163,10 +164,10 @@ def _unary(draw, chain: _Chain) -> list[Instr]:
 def _arithmetic(draw, chain: _Chain) -> list[Instr]:
     """add, sub (with alpha), mul, div, maximum or minimum of a value and another or a scalar."""
     x = _recent(draw, chain.names())
-    op = draw(st.sampled_from(["sub_alpha", "maximum", "add_alpha", "mul", "minimum", "div"]))
+    op = draw(sampled_from(["sub_alpha", "maximum", "add_alpha", "mul", "minimum", "div"]))
     tensor_only = op in ("maximum", "minimum")
     if tensor_only or draw(st.booleans()):
-        other = Var(draw(st.sampled_from(chain.names())))
+        other = Var(draw(sampled_from(chain.names())))
     else:
         other = _scalar(draw, chain.values[x].dtype)
     if op == "sub_alpha" and (_is_bool(chain, Var(x)) or _is_bool(chain, other)):
@@ -178,7 +179,7 @@ def _arithmetic(draw, chain: _Chain) -> list[Instr]:
             isinstance(v, float) or (isinstance(v, Var) and chain.values[v.name].dtype in FLOATS)
             for v in args
         )
-        alpha = draw(st.sampled_from(ALPHAS if integral else ALPHAS + [0.5]))
+        alpha = draw(sampled_from(ALPHAS if integral else ALPHAS + [0.5]))
         args, bound = (*args, alpha), a + abs(alpha) * b
     elif op == "mul":
         bound = math.inf if math.inf in (a, b) else a * b
@@ -196,9 +197,9 @@ def _comparison(draw, chain: _Chain) -> list[Instr]:
     or two masks combined."""
     exact = chain.names(lambda value: value.exact)
     x = _recent(draw, exact)
-    op = draw(st.sampled_from(COMPARISONS + ["logical_and", "logical_or"]))
+    op = draw(sampled_from(COMPARISONS + ["logical_and", "logical_or"]))
     if op.startswith("logical") or draw(st.booleans()):
-        other = Var(draw(st.sampled_from(exact)))
+        other = Var(draw(sampled_from(exact)))
     else:
         other = _scalar(draw, chain.values[x].dtype)
     return [_result(chain, op, (Var(x), other), 1.0)]
@@ -213,7 +214,7 @@ def _where(draw, chain: _Chain) -> list[Instr]:
         masks = body[-1].outs
     mask = _recent(draw, list(masks))
     a = _recent(draw, chain.names())
-    b = draw(st.sampled_from(chain.names()))
+    b = draw(sampled_from(chain.names()))
     bound = max(_bound(chain, Var(a)), _bound(chain, Var(b)))
     return [*body, _result(chain, "where", (Var(mask), Var(a), Var(b)), bound)]
 
@@ -230,7 +231,7 @@ def _cast(draw, chain: _Chain) -> list[Instr]:
         and (dtype in FLOATS or value.exact)
         and (dtype not in INT_LIMITS or value.bound <= INT_LIMITS[dtype])
     ]
-    dtype = draw(st.sampled_from(targets))
+    dtype = draw(sampled_from(targets))
     bound = value.bound + 1 if dtype in FLOATS else value.bound  # rounding up, at most
     return [_result(chain, "to", (Var(x), getattr(torch, dtype)), bound)]
 
@@ -241,8 +242,8 @@ def _clamp(draw, chain: _Chain) -> list[Instr]:
     if not candidates:
         return _cast(draw, chain)
     x = _recent(draw, candidates)
-    low = draw(st.sampled_from(CLAMP_BOUNDS))
-    high = draw(st.sampled_from(CLAMP_BOUNDS[1:] if low is None else CLAMP_BOUNDS))
+    low = draw(sampled_from(CLAMP_BOUNDS))
+    high = draw(sampled_from(CLAMP_BOUNDS[1:] if low is None else CLAMP_BOUNDS))
     if chain.values[x].dtype in INT_LIMITS:  # integer bounds keep an integer result
         low, high = (None if b is None else int(max(min(b, 9), -9)) for b in (low, high))
     bounds = [abs(b) for b in (low, high) if b is not None]
@@ -266,7 +267,7 @@ STEPS = [_unary, _unary, _arithmetic, _arithmetic, _comparison, _where, _cast, _
 @st.composite
 def _tensor(draw, k: int, shape: tuple[int, ...]) -> Base:
     """Caller tensor `b{k}`: its dtype, values (maybe a special one or two), requires_grad."""
-    dtype = draw(st.sampled_from(["float32", *DTYPES]))  # float32 twice: it may require grad
+    dtype = draw(sampled_from(["float32", *DTYPES]))  # float32 twice: it may require grad
     numel = math.prod(shape)
     if dtype in FLOATS:
         pool = FLOAT_VALUES
@@ -274,10 +275,10 @@ def _tensor(draw, k: int, shape: tuple[int, ...]) -> Base:
         pool = [True, False]
     else:
         pool = INT_VALUES
-    values = draw(st.lists(st.sampled_from(pool), min_size=numel, max_size=numel))
+    values = draw(st.lists(sampled_from(pool), min_size=numel, max_size=numel))
     if dtype in FLOATS and numel and draw(st.booleans()):
         for _ in range(draw(st.integers(1, 2))):
-            values[draw(st.integers(0, numel - 1))] = draw(st.sampled_from(SPECIAL_VALUES))
+            values[draw(st.integers(0, numel - 1))] = draw(sampled_from(SPECIAL_VALUES))
     requires_grad = dtype == "float32" and draw(st.booleans())
     return Base(f"b{k}", shape, tuple(values), requires_grad=requires_grad, dtype=dtype)
 
@@ -290,11 +291,11 @@ def _initial_bound(base: Base) -> float:
 @st.composite
 def pointwise_programs(draw, max_steps: int = 8) -> Program:
     """A chain of pointwise ops over 1-3 tensors of mixed dtypes (see the module docstring)."""
-    family = draw(st.sampled_from(SHAPE_FAMILIES))
+    family = draw(sampled_from(SHAPE_FAMILIES))
     n = draw(st.integers(1, 3))
     # The first tensor has the family's largest shape or a smaller one; the others any of them,
     # so the chain's shape grows where a smaller value meets a larger one.
-    bases = [draw(_tensor(k, draw(st.sampled_from(family)))) for k in range(n)]
+    bases = [draw(_tensor(k, draw(sampled_from(family)))) for k in range(n)]
     setup = Setup(tuple(bases), (), tuple(base.name for base in bases))
     chain = _Chain()
     for i, base in enumerate(bases):
@@ -303,8 +304,8 @@ def pointwise_programs(draw, max_steps: int = 8) -> Program:
         )
     body: list[Instr] = []
     steps = 0
-    while steps < 2 or (steps < max_steps and draw(st.sampled_from([False] + [True] * 4))):
-        body += draw(st.sampled_from(STEPS))(draw, chain)
+    while steps < 2 or (steps < max_steps and draw(sampled_from([False] + [True] * 4))):
+        body += draw(sampled_from(STEPS))(draw, chain)
         steps += 1
     read = {a.name for instr in body for a in instr.args if isinstance(a, Var)}
     dead = {instr.outs[0] for instr in body if instr.op == "rand_like"}
@@ -312,6 +313,6 @@ def pointwise_programs(draw, max_steps: int = 8) -> Program:
     last = made[-1] if made else "x0"
     unread = [v for v in made if v not in read and v != last]
     with_grad = [v for v in made if chain.values[v].requires_grad]  # then a backward runs
-    returns = [last, *draw(st.lists(st.sampled_from(made or ["x0"]), max_size=2)), *unread[:1]]
+    returns = [last, *draw(st.lists(sampled_from(made or ["x0"]), max_size=2)), *unread[:1]]
     returns += with_grad[-1:]
     return Program(setup, tuple(body), tuple(dict.fromkeys(returns)))

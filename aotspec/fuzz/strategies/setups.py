@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from .model import ITEMSIZE, Model, Strided, draw_view
 from .program import Base, CallerView, Setup
+from .sampling import sampled_from
 
 BASE_SHAPES = [(4,), (2, 3), (2, 2, 2), (3, 2)]
 GRAD_SHAPES = [(3,), (4,), (2, 3), (3, 2), (2, 2), (1, 3), (2, 1, 3), ()]
@@ -39,12 +40,12 @@ def setups(draw) -> Setup:
     n_bases = draw(st.integers(1, 3))
     bases, views, args = [], [], []
     for k in range(n_bases):
-        shape = draw(st.sampled_from(BASE_SHAPES))
+        shape = draw(sampled_from(BASE_SHAPES))
         numel = math.prod(shape)
         # Distinct values, distinct per base: a misplaced element shows.
         values = tuple(10.0 * k + i - numel // 2 + 0.5 for i in range(numel))
         values = draw(_with_special_value(values, odds=5))
-        zeroed = draw(st.sampled_from([False, False, False, True]))
+        zeroed = draw(sampled_from([False, False, False, True]))
         bases.append(Base(f"b{k}", shape, values, zeroed))
         base_lay = Strided.contiguous(shape)
         # The base itself, or views of it, as arguments: two arguments on one base alias.
@@ -62,8 +63,8 @@ def setups(draw) -> Setup:
         lay = _draw_caller_view(draw, Strided.contiguous(bases[k].shape))
         views.append(CallerView(f"h{len(views)}", f"b{k}", lay.sizes, lay.strides, lay.offset))
     args = list(dict.fromkeys(args))  # each object once, then maybe one passed twice
-    if draw(st.sampled_from([False] * 9 + [True])):
-        args.append(draw(st.sampled_from(args)))
+    if draw(sampled_from([False] * 9 + [True])):
+        args.append(draw(sampled_from(args)))
     args = draw(st.permutations(args))
     return Setup(tuple(bases), tuple(views), tuple(args))
 
@@ -71,16 +72,16 @@ def setups(draw) -> Setup:
 @st.composite
 def _with_special_value(draw, values: tuple[float, ...], odds: int) -> tuple[float, ...]:
     """`values`, or one time in `odds + 1` with one of them -inf, inf or nan."""
-    if not values or not draw(st.sampled_from([False] * odds + [True])):
+    if not values or not draw(sampled_from([False] * odds + [True])):
         return values
     k = draw(st.integers(0, len(values) - 1))
-    return (*values[:k], draw(st.sampled_from(SPECIAL_VALUES)), *values[k + 1 :])
+    return (*values[:k], draw(sampled_from(SPECIAL_VALUES)), *values[k + 1 :])
 
 
 def _draw_caller_view(draw, lay: Strided) -> Strided:
     for _ in range(draw(st.integers(1, 2))):
         _, _, results = draw_view(draw, lay, in_bounds=True, may_copy=False)
-        lay = draw(st.sampled_from(results))
+        lay = draw(sampled_from(results))
     return lay
 
 
@@ -112,11 +113,11 @@ def initial_model(setup: Setup, compiled: bool = False) -> Model:
 def _grad_tensor(draw, requires_grad: bool):
     """One caller tensor: its shape, values, how it is passed, the layout of its view, and for
     one that requires grad whether it is a non-leaf (`leaf * 1`)."""
-    shape = draw(st.sampled_from(GRAD_SHAPES))
+    shape = draw(sampled_from(GRAD_SHAPES))
     numel = math.prod(shape)
-    values = draw(st.lists(st.sampled_from(GRAD_VALUES), min_size=numel, max_size=numel))
+    values = draw(st.lists(sampled_from(GRAD_VALUES), min_size=numel, max_size=numel))
     values = draw(_with_special_value(tuple(values), odds=4))
-    passing = draw(st.sampled_from(LEAF_PASSING if requires_grad else BUFFER_PASSING))
+    passing = draw(sampled_from(LEAF_PASSING if requires_grad else BUFFER_PASSING))
     view = _draw_caller_view(draw, Strided.contiguous(shape)) if passing != ("base",) else None
     non_leaf = requires_grad and draw(st.booleans())
     return shape, tuple(values), passing, view, non_leaf
@@ -134,10 +135,10 @@ def grad_setups(draw) -> Setup:
     buffers = draw(st.lists(_grad_tensor(requires_grad=False), max_size=2))
     # One caller in four passes a non-leaf whose graph it freed, which the program detaches.
     freed = []
-    if draw(st.sampled_from([False, False, False, True])):
-        shape = draw(st.sampled_from(GRAD_SHAPES))
+    if draw(sampled_from([False, False, False, True])):
+        shape = draw(sampled_from(GRAD_SHAPES))
         n = math.prod(shape)
-        values = draw(st.lists(st.sampled_from(GRAD_VALUES), min_size=n, max_size=n))
+        values = draw(st.lists(sampled_from(GRAD_VALUES), min_size=n, max_size=n))
         freed = [(shape, tuple(values), ("base",), None, True)]
     bases, views, args = [], [], []
     for k, (shape, values, passing, view, non_leaf) in enumerate(leaves + buffers + freed):

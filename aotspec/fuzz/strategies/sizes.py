@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from .pointwise import pointwise_programs
 from .program import Base, Program, source
+from .sampling import sampled_from
 
 #: The sizes a dimension may take; 1 among them, which broadcasts.
 SIZES = range(1, 8)
@@ -54,7 +55,7 @@ def sized_programs(draw) -> Sized:
     """A pointwise program with a tensor whose last dimension is wider than 1, and two or three
     distinct sizes of that dimension (see the module docstring)."""
     program = draw(pointwise_programs().filter(lambda p: _width(p) > 1))
-    sizes = draw(st.lists(st.sampled_from(SIZES), min_size=2, max_size=3, unique=True))
+    sizes = draw(st.lists(sampled_from(SIZES), min_size=2, max_size=3, unique=True))
     return Sized(program, _width(program), tuple(sizes))
 
 

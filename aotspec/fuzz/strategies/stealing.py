@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from .grad import grad_programs
 from .mutations import programs
 from .program import Program, as_function, literal, source
+from .sampling import sampled_from
 from .setups import GRAD_VALUES
 
 ACTIVATION_SIZE = 4
@@ -48,10 +49,10 @@ def stealing_programs(draw, backward: bool = False) -> Stealing:
     program = draw(grad_programs() if backward else programs(compiled=True))
     count = draw(st.integers(1, 3))
     values = st.lists(
-        st.sampled_from(GRAD_VALUES), min_size=ACTIVATION_SIZE, max_size=ACTIVATION_SIZE
+        sampled_from(GRAD_VALUES), min_size=ACTIVATION_SIZE, max_size=ACTIVATION_SIZE
     )
     activations = tuple(tuple(draw(values)) for _ in range(count))
-    reads = tuple(draw(st.sampled_from(READS)) for _ in range(count))
+    reads = tuple(draw(sampled_from(READS)) for _ in range(count))
     requires_grad = backward and draw(st.booleans())
     return Stealing(program, activations, reads, requires_grad)
 
