@@ -723,7 +723,9 @@ def grad_programs(draw, max_steps: int = 10) -> Program:
     # per step, rather than a count drawn first, lets shrinking delete any one step.
     steps = 0
     while steps < 2 or (steps < max_steps and draw(sampled_from([False] + [True] * 5))):
-        kinds = [(name, step) for name, step, allowed in GRAD_STEPS if allowed(model)]
+        # each predicate asked once: the writes' (which walk the model) come twice
+        allows = {allowed: allowed(model) for allowed in dict.fromkeys(a for *_, a in GRAD_STEPS)}
+        kinds = [(name, step) for name, step, allowed in GRAD_STEPS if allows[allowed]]
         _, step = draw(sampled_from(kinds))
         body += step(draw, model)
         steps += 1
