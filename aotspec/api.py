@@ -238,7 +238,7 @@ class CompiledFunction:
             lifted.key,
         )
         latest = self._latest
-        if latest is not None and latest.context == context and latest.facts_hold(tensors):
+        if latest is not None and latest.holds(context, tensors):
             compiled = latest.compiled  # the key of the latest call, checked in one pass
         else:
             compiled = self._look_up(
@@ -326,6 +326,10 @@ class _Latest:
     context: tuple
     facts_hold: Callable[[list], bool]
     compiled: object
+
+    def holds(self, context: tuple, tensors: list) -> bool:
+        """Whether a call with `context` and `tensors` has this specialization's key."""
+        return self.context == context and self.facts_hold(tensors)
 
 
 def _values_at(tensors: list[torch.Tensor], reads: tuple[int, ...]) -> tuple:

@@ -561,8 +561,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "guard.latest-unchecked",
         "aotspec/api.py",
-        "latest.context == context and latest.facts_hold(tensors)",
-        "latest.context == context",
+        "return self.context == context and self.facts_hold(tensors)",
+        "return self.context == context",
         "The latest call's plan reused without checking the tensors' facts.",
         ON_FACTS_GUARD,
     ),
