@@ -13,13 +13,15 @@ build the same tuples:
         t0, t1 = tensors
         return (
             t0.layout is strided and not t0.is_conj() and not t0.is_neg()
-            and t0.dtype is dtype0 and t0.shape == (4, 8) and t0.stride() == (8, 1)
-            and t0.storage_offset() == 0 and t0.requires_grad is True and t0.is_leaf is True
-            and (s0 := t0.untyped_storage()).nbytes() == 128
+            and t0.dtype is dtype0 and t0.shape == shape0 and t0.stride() == stride0
+            and t0.storage_offset() == offset0
+            and t0.requires_grad is grad0 and t0.is_leaf is leaf0
+            and (s0 := t0.untyped_storage()).nbytes() == nbytes0
             and ...
             and len({s0._cdata, s1._cdata}) == 2
         )
 
+The key's values are bound to the names the function reads (`shape0`, `stride0`, ...).
 Storage and object sharing are compared as partitions: the pairs the key says share are
 compared, and the number of distinct storages (objects, bases) counted, which together say the
 partition is the key's. An input with a layout the key cannot hold (sparse, a lazy conjugate)
@@ -44,23 +46,36 @@ def facts_guard(facts: tuple[tuple, ...], bases: tuple) -> Callable[[list], bool
     n = len(facts)
     tests = []
     for i, fact in enumerate(facts):
-        names[f"dtype{i}"] = fact[_DTYPE]
+        # the facts are bound by name, so a check compares each with the key's value as it is
+        names.update(
+            {
+                f"dtype{i}": fact[_DTYPE],
+                f"shape{i}": fact[_SHAPE],
+                f"stride{i}": fact[_STRIDE],
+                f"offset{i}": fact[_OFFSET],
+                f"nbytes{i}": fact[_NBYTES],
+                f"grad{i}": fact[_REQUIRES_GRAD],
+                f"leaf{i}": fact[_LEAF],
+            }
+        )
         tests.append(
             f"t{i}.layout is strided and not t{i}.is_conj() and not t{i}.is_neg() "
-            f"and t{i}.dtype is dtype{i} and t{i}.shape == {tuple(fact[_SHAPE])} "
-            f"and t{i}.stride() == {tuple(fact[_STRIDE])} "
-            f"and t{i}.storage_offset() == {fact[_OFFSET]} "
-            f"and t{i}.requires_grad is {fact[_REQUIRES_GRAD]} and t{i}.is_leaf is {fact[_LEAF]} "
-            f"and (s{i} := t{i}.untyped_storage()).nbytes() == {fact[_NBYTES]}"
+            f"and t{i}.dtype is dtype{i} and t{i}.shape == shape{i} "
+            f"and t{i}.stride() == stride{i} and t{i}.storage_offset() == offset{i} "
+            f"and t{i}.requires_grad is grad{i} and t{i}.is_leaf is leaf{i} "
+            f"and (s{i} := t{i}.untyped_storage()).nbytes() == nbytes{i}"
         )
     storages = [fact[_STORAGE] for fact in facts]
     tests += _same_partition("s{}._cdata", storages)
     if len(set(storages)) < n:  # else no two inputs are one object: each has its own storage
         tests += _same_partition("id(t{})", [fact[_OBJECT] for fact in facts])
-    for i, (first, (shape, stride, offset)) in enumerate(bases):
+    for i, (_, (shape, stride, offset)) in enumerate(bases):
+        names.update(
+            {f"base_shape{i}": shape, f"base_stride{i}": stride, f"base_offset{i}": offset}
+        )
         tests.append(
-            f"(b{i} := base_of(t{i})).shape == {shape} and b{i}.stride() == {stride} "
-            f"and b{i}.storage_offset() == {offset}"
+            f"(b{i} := base_of(t{i})).shape == base_shape{i} and b{i}.stride() == base_stride{i} "
+            f"and b{i}.storage_offset() == base_offset{i}"
         )
     tests += _same_partition("id(b{})", [first for first, _ in bases])
     unpacked = "".join(f"t{i}, " for i in range(n))

@@ -569,8 +569,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "guard.generated-requires-grad",
         "aotspec/guard.py",
-        'f"and t{i}.requires_grad is {fact[_REQUIRES_GRAD]} and t{i}.is_leaf is {fact[_LEAF]} "',
-        'f"and t{i}.is_leaf is {fact[_LEAF]} "',
+        'f"and t{i}.requires_grad is grad{i} and t{i}.is_leaf is leaf{i} "',
+        'f"and t{i}.is_leaf is leaf{i} "',
         "The generated check of the latest key leaves requires_grad out.",
         ON_FACTS_GUARD,
     ),
@@ -585,8 +585,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "guard.generated-base-layout",
         "aotspec/guard.py",
-        'f"(b{i} := base_of(t{i})).shape == {shape} and b{i}.stride() == {stride} "',
-        'f"(b{i} := base_of(t{i})).shape == {shape} "',
+        'f"(b{i} := base_of(t{i})).shape == base_shape{i} and b{i}.stride() == base_stride{i} "',
+        'f"(b{i} := base_of(t{i})).shape == base_shape{i} "',
         "The generated check of the latest key leaves out the strides of the inputs' bases.",
         ON_FACTS_GUARD,
     ),
