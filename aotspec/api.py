@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING
 
 import torch
 import torch.utils._pytree as pytree
+from attrs import frozen
 
 from aotspec.errors import UnsupportedError
+from aotspec.guard import facts_guard
 from aotspec.reference.boundary import autocast_state, refuse_transformed
 from aotspec.reference.compiled import run_compiled
 from aotspec.reference.lift import Lifter, lift
@@ -168,6 +170,10 @@ class CompiledFunction:
         #: Guard key -> the flat inputs whose values its latest specialization read at capture
         #: (`r[capture.data-dependent.input-values]`).
         self._values_read: dict = {}
+        #: Guard key -> its tensor facts as a generated check (`aotspec.guard`).
+        self._guards: dict = {}
+        #: The latest call's specialization, which the next call checks first.
+        self._latest: _Latest | None = None
         self.last_run = None
         self._lifter = Lifter(fn)
         self.__wrapped__ = fn
@@ -192,6 +198,7 @@ class CompiledFunction:
             raise ValueError("adopt_plans takes a function compiled for the reference backend")
         for key, plan in other._plans.items():
             self._plans[key] = self._runtime.prepare(plan)
+        self._latest = None
 
     def __call__(self, *args, **kwargs):
         stolen_lists = self._stolen_lists(args, kwargs) if self.steal else []
@@ -220,12 +227,9 @@ class CompiledFunction:
             if hooks is not None and self.hooks_filter == "no_static"
             else frozenset()
         )
-        facts = input_facts(tensors)
-        key = (
+        context = (
             structure,
             constants,
-            facts,
-            bases_key(tensors, facts),
             grad_enabled,
             autocast,
             default_dtype,
@@ -233,25 +237,13 @@ class CompiledFunction:
             static,
             lifted.key,
         )
-        # r[capture.data-dependent.input-values]: the values capture read are part of the key
-        reads = self._values_read.get(key, ()) if self._values_read else ()
-        compiled = self._plans.get((key, _values_at(tensors, reads)) if reads else key)
-        if compiled is None:
-            hooks_request = None
-            if hooks is not None:
-                hooks_request = HooksRequest(
-                    hooks, self.hooks_filter, static, self.hook_placement
-                )
-            fn = lifted.wrap(self.fn) if lifted.tensors else self.fn
-            # r[functionalize.errors-before-running]: before the call touches any input
-            plan = build_plan(fn, args, kwargs, tensors, stolen, hooks_request)
-            compiled = self._runtime.prepare(plan)
-            read = plan.functional.captured.values_read  # the program's flat inputs
-            reads = tuple(i for i in range(len(tensors)) if plan.bases.program_index(i) in read)
-            if reads:
-                self._values_read[key] = reads
-                key = (key, _values_at(tensors, reads))
-            self._plans[key] = compiled
+        latest = self._latest
+        if latest is not None and latest.holds(context, tensors):
+            compiled = latest.compiled  # the key of the latest call, checked in one pass
+        else:
+            compiled = self._look_up(
+                context, tensors, (args, kwargs, stolen, hooks, static, lifted)
+            )
         del args, kwargs, leaves
         for stolen_list in stolen_lists:
             stolen_list.clear()  # r[boxed.steal]: the caller's list is emptied by the call
@@ -268,6 +260,38 @@ class CompiledFunction:
         else:
             outputs = self._runtime.run(self, compiled, tensors, stolen)
         return compiled.functional.captured.unflatten_outputs(outputs)
+
+    def _look_up(self, context: tuple, tensors: list, call: tuple):
+        """The plan for the call's key (`context`, then the facts of `tensors`), compiled for
+        `call` (its arguments, stolen inputs, hooks and lifted tensors) when the key is new;
+        remembered as the latest, with the key's tensor facts as a generated check."""
+        facts = input_facts(tensors)
+        key = (context, facts, bases_key(tensors, facts))
+        # r[capture.data-dependent.input-values]: the values capture read are part of the key
+        reads = self._values_read.get(key, ()) if self._values_read else ()
+        compiled = self._plans.get((key, _values_at(tensors, reads)) if reads else key)
+        if compiled is None:
+            args, kwargs, stolen, hooks, static, lifted = call
+            hooks_request = None
+            if hooks is not None:
+                hooks_request = HooksRequest(hooks, self.hooks_filter, static, self.hook_placement)
+            fn = lifted.wrap(self.fn) if lifted.tensors else self.fn
+            # r[functionalize.errors-before-running]: before the call touches any input
+            plan = build_plan(fn, args, kwargs, tensors, stolen, hooks_request)
+            compiled = self._runtime.prepare(plan)
+            read = plan.functional.captured.values_read  # the program's flat inputs
+            reads = tuple(i for i in range(len(tensors)) if plan.bases.program_index(i) in read)
+            if reads:
+                self._values_read[key] = reads
+                key = (key, _values_at(tensors, reads))
+            self._plans[key] = compiled
+        if reads:
+            self._latest = None  # r[capture.data-dependent.input-values]: values, not facts
+        else:
+            if key not in self._guards:
+                self._guards[key] = facts_guard(*key[1:])
+            self._latest = _Latest(context, self._guards[key], compiled)
+        return compiled
 
     def _stolen_lists(self, args, kwargs) -> list[list]:
         bound = inspect.signature(self.fn).bind(*args, **kwargs)
@@ -292,6 +316,20 @@ class CompiledFunction:
         stolen_ids = {id(t) for stolen_list in stolen_lists for t in stolen_list}
         tensor_leaves = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         return frozenset(i for i, t in enumerate(tensor_leaves) if id(t) in stolen_ids)
+
+
+@frozen
+class _Latest:
+    """The specialization the latest call ran: the non-tensor part of its key, the check of
+    its tensor facts (`aotspec.guard.facts_guard`) and what the backend runs."""
+
+    context: tuple
+    facts_hold: Callable[[list], bool]
+    compiled: object
+
+    def holds(self, context: tuple, tensors: list) -> bool:
+        """Whether a call with `context` and `tensors` has this specialization's key."""
+        return self.context == context and self.facts_hold(tensors)
 
 
 def _values_at(tensors: list[torch.Tensor], reads: tuple[int, ...]) -> tuple:

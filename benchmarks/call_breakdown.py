@@ -19,7 +19,9 @@ no timing code):
 - guard + lift: `Lifter.lift` (r[capture.lift]: the tensors the step reaches, found at each
   call);
 - flatten: `_flatten` (the pytree of the arguments);
-- input facts / key: `input_facts` and `bases_key` (what the guard compares);
+- input facts / key: the check of the latest call's key (`_Latest.holds`: its context, then
+  its tensor facts, by the function `aotspec/guard.py` generated), and `input_facts` and
+  `bases_key` where the check misses (what the full key compares);
 - other key work: the rest of `CompiledFunction.__call__` before the runtime runs;
 - forward graph: the generated forward function;
 - epilogue + outputs: the runtime's run less the forward graph (autograd.Function plumbing, the
@@ -84,6 +86,7 @@ class _Phases:
         self._wrap(api.CompiledFunction, "__call__", "aotspec call")
         self._wrap(api.Lifter, "lift", "guard + lift")
         self._wrap(api, "_flatten", "flatten")
+        self._wrap(api._Latest, "holds", "input facts / key")
         self._wrap(api, "input_facts", "input facts / key")
         self._wrap(api, "bases_key", "input facts / key")
         self._wrap(api._FastRuntime, "run", "runtime run")

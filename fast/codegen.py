@@ -56,12 +56,13 @@ def meta_strided(value: torch.Tensor, strides: tuple[int, ...], nbytes: int) -> 
         if value.storage_offset() != 0 or nbytes > storage.nbytes():  # not its own: copied
             copy = torch.empty_strided(value.shape, strides, dtype=value.dtype)
             return copy.copy_(value)
-        dims = zip(value.stride(), strides, value.shape, strict=True)
-        moved = any(a != b and n > 1 for a, b, n in dims)
-        values = value.clone() if moved else None
-        value.as_strided_(value.shape, strides)
-        if values is not None:
-            value.copy_(values)
+        if value.stride() != strides:
+            dims = zip(value.stride(), strides, value.shape, strict=True)
+            moved = any(a != b and n > 1 for a, b, n in dims)
+            values = value.clone() if moved else None
+            value.as_strided_(value.shape, strides)
+            if values is not None:
+                value.copy_(values)
         if storage.nbytes() != nbytes:  # `mse_loss`'s mean, on the storage of every term
             storage.resize_(nbytes)
         return value

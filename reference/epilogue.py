@@ -134,6 +134,9 @@ def _advance_versions(program: FunctionalProgram, tensors, storage: int) -> None
     nothing is written back), so autograd's checks of saved tensors see the write."""
     on_storage = [tensors[i] for i in program.inputs_on_written[storage]]
     on_storage = [t for t in on_storage if t is not None]
+    if len(on_storage) == 1:  # one counter (a buffer's, at every training step)
+        torch.autograd.graph.increment_version(on_storage[0])
+        return
     versions = [t._version for t in on_storage]
     for t, version in zip(on_storage, versions, strict=True):
         # each counter once: an object passed twice, a view and its base share one

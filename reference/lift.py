@@ -188,6 +188,8 @@ class _Walk:
         )
 
     def _read(self, modules: list, functions) -> Iterator:
+        if not modules:  # a function reaching no module (a Dynamo graph's): its reads alone
+            return chain.from_iterable(map(operator.call, self._readers, functions))
         return chain(
             map(type, modules),
             chain.from_iterable(map(operator.call, self._attributes, map(vars, modules))),
@@ -290,11 +292,11 @@ _EMPTY_CELL = object()
 def _function_reads(code: types.CodeType):
     """What a walk of a function with this code reads from it."""
     names = tuple(_global_names(code))
+    unbound = (_EMPTY_CELL,) * len(names)
 
     def read(fn: types.FunctionType) -> tuple:
-        cells = tuple(_cell_contents(cell) for cell in fn.__closure__ or ())
-        globals_ = fn.__globals__
-        return (fn.__code__, fn.__module__, *cells, *(globals_.get(n, _EMPTY_CELL) for n in names))
+        cells = map(_cell_contents, fn.__closure__ or ())
+        return (fn.__code__, fn.__module__, *cells, *map(fn.__globals__.get, names, unbound))
 
     return read
 

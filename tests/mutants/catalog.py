@@ -71,6 +71,7 @@ EPILOGUE = "tests/test_epilogue.py"
 AOTDISPATCH = "tests/aotdispatch"
 CALLING_PATTERNS = "tests/test_calling_patterns.py"
 SIZES = "tests/test_differential_sizes.py"
+FACTS_GUARD = "tests/test_facts_guard.py"
 
 #: Code generation and the fast runtime: the fast differential tests first.
 ON_FAST = (FAST, FUSION, CODEGEN, COMPILE)
@@ -79,6 +80,8 @@ ON_FUSION = (FUSION, TRITON)
 #: and PyTorch's own AOTAutograd tests.
 ON_SHARED = (COMPILED, FAST, EPILOGUE, GUARDS, COMPILE, CONFORMANCE, AOTDISPATCH)
 ON_GUARDS = (GUARDS, COMPILE, HOOK_UNITS, AOTDISPATCH)
+#: The generated check of the latest key's tensor facts (`aotspec/guard.py`).
+ON_FACTS_GUARD = (FACTS_GUARD, GUARDS, COMPILE)
 ON_HOOKS = (HOOKS, HOOK_UNITS, FAST, CONFORMANCE, AOTDISPATCH)
 
 
@@ -554,6 +557,38 @@ MUTANTS: tuple[Mutant, ...] = (
         "                t.storage_offset(),\n",
         "Strides left out of the input facts: a transposed argument reuses a contiguous plan.",
         ON_GUARDS,
+    ),
+    Mutant(
+        "guard.latest-unchecked",
+        "aotspec/api.py",
+        "return self.context == context and self.facts_hold(tensors)",
+        "return self.context == context",
+        "The latest call's plan reused without checking the tensors' facts.",
+        ON_FACTS_GUARD,
+    ),
+    Mutant(
+        "guard.generated-requires-grad",
+        "aotspec/guard.py",
+        'f"and t{i}.requires_grad is grad{i} and t{i}.is_leaf is leaf{i} "',
+        'f"and t{i}.is_leaf is leaf{i} "',
+        "The generated check of the latest key leaves requires_grad out.",
+        ON_FACTS_GUARD,
+    ),
+    Mutant(
+        "guard.generated-storage-sharing",
+        "aotspec/guard.py",
+        '    tests += _same_partition("s{}._cdata", storages)\n',
+        "",
+        "The generated check of the latest key leaves out which inputs share a storage.",
+        ON_FACTS_GUARD,
+    ),
+    Mutant(
+        "guard.generated-base-layout",
+        "aotspec/guard.py",
+        'f"(b{i} := base_of(t{i})).shape == base_shape{i} and b{i}.stride() == base_stride{i} "',
+        'f"(b{i} := base_of(t{i})).shape == base_shape{i} "',
+        "The generated check of the latest key leaves out the strides of the inputs' bases.",
+        ON_FACTS_GUARD,
     ),
     # ------------------------------------------------------------ hook inlining
     Mutant(
