@@ -117,7 +117,17 @@ def output_gradients(overload, bound, needed: tuple[bool, ...]) -> tuple[bool, .
         return None
     if not any(needed):
         return ()
-    return differentiable_outputs(overload, *signature(bound), needed)
+    spec, leaves = signature(bound)
+    return differentiable_outputs(overload, spec, tuple(map(_hinted, leaves)), needed)
+
+
+def _hinted(leaf):
+    """PROBE: a slot's layout at its sizes' example values."""
+    if not isinstance(leaf, Slot):
+        return leaf
+    hint = lambda n: n.node.hint if isinstance(n, torch.SymInt) else n
+    layout = leaf.layout
+    return Slot(Layout(layout.dtype, tuple(map(hint, layout.sizes)), tuple(map(hint, layout.strides)), hint(layout.offset), layout.conj, layout.neg))
 
 
 def _eigenvector_phase_check(formula: str) -> Callable:

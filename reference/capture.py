@@ -29,6 +29,7 @@ from operator import getitem
 from typing import Any
 
 import torch
+from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 import torch._higher_order_ops.wrap
 import torch.fx
 import torch.utils._pytree as pytree
@@ -691,6 +692,7 @@ def _tracing_errors_named(tensors: list[torch.Tensor]):
             "passing one, or use torch 2.13 or later",
         ) from None
     except _DATA_DEPENDENT as error:
+        import traceback; traceback.print_exc()
         # r[capture.data-dependent]
         raise UnsupportedError(
             f"the function's control flow or an output's shape depends on tensor values "
@@ -939,7 +941,7 @@ VALUE_DEPENDENT = (*_DATA_DEPENDENT, PendingUnbackedSymbolNotFound)
 def has_value_dependent_sizes(value) -> bool:
     """Whether a tensor of `value` has sizes that tracing left as symbols, with no value."""
     tensors = [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
-    return any(not all(isinstance(n, int) for n in t.shape) for t in tensors)
+    return any(free_unbacked_symbols(t.shape) for t in tensors)
 
 
 def _check_traced(graph: torch.fx.Graph) -> None:
@@ -954,7 +956,7 @@ def _refuse_value_dependent_shapes(graph: torch.fx.Graph) -> None:
     selection), which tracing leaves as symbols with no value."""
     for node in graph.nodes:
         value = node.meta.get("val")
-        if isinstance(value, torch.Tensor) and not all(isinstance(n, int) for n in value.shape):
+        if isinstance(value, torch.Tensor) and free_unbacked_symbols(value.shape):
             raise UnsupportedError(
                 f"the shape of {node.name} depends on tensor values ({source_line(node)})",
                 rule="capture.data-dependent",

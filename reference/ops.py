@@ -1700,3 +1700,36 @@ def as_strided_backward(grad, out, x, size, stride, storage_offset):
         inputs.sizes, inputs.strides, buffer.storage_offset() + inputs.offset - base
     )
     return _grad_like(x_grad, x), None, None, None
+
+
+# ---------------------------------------------------------------- sizes (PROBE)
+import operator as _operator  # noqa: E402
+
+from .optable import size_op  # noqa: E402
+
+
+@size_op(aten.sym_size.int)
+def sym_size(x, dim):
+    return x.layout.sizes[dim]
+
+
+@size_op(aten.sym_stride.int)
+def sym_stride(x, dim):
+    return x.layout.strides[dim]
+
+
+@size_op(aten.sym_numel.default)
+def sym_numel(x):
+    return x.layout.numel
+
+
+@size_op(aten.sym_storage_offset.default)
+def sym_storage_offset(x):
+    return x.layout.offset
+
+
+for _op in (_operator.add, _operator.sub, _operator.mul, _operator.floordiv, _operator.mod,
+            _operator.neg, _operator.truediv, _operator.eq, _operator.ne, _operator.lt,
+            _operator.le, _operator.gt, _operator.ge, _operator.pow, torch.sym_max, torch.sym_min,
+            torch.sym_float, torch.sym_not, torch.sym_sum):
+    size_op(_op)(_op)

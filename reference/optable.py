@@ -73,6 +73,8 @@ class OpKind(enum.Enum):
     ATEN = "aten-valued"
     #: Values from the process group (`r[collectives.values]`); fresh outputs, like compute.
     COLLECTIVE = "collective"
+    #: A size computation on the sizes of a symbolic plan (`r[sizes.symbolic.arithmetic]`).
+    SIZE = "size"
 
 
 @frozen
@@ -208,6 +210,19 @@ def collective(*overloads):
     def register(rule):
         for overload in overloads:
             _register(overload, OpKind.COLLECTIVE, rule, "fresh output (the group's values)")
+        return rule
+
+    return register
+
+
+def size_op(*targets):
+    """Register `rule` (*args) -> number as a computation on sizes."""
+
+    def register(rule):
+        for target in targets:
+            if target in OP_TABLE:
+                raise ValueError(f"{target} is registered twice in the op table")
+            OP_TABLE[target] = OpEntry(target, OpKind.SIZE, rule, "a number")
         return rule
 
     return register
