@@ -121,9 +121,24 @@ def output_gradients(overload, bound, needed: tuple[bool, ...]) -> tuple[bool, .
     return differentiable_outputs(overload, spec, tuple(map(_hinted, leaves)), needed)
 
 
+def _symbolic(layouts, leaves) -> bool:
+    """PROBE"""
+    flat = [*layouts, *leaves]
+    for leaf in flat:
+        layout = leaf.layout if isinstance(leaf, Slot) else leaf
+        if isinstance(layout, Layout):
+            if any(isinstance(n, torch.SymInt) for n in (*layout.sizes, *layout.strides, layout.offset)):
+                return True
+        elif hasattr(leaf, "value") and isinstance(leaf.value, torch.SymInt):
+            return True
+    return False
+
+
 def _hinted(leaf):
     """PROBE: a slot's layout at its sizes' example values."""
     if not isinstance(leaf, Slot):
+        if isinstance(leaf.value, torch.SymInt):
+            return type(leaf)(leaf.value.node.hint, int)
         return leaf
     hint = lambda n: n.node.hint if isinstance(n, torch.SymInt) else n
     layout = leaf.layout
@@ -179,7 +194,9 @@ class _Backward:
 
 
 @functools.lru_cache(maxsize=None)
-def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) -> _Backward:
+def _backward(
+    overload, spec, leaves, grads: tuple, needed: tuple[bool, ...], fake_mode=None
+) -> _Backward:
     """Trace eager autograd's backward of `overload` for arguments laid out as `leaves`, the
     output gradients laid out as `grads` (a Layout, or None where an output gets none), giving the
     gradients of the `needed` tensor leaves."""
@@ -220,7 +237,7 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
     # r[capture.data-dependent.shapes-from-arguments]: the op runs again in the trace
     with _disable_current_modes(), shapes_from_arguments():
         # made outside the caller's trace (which would record them) on a fake mode of their own
-        with FakeTensorMode():
+        with fake_mode or FakeTensorMode():
             grad_examples = [example(g) for g in grads if g is not None]
             examples = grad_examples + [example(s.layout) for s in slots]
         try:
@@ -354,7 +371,11 @@ class EagerDerivative:
         grads = grad if isinstance(out, (tuple, list)) else (grad,)
         grads = tuple(None if g is None else _resolved(g) for g in grads)
         layouts = tuple(None if g is None else Layout.of(g) for g in grads)
-        backward = _backward(self.overload, spec, leaves, layouts, needed)
+        if _symbolic(layouts, leaves):
+            mode = torch._guards.detect_fake_mode(tensors)
+            backward = _backward.__wrapped__(self.overload, spec, leaves, layouts, needed, mode)
+        else:
+            backward = _backward(self.overload, spec, leaves, layouts, needed)
         results = _replay(backward, [g for g in grads if g is not None], out, tensors)
         per_leaf = [None] * len(tensors)
         for k, result in zip(backward.gives, results, strict=True):

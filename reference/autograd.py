@@ -280,7 +280,11 @@ def _may_carry_gradient(node: torch.fx.Node, flows: set) -> bool:
     if source.op != "call_function":
         return True
     bound = bind(source.target._schema, source.args, source.kwargs)
-    leaves = [leaf for leaf in pytree.tree_leaves(bound) if isinstance(leaf, torch.fx.Node)]
+    leaves = [
+        leaf
+        for leaf in pytree.tree_leaves(bound)
+        if isinstance(leaf, torch.fx.Node) and isinstance(leaf.meta.get("val"), torch.Tensor)
+    ]
     needed = tuple(leaf in flows for leaf in leaves)
     values = pytree.tree_map_only(torch.fx.Node, lambda leaf: leaf.meta["val"], bound)
     # r[autograd.requires-grad.op-outputs]

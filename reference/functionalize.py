@@ -678,7 +678,7 @@ class _Replay:
             self.grad_enabled
             and not target.detached
             and target.storage.caller is None
-            and value.numel() * value.element_size() < value.untyped_storage().nbytes()
+            and target.layout.numel * value.element_size() < target.storage.nbytes
             and derivative_reads_first_argument(
                 entry.functional, bind(entry.functional._schema, operands, keywords)
             )
