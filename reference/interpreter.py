@@ -57,10 +57,56 @@ def interpret(program: Runnable, inputs: list[Tensor], ledger: Ledger, call: OpC
     dies_at = last_uses(graph)
     placeholders = iter(inputs)
     outputs: list = []
+    token = _SIZES.set({})
+    try:
+        return _interpret(graph_module, program, placeholders, env, dies_at, ledger, call)
+    finally:
+        _SIZES.reset(token)
+
+
+import contextvars  # noqa: E402
+import sympy  # noqa: E402
+
+_SIZES = contextvars.ContextVar("sizes")
+
+
+def _bind_sizes(meta, value) -> None:
+    if not isinstance(meta, torch.Tensor) or not isinstance(value, Tensor):
+        return
+    binding = _SIZES.get()
+    for symbolic, concrete in zip(meta.shape, value.layout.sizes, strict=True):
+        if isinstance(symbolic, torch.SymInt) and isinstance(symbolic.node.expr, sympy.Symbol):
+            binding[symbolic.node.expr] = concrete
+
+
+def _at_call_sizes(meta):
+    """PROBE: the meta value at this call's sizes."""
+    if isinstance(meta, (tuple, list)):
+        return type(meta)(_at_call_sizes(m) for m in meta)
+    if not isinstance(meta, torch.Tensor):
+        return meta
+    binding = _SIZES.get()
+
+    def value(n):
+        if isinstance(n, torch.SymInt):
+            return int(n.node.expr.xreplace(binding))
+        return n
+
+    sizes = [value(n) for n in meta.shape]
+    strides = [value(n) for n in meta.stride()]
+    if not binding and all(isinstance(n, int) for n in (*meta.shape, *meta.stride())):
+        return meta
+    return torch.empty_strided(sizes, strides, dtype=meta.dtype, device="meta")
+
+
+def _interpret(graph_module, program, placeholders, env, dies_at, ledger, call):
+    graph = graph_module.graph
+    outputs: list = []
     for node in graph.nodes:
         ledger.begin_step(node.name)
         if node.op == "placeholder":
             env[node] = next(placeholders)
+            _bind_sizes(node.meta.get("val"), env[node])
         elif node.op == "get_attr":
             env[node] = _constant(getattr(graph_module, node.target), node.name)
         elif node.op == "call_function":
@@ -106,8 +152,10 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
         # without autograd keeps the node)
         return tuple(args[2])
     kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+    if entry is not None and entry.kind is OpKind.SIZE:
+        return entry.rule(*args, **kwargs)  # r[sizes.symbolic.arithmetic]
     bound = bind(node.target._schema, args, kwargs)
-    meta = node.meta.get("val")
+    meta = _at_call_sizes(node.meta.get("val"))
     try:
         if _reads_sparse(node, entry, bound):  # r[ops.aten-values.sparse-gradient]
             return _named(run_aten(node.target, meta, *bound), node.name)
