@@ -139,6 +139,8 @@ def _import(tensors: list) -> list[Tensor]:
 def _storages(cell) -> set[int]:
     """The storages (ledger ids) a value reads: a sparse one's are its parts'
     (`r[ops.aten-values.sparse-gradient]`)."""
+    if isinstance(cell, int):
+        return set()  # PROBE: a size a symbolic plan saves
     parts = cell.parts if isinstance(cell, SparseCoo) else (cell,)
     return {part.storage.id for part in parts}
 

@@ -94,9 +94,10 @@ def _at_call_sizes(meta):
 
     sizes = [value(n) for n in meta.shape]
     strides = [value(n) for n in meta.stride()]
-    if not binding and all(isinstance(n, int) for n in (*meta.shape, *meta.stride())):
+    if not binding:
         return meta
-    return torch.empty_strided(sizes, strides, dtype=meta.dtype, device="meta")
+    storage = torch.empty(0, dtype=meta.dtype, device="meta")
+    return storage.as_strided(sizes, strides, value(meta.storage_offset()))
 
 
 def _interpret(graph_module, program, placeholders, env, dies_at, ledger, call):
