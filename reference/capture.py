@@ -29,7 +29,6 @@ from operator import getitem
 from typing import Any
 
 import torch
-from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
 import torch._higher_order_ops.wrap
 import torch.fx
 import torch.utils._pytree as pytree
@@ -44,6 +43,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
 from torch.fx.experimental.symbolic_shapes import (
     GuardOnDataDependentSymNode,
     PendingUnbackedSymbolNotFound,
+    free_unbacked_symbols,
 )
 from torch.overrides import TorchFunctionMode
 
@@ -692,7 +692,6 @@ def _tracing_errors_named(tensors: list[torch.Tensor]):
             "passing one, or use torch 2.13 or later",
         ) from None
     except _DATA_DEPENDENT as error:
-        import traceback; traceback.print_exc()
         # r[capture.data-dependent]
         raise UnsupportedError(
             f"the function's control flow or an output's shape depends on tensor values "

@@ -140,7 +140,7 @@ def _storages(cell) -> set[int]:
     """The storages (ledger ids) a value reads: a sparse one's are its parts'
     (`r[ops.aten-values.sparse-gradient]`)."""
     if isinstance(cell, int):
-        return set()  # PROBE: a size a symbolic plan saves
+        return set()  # a size a symbolic plan saves for its backward (r[sizes.symbolic.saved])
     parts = cell.parts if isinstance(cell, SparseCoo) else (cell,)
     return {part.storage.id for part in parts}
 

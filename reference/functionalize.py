@@ -637,7 +637,7 @@ class _Replay:
         if entry.kind in (OpKind.COMPUTE, OpKind.ATEN, OpKind.COLLECTIVE):
             values = node.target(*read_all(args), **read_all(kwargs))
             return pytree.tree_map_only(torch.Tensor, self.fresh, values)
-        if entry.kind is OpKind.SIZE:
+        if entry.kind is OpKind.SIZE:  # r[sizes.symbolic.arithmetic]: the replay's own sizes
             return node.target(*read_all(args), **read_all(kwargs))
         if entry.kind is OpKind.VIEW:
             return self.view(node, entry, args, kwargs, read_all)

@@ -216,7 +216,8 @@ def collective(*overloads):
 
 
 def size_op(*targets):
-    """Register `rule` (*args) -> number as a computation on sizes."""
+    """Register `rule` (*args) -> number as a computation on sizes: a size op (an aten
+    overload) or Python's arithmetic on sizes (`r[sizes.symbolic.arithmetic]`)."""
 
     def register(rule):
         for target in targets:

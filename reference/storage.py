@@ -19,7 +19,7 @@ import math
 import ml_dtypes
 import numpy as np
 import torch
-from attrs import define, field, frozen
+from attrs import define, evolve, field, frozen
 
 from aotspec.errors import SpecViolation, UnsupportedError
 
@@ -163,6 +163,15 @@ class Layout:
     def itemsize(self) -> int:
         return numpy_dtype(self.dtype).itemsize
 
+    def numbers(self) -> tuple:
+        """Its sizes, strides and offset: the numbers that are symbols in a symbolic plan."""
+        return (*self.sizes, *self.strides, self.offset)
+
+    def mapped(self, number) -> Layout:
+        """This layout with `number` applied to each of its sizes, strides and offset."""
+        sizes, strides = tuple(map(number, self.sizes)), tuple(map(number, self.strides))
+        return evolve(self, sizes=sizes, strides=strides, offset=number(self.offset))
+
     @property
     def numel(self) -> int:
         return math.prod(self.sizes)
@@ -214,7 +223,9 @@ class Layout:
         if b <= c or d <= a:
             return False
         if self.addresses_like(other):
-            return True  # PROBE: the same elements, decided without enumerating them
+            # the same elements: decided without listing them, which symbolic sizes cannot
+            # (r[sizes.symbolic.decisions])
+            return self.numel != 0
         return bool(np.intersect1d(self._bytes(), other._bytes(), assume_unique=True).size)
 
     def _bytes(self) -> np.ndarray:
