@@ -16,12 +16,19 @@ from typing import TYPE_CHECKING
 import torch
 import torch.utils._pytree as pytree
 
-from aotspec.errors import UnsupportedError
+from aotspec.errors import InternalError, UnsupportedError
 from aotspec.reference.boundary import autocast_state, refuse_transformed
 from aotspec.reference.compiled import run_compiled
+from aotspec.reference.dynamic import at_sizes, size_binding
 from aotspec.reference.lift import Lifter, lift
 from aotspec.reference.optable import collecting_refusals
-from aotspec.reference.pipeline import HOOK_FILTERS, HooksRequest, SavedTensorHooks, build_plan
+from aotspec.reference.pipeline import (
+    HOOK_FILTERS,
+    HooksRequest,
+    SavedTensorHooks,
+    build_plan,
+    trace_symbolically,
+)
 from aotspec.reference.plan_records import Placement, Plan
 from aotspec.reference.program_records import input_facts
 from aotspec.reference.synthetic_bases import bases_key
@@ -50,11 +57,14 @@ def compile(
     steal=(),
     hooks_filter: str = "donated",
     hook_placement: str = "last-use",
+    dynamic: bool = False,
 ) -> CompiledFunction:
     """Compile `fn` for `backend` (`"reference"` or `"fast"`; default `$AOTSPEC_BACKEND`, else
     `"fast"`). `hook_placement` says where inlined pack hooks go: `"last-use"`, the spec's
     placement (`r[hooks.place.pack-after-last-use]`), or `"forward-end"`, PyTorch 2.13's, kept
-    for comparisons."""
+    for comparisons. With `dynamic=True`, the sizes of the tensor arguments (not of parameters
+    or of tensors `fn` reaches by itself) are symbols: one plan serves every size that keeps
+    what tracing decided about them (`r[sizes.symbolic.dims]`)."""
     backend = _resolve_backend(backend)
     placement = Placement(hook_placement)
     if hooks_filter not in HOOK_FILTERS:
@@ -71,7 +81,15 @@ def compile(
             f"{getattr(fn, '__qualname__', fn)} "
             f"(its parameters: {list(parameters)}) [rule boxed.steal.lists-only]"
         )
-    return CompiledFunction(fn, backend, steal, hooks_filter, placement)
+    if not isinstance(dynamic, bool):
+        raise ValueError(
+            f"dynamic={dynamic!r}: pass True (every size of the tensor arguments is a symbol) "
+            "or False (a plan per size)"
+        )
+    compiled = CompiledFunction(fn, backend, steal, hooks_filter, placement)
+    if dynamic:
+        compiled.dynamic = _every_dim_of_arguments
+    return compiled
 
 
 def check(fn: Callable, *args, **kwargs) -> list[UnsupportedError]:
@@ -169,14 +187,22 @@ class CompiledFunction:
         #: (`r[capture.data-dependent.input-values]`).
         self._values_read: dict = {}
         self.last_run = None
+        #: Which dims of the flat tensors are symbols (`r[sizes.symbolic.dims]`): (flat tensors,
+        #: how many of them are lifted) -> per tensor, its symbolic dims; None: none.
+        self.dynamic: Callable | None = None
+        #: Symbolic plans, by what their guard keeps besides sizes (`_symbolic_key`).
+        self._symbolic: dict = {}
+        #: How many plans this callable traced.
+        self._traced = 0
         self._lifter = Lifter(fn)
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", "compiled")
 
     @property
     def compilations(self) -> int:
-        """How many specializations this callable holds."""
-        return len(self._plans)
+        """How many plans this callable traced: a symbolic plan counts once, whatever the sizes
+        it served."""
+        return self._traced
 
     @property
     def plans(self) -> Mapping:
@@ -243,8 +269,16 @@ class CompiledFunction:
                     hooks, self.hooks_filter, static, self.hook_placement
                 )
             fn = lifted.wrap(self.fn) if lifted.tensors else self.fn
-            # r[functionalize.errors-before-running]: before the call touches any input
-            plan = build_plan(fn, args, kwargs, tensors, stolen, hooks_request)
+            plan = None
+            if self.dynamic is not None and hooks is None:
+                symbolic_key = (key[:2], key[3:], len(lifted.tensors))
+                plan = self._serve_symbolically(
+                    symbolic_key, fn, args, kwargs, tensors, leaves, facts, stolen
+                )
+            if plan is None:
+                # r[functionalize.errors-before-running]: before the call touches any input
+                plan = build_plan(fn, args, kwargs, tensors, stolen, hooks_request)
+                self._traced += 1
             compiled = self._runtime.prepare(plan)
             read = plan.functional.captured.values_read  # the program's flat inputs
             reads = tuple(i for i in range(len(tensors)) if plan.bases.program_index(i) in read)
@@ -269,6 +303,27 @@ class CompiledFunction:
             outputs = self._runtime.run(self, compiled, tensors, stolen)
         return compiled.functional.captured.unflatten_outputs(outputs)
 
+    def _serve_symbolically(
+        self, symbolic_key, fn, args, kwargs, tensors, leaves, facts, stolen
+    ) -> Plan | None:
+        """A symbolic plan at this call's sizes: one traced before that serves them, else one
+        traced now; None where the call is planned at its sizes (`r[sizes.symbolic.scope]`)."""
+        plans = self._symbolic.setdefault(symbolic_key, [])
+        for plan in plans:
+            binding = size_binding(plan, facts, leaves)
+            if binding is not None:
+                return at_sizes(plan, binding)
+        dims = self.dynamic(tensors, symbolic_key[2])
+        plan = trace_symbolically(fn, args, kwargs, tensors, dims, facts, stolen)
+        if plan is None:
+            return None
+        self._traced += 1
+        plans.append(plan)
+        binding = size_binding(plan, facts, leaves)
+        if binding is None:
+            raise InternalError("a symbolic plan does not serve the call it was traced for")
+        return at_sizes(plan, binding)
+
     def _stolen_lists(self, args, kwargs) -> list[list]:
         bound = inspect.signature(self.fn).bind(*args, **kwargs)
         lists = []
@@ -292,6 +347,17 @@ class CompiledFunction:
         stolen_ids = {id(t) for stolen_list in stolen_lists for t in stolen_list}
         tensor_leaves = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         return frozenset(i for i, t in enumerate(tensor_leaves) if id(t) in stolen_ids)
+
+
+def _every_dim_of_arguments(tensors: list[torch.Tensor], lifted: int) -> list[frozenset[int]]:
+    """r[sizes.symbolic.dims]: every dim of the tensor arguments is a symbol; parameters and the
+    tensors the function reaches by itself (lifted first) keep their sizes."""
+    return [
+        frozenset()
+        if i < lifted or isinstance(t, torch.nn.Parameter)
+        else frozenset(range(t.dim()))
+        for i, t in enumerate(tensors)
+    ]
 
 
 def _values_at(tensors: list[torch.Tensor], reads: tuple[int, ...]) -> tuple:

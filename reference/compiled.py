@@ -119,7 +119,7 @@ class _ReferenceGraphs:
             for cell in cells:
                 ledger.hold(cell)  # the argument list, alive until the call returns
         with np.errstate(all="ignore"):
-            results = interpret(program, cells, ledger)
+            results = interpret(program, cells, ledger, sizes=self.plan.sizes)
         if not self.boxed:
             for cell in cells:
                 ledger.release(cell)

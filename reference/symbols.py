@@ -79,10 +79,12 @@ def meta_at_sizes(meta, binding: SizeBinding):
         return type(meta)(meta_at_sizes(part, binding) for part in meta)
     if not isinstance(meta, torch.Tensor) or meta.layout != torch.strided:
         return meta
-    numbers = (*meta.shape, *meta.stride(), meta.storage_offset())
+    nbytes = meta.untyped_storage().nbytes()
+    numbers = (*meta.shape, *meta.stride(), meta.storage_offset(), nbytes)
     if not any(map(is_symbolic, numbers)):
         return meta
     sizes = [evaluated(n, binding) for n in meta.shape]
     strides = [evaluated(n, binding) for n in meta.stride()]
-    storage = torch.empty(0, dtype=meta.dtype, device="meta")
+    elements = evaluated(nbytes, binding) // meta.element_size()
+    storage = torch.empty(elements, dtype=meta.dtype, device="meta")
     return storage.as_strided(sizes, strides, evaluated(meta.storage_offset(), binding))
