@@ -34,6 +34,7 @@ from aotspec.reference.program_records import input_facts
 from aotspec.reference.synthetic_bases import bases_key
 
 if TYPE_CHECKING:  # the fast backend loads when first used (`_FastRuntime`)
+    from aotspec.dynamo import DynamoSizes
     from aotspec.fast.runtime import FastPlan
 
 BACKENDS = ("reference", "fast")
@@ -88,7 +89,7 @@ def compile(
         )
     compiled = CompiledFunction(fn, backend, steal, hooks_filter, placement)
     if dynamic:
-        compiled.dynamic = _every_dim_of_arguments
+        compiled.dynamic = EveryDimOfArguments()
     return compiled
 
 
@@ -187,9 +188,9 @@ class CompiledFunction:
         #: (`r[capture.data-dependent.input-values]`).
         self._values_read: dict = {}
         self.last_run = None
-        #: Which dims of the flat tensors are symbols (`r[sizes.symbolic.dims]`): (flat tensors,
-        #: how many of them are lifted) -> per tensor, its symbolic dims; None: none.
-        self.dynamic: Callable | None = None
+        #: Which sizes of a call are symbols (`r[sizes.symbolic.dims]`): None for none, else
+        #: what says which dims of the flat tensors and which numbers among the flat leaves.
+        self.dynamic: EveryDimOfArguments | DynamoSizes | None = None
         #: Symbolic plans, by what their guard keeps besides sizes (`_symbolic_key`).
         self._symbolic: dict = {}
         #: How many plans this callable traced.
@@ -271,9 +272,8 @@ class CompiledFunction:
             fn = lifted.wrap(self.fn) if lifted.tensors else self.fn
             plan = None
             if self.dynamic is not None and hooks is None:
-                symbolic_key = (key[:2], key[3:], len(lifted.tensors))
                 plan = self._serve_symbolically(
-                    symbolic_key, fn, args, kwargs, tensors, leaves, facts, stolen
+                    key, fn, args, kwargs, tensors, leaves, facts, stolen, len(lifted.tensors)
                 )
             if plan is None:
                 # r[functionalize.errors-before-running]: before the call touches any input
@@ -304,17 +304,24 @@ class CompiledFunction:
         return compiled.functional.captured.unflatten_outputs(outputs)
 
     def _serve_symbolically(
-        self, symbolic_key, fn, args, kwargs, tensors, leaves, facts, stolen
+        self, key, fn, args, kwargs, tensors, leaves, facts, stolen, lifted: int
     ) -> Plan | None:
         """A symbolic plan at this call's sizes: one traced before that serves them, else one
-        traced now; None where the call is planned at its sizes (`r[sizes.symbolic.scope]`)."""
-        plans = self._symbolic.setdefault(symbolic_key, [])
+        traced now; None where the call is planned at its sizes (`r[sizes.symbolic.scope]`).
+        Symbolic plans are kept by what the guard keeps besides sizes and symbolic numbers."""
+        numbers = self.dynamic.numbers(len(leaves))
+        constants = tuple(
+            _constant_key(leaf)
+            for i, leaf in enumerate(leaves)
+            if i not in numbers and not isinstance(leaf, torch.Tensor)
+        )
+        plans = self._symbolic.setdefault((key[0], constants, *key[3:]), [])
         for plan in plans:
             binding = size_binding(plan, facts, leaves)
             if binding is not None:
                 return at_sizes(plan, binding)
-        dims = self.dynamic(tensors, symbolic_key[2])
-        plan = trace_symbolically(fn, args, kwargs, tensors, dims, facts, stolen)
+        dims = self.dynamic.dims(tensors, lifted)
+        plan = trace_symbolically(fn, args, kwargs, tensors, dims, numbers, facts, stolen)
         if plan is None:
             return None
         self._traced += 1
@@ -349,15 +356,25 @@ class CompiledFunction:
         return frozenset(i for i, t in enumerate(tensor_leaves) if id(t) in stolen_ids)
 
 
-def _every_dim_of_arguments(tensors: list[torch.Tensor], lifted: int) -> list[frozenset[int]]:
-    """r[sizes.symbolic.dims]: every dim of the tensor arguments is a symbol; parameters and the
-    tensors the function reaches by itself (lifted first) keep their sizes."""
-    return [
-        frozenset()
-        if i < lifted or isinstance(t, torch.nn.Parameter)
-        else frozenset(range(t.dim()))
-        for i, t in enumerate(tensors)
-    ]
+class EveryDimOfArguments:
+    """`aotspec.compile(fn, dynamic=True)` (`r[sizes.symbolic.dims]`): every dim of the tensor
+    arguments is a symbol; parameters and the tensors the function reaches by itself (lifted,
+    first among the flat tensors) keep their sizes, and numbers are constants."""
+
+    @staticmethod
+    def numbers(leaves: int) -> frozenset[int]:
+        """Positions among a call's `leaves` flat leaves of the numbers that are symbols."""
+        return frozenset()
+
+    @staticmethod
+    def dims(tensors: list[torch.Tensor], lifted: int) -> list[frozenset[int]]:
+        """Per flat tensor, its dims that are symbols."""
+        return [
+            frozenset()
+            if i < lifted or isinstance(t, torch.nn.Parameter)
+            else frozenset(range(t.dim()))
+            for i, t in enumerate(tensors)
+        ]
 
 
 def _values_at(tensors: list[torch.Tensor], reads: tuple[int, ...]) -> tuple:

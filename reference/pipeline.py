@@ -77,20 +77,32 @@ def build_plan(
 
 
 def trace_symbolically(
-    fn, args: tuple, kwargs: dict, tensors: list, dims: list, facts: tuple, stolen: frozenset[int]
+    fn,
+    args: tuple,
+    kwargs: dict,
+    tensors: list,
+    dims: list,
+    numbers: frozenset[int],
+    facts: tuple,
+    stolen: frozenset[int],
 ) -> Plan | None:
     """r[sizes.symbolic.scope]: the plan of `fn(*args, **kwargs)` traced with the `dims` of
-    its flat `tensors` as symbols (`facts`: theirs, from `input_facts`), or None where the call
-    is planned at its sizes instead: no dim is a symbol, two inputs share a storage, or the
-    program needs a number where a size is a symbol (a value read as a number, a relation
-    tracing cannot keep as a guard)."""
-    if not any(dims) or any(fact[4] != i or fact[8] != i for i, fact in enumerate(facts)):
+    its flat `tensors` and its number leaves at positions `numbers` as symbols (`facts`: the
+    tensors', from `input_facts`), or None where the call is planned at its sizes instead: no
+    size is a symbol, two inputs share a storage, or the program needs a number where a size is
+    a symbol (a value read as a number, a relation tracing cannot keep as a guard)."""
+    if not (any(dims) or numbers):
         return None
-    fakes, _, shape_env = symbolic_inputs(tensors, dims, ())
+    if any(fact[4] != i or fact[8] != i for i, fact in enumerate(facts)):
+        return None
+    leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    numbered = sorted(numbers)
+    fakes, symbols, shape_env = symbolic_inputs(tensors, dims, [leaves[i] for i in numbered])
     as_fake = {id(t): fake for t, fake in zip(tensors, fakes, strict=True)}
-    fake_args, fake_kwargs = pytree.tree_map_only(
-        torch.Tensor, lambda t: as_fake.get(id(t), t), (tuple(args), dict(kwargs))
-    )
+    leaves = [as_fake.get(id(leaf), leaf) for leaf in leaves]
+    for position, symbol in zip(numbered, symbols, strict=True):
+        leaves[position] = symbol
+    fake_args, fake_kwargs = pytree.tree_unflatten(leaves, spec)
     try:
         plan = build_plan(fn, fake_args, fake_kwargs, fakes, stolen, None)
     except Exception as error:  # noqa: BLE001 (the call's own sizes are traced next)
@@ -98,7 +110,7 @@ def trace_symbolically(
         return None
     if plan.bases.groups:
         return None
-    return evolve(plan, symbolic=symbolic_sizes(shape_env, ()))
+    return evolve(plan, symbolic=symbolic_sizes(shape_env, tuple(numbered)))
 
 
 def _build_plan(
