@@ -40,15 +40,27 @@ def symbolic_inputs(
     for i, (t, dynamic) in enumerate(zip(tensors, dims, strict=True)):
         kinds = [DimDynamic.DUCK if d in dynamic else DimDynamic.STATIC for d in range(t.dim())]
         context = StatelessSymbolicContext(dynamic_sizes=kinds)
-        fakes.append(
-            mode.from_tensor(t, source=ConstantSource(f"input{i}"), symbolic_context=context)
-        )
+        source = ConstantSource(f"input{i}")
+        fake = mode.from_tensor(_alone(t), source=source, symbolic_context=context)
+        if t.requires_grad:
+            fake.requires_grad_()
+            if not t.is_leaf:  # an activation: a tensor with a history, as the call's
+                fake = fake.view_as(fake)
+        fakes.append(fake)
     symbols = []
     for k, number in enumerate(numbers):
         source = ConstantSource(f"number{k}")
         symbol = shape_env.create_symbol(number, source, DimDynamic.DUCK)
         symbols.append(shape_env.create_symintnode(symbol, hint=number, source=source))
     return fakes, symbols, shape_env
+
+
+def _alone(t: torch.Tensor) -> torch.Tensor:
+    """`t`'s layout on its storage, with no base and no history: a view's sizes are then
+    symbols of their own, not expressions of its base's, whose sizes no trace sees."""
+    alone = torch.empty(0, dtype=t.dtype, device=t.device)
+    with torch.no_grad():
+        return alone.set_(t.untyped_storage(), t.storage_offset(), t.shape, t.stride())
 
 
 def symbolic_sizes(shape_env: ShapeEnv, numbers: tuple[int, ...]) -> SymbolicSizes:
