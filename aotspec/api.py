@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.utils._pytree as pytree
 
-from aotspec.errors import InternalError, UnsupportedError
+from aotspec.errors import UnsupportedError
 from aotspec.reference.boundary import autocast_state, refuse_transformed
 from aotspec.reference.compiled import run_compiled
 from aotspec.reference.dynamic import at_sizes, size_binding
@@ -326,10 +326,7 @@ class CompiledFunction:
             return None
         self._traced += 1
         plans.append(plan)
-        binding = size_binding(plan, facts, leaves)
-        if binding is None:
-            raise InternalError("a symbolic plan does not serve the call it was traced for")
-        return at_sizes(plan, binding)
+        return at_sizes(plan, size_binding(plan, facts, leaves))
 
     def _stolen_lists(self, args, kwargs) -> list[list]:
         bound = inspect.signature(self.fn).bind(*args, **kwargs)

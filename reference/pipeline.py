@@ -25,7 +25,7 @@ from aotspec.errors import UnsupportedError
 from .aten import shapes_from_arguments
 from .autograd import AliasedInputsWritten, differentiate
 from .capture import capture, grad_enabled, hooks_silenced_while_tracing
-from .dynamic import symbolic_inputs, symbolic_sizes
+from .dynamic import size_binding, symbolic_inputs, symbolic_sizes
 from .functionalize import functionalize
 from .hooks import FILTERS as HOOK_FILTERS
 from .hooks import SavedTensorHooks, inline_hooks
@@ -99,10 +99,10 @@ def trace_symbolically(
     numbered = sorted(numbers)
     fakes, symbols, shape_env = symbolic_inputs(tensors, dims, [leaves[i] for i in numbered])
     as_fake = {id(t): fake for t, fake in zip(tensors, fakes, strict=True)}
-    leaves = [as_fake.get(id(leaf), leaf) for leaf in leaves]
+    traced = [as_fake.get(id(leaf), leaf) for leaf in leaves]
     for position, symbol in zip(numbered, symbols, strict=True):
-        leaves[position] = symbol
-    fake_args, fake_kwargs = pytree.tree_unflatten(leaves, spec)
+        traced[position] = symbol
+    fake_args, fake_kwargs = pytree.tree_unflatten(traced, spec)
     try:
         plan = build_plan(fn, fake_args, fake_kwargs, fakes, stolen, None)
     except Exception as error:  # noqa: BLE001 (the call's own sizes are traced next)
@@ -110,7 +110,10 @@ def trace_symbolically(
         return None
     if plan.bases.groups:
         return None
-    return evolve(plan, symbolic=symbolic_sizes(shape_env, tuple(numbered)))
+    plan = evolve(plan, symbolic=symbolic_sizes(shape_env, tuple(numbered)))
+    # an input whose storage's bytes are no expression of its sizes (a storage resized to 0
+    # bytes) makes a plan that does not serve even the call it was traced for
+    return plan if size_binding(plan, facts, leaves) is not None else None
 
 
 def _build_plan(

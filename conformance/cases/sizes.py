@@ -14,6 +14,7 @@ from ..case import (
     PlansTraced,
     Shares,
     Values,
+    Version,
 )
 
 CASES: list[Case] = []
@@ -180,6 +181,41 @@ CASES.append(
             *[
                 AtSize(n, Values("out0", (sum(range(2 * n)) + sum(range(n))) * 1.5))
                 for n in _HEAD_LENGTHS
+            ],
+        ],
+        skip=COMPILED_ONLY,
+    )
+)
+
+
+def _doubles_in_place_then_adds_one(x):
+    x.mul_(2)
+    return x + 1
+
+
+_WRITTEN_LENGTHS = (4, 9, 2)
+
+CASES.append(
+    Case(
+        name="sizes.input-write-reaches-the-caller-with-one-plan",
+        rules=["sizes.symbolic.per-call", "functionalize.epilogue.data"],
+        setup=lambda n: {"x": torch.arange(float(n))},
+        args=["x"],
+        program=_doubles_in_place_then_adds_one,
+        sizes=_WRITTEN_LENGTHS,
+        dynamic=True,
+        # eager at length n: x holds 2 * arange(n), advanced once, and the output one more; the
+        # epilogue's write of the whole of x is at each call's length
+        expect=[
+            PlansTraced(1),
+            Version("x", 1),
+            *[
+                AtSize(n, expectation)
+                for n in _WRITTEN_LENGTHS
+                for expectation in (
+                    Values("x", 2 * torch.arange(float(n))),
+                    Values("out0", 2 * torch.arange(float(n)) + 1),
+                )
             ],
         ],
         skip=COMPILED_ONLY,
