@@ -66,8 +66,7 @@ def _alone(t: torch.Tensor) -> torch.Tensor:
 def symbolic_sizes(shape_env: ShapeEnv, numbers: tuple[int, ...]) -> SymbolicSizes:
     """What tracing decided about the sizes: the guards and ranges of `shape_env`."""
     ranges = {
-        symbol: (int(bounds.lower), bounds.upper)
-        for symbol, bounds in shape_env.var_to_range.items()
+        symbol: (bounds.lower, bounds.upper) for symbol, bounds in shape_env.var_to_range.items()
     }
     return SymbolicSizes(tuple(guard.expr for guard in shape_env.guards), ranges, numbers)
 
@@ -109,8 +108,8 @@ def _holds(plan: Plan, facts: tuple, binding: SizeBinding) -> bool:
             return False
     symbolic = plan.symbolic
     for symbol, value in binding.items():
-        lowest, highest = symbolic.ranges.get(symbol, (0, None))
-        if value < lowest or (highest is not None and bool(value > highest)):
+        lowest, highest = symbolic.ranges[symbol]
+        if not (bool(lowest <= value) and bool(value <= highest)):
             return False
     return all(bool(guard.xreplace(binding)) for guard in symbolic.guards)
 

@@ -132,7 +132,11 @@ DEFINED_ON_IMPORT: dict[str, tuple[OpKind, Callable, str]] = {}
 
 
 def qualified_name(overload: torch._ops.OpOverload) -> str:
-    """`aten.add.Tensor`, `inductor.resize_storage_bytes_.default`."""
+    """`aten.add.Tensor`, `inductor.resize_storage_bytes_.default`; for Python's arithmetic on
+    sizes, `operator.mul`, `torch.sym_max`."""
+    if not isinstance(overload, torch._ops.OpOverload):
+        module = overload.__module__.removeprefix("_")  # `_operator` is `operator`
+        return f"{module}.{overload.__name__}"
     packet = overload.overloadpacket
     return f"{packet._qualified_op_name.replace('::', '.')}.{overload._overloadname}"
 

@@ -60,7 +60,8 @@ class SymbolicSizes:
 
     #: Relations between sizes that tracing decided (sympy booleans over the symbols).
     guards: tuple
-    #: Symbol -> (lowest, highest) value it may take; sizes 0 and 1 are traced as numbers.
+    #: Symbol -> (lowest, highest) value it may take (sympy numbers, infinities included);
+    #: sizes 0 and 1 are traced as numbers, so a size's lowest is 2.
     ranges: dict
     #: The program's number arguments traced as symbols: their positions among the flat leaves.
     numbers: tuple[int, ...] = ()
