@@ -11,7 +11,7 @@ import inspect
 import os
 import types
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.utils._pytree as pytree
@@ -34,7 +34,6 @@ from aotspec.reference.program_records import input_facts
 from aotspec.reference.synthetic_bases import bases_key
 
 if TYPE_CHECKING:  # the fast backend loads when first used (`_FastRuntime`)
-    from aotspec.dynamo import DynamoSizes
     from aotspec.fast.runtime import FastPlan
 
 BACKENDS = ("reference", "fast")
@@ -190,7 +189,7 @@ class CompiledFunction:
         self.last_run = None
         #: Which sizes of a call are symbols (`r[sizes.symbolic.dims]`): None for none, else
         #: what says which dims of the flat tensors and which numbers among the flat leaves.
-        self.dynamic: EveryDimOfArguments | DynamoSizes | None = None
+        self.dynamic: DynamicSizes | None = None
         #: Symbolic plans, by what their guard keeps besides sizes (`_symbolic_key`).
         self._symbolic: dict = {}
         #: How many plans this callable traced.
@@ -351,6 +350,17 @@ class CompiledFunction:
         stolen_ids = {id(t) for stolen_list in stolen_lists for t in stolen_list}
         tensor_leaves = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         return frozenset(i for i, t in enumerate(tensor_leaves) if id(t) in stolen_ids)
+
+
+class DynamicSizes(Protocol):
+    """Which sizes of a call are symbols (`r[sizes.symbolic.dims]`): `EveryDimOfArguments`, or
+    the Dynamo backend's `DynamoSizes`."""
+
+    def dims(self, tensors: list[torch.Tensor], lifted: int) -> list[frozenset[int]]:
+        """Per flat tensor of a call (the first `lifted` lifted), its dims that are symbols."""
+
+    def numbers(self, leaves: int) -> frozenset[int]:
+        """Positions among a call's `leaves` flat leaves of the numbers that are symbols."""
 
 
 class EveryDimOfArguments:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import attrs
+import sympy
 import torch
 from torch._dynamo.source import ConstantSource
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -68,7 +69,10 @@ def symbolic_sizes(shape_env: ShapeEnv, numbers: tuple[int, ...]) -> SymbolicSiz
     ranges = {
         symbol: (bounds.lower, bounds.upper) for symbol, bounds in shape_env.var_to_range.items()
     }
-    return SymbolicSizes(tuple(guard.expr for guard in shape_env.guards), ranges, numbers)
+    # each relation over the symbols left: those tracing settled to a number are numbers in it
+    relations = (shape_env.simplify(guard.expr) for guard in shape_env.guards)
+    guards = tuple(relation for relation in relations if relation is not sympy.true)
+    return SymbolicSizes(guards, ranges, numbers)
 
 
 def size_binding(plan: Plan, facts: tuple, leaves: Sequence) -> SizeBinding | None:

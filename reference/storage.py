@@ -23,6 +23,8 @@ from attrs import define, evolve, field, frozen
 
 from aotspec.errors import SpecViolation, UnsupportedError
 
+from .symbols import settled, settled_all
+
 # ---------------------------------------------------------------- dtypes
 
 NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
@@ -141,9 +143,9 @@ class Layout:
     """How a tensor reads its storage: element `i` lives at `offset + sum(i_k * strides_k)`."""
 
     dtype: torch.dtype
-    sizes: tuple[int, ...] = field(converter=tuple)
-    strides: tuple[int, ...] = field(converter=tuple)
-    offset: int = 0
+    sizes: tuple[int, ...] = field(converter=settled_all)
+    strides: tuple[int, ...] = field(converter=settled_all)
+    offset: int = field(default=0, converter=settled)
     #: r[memory.layout.conj-neg]: the tensor reads the conjugate (`conj`) or the negation (`neg`)
     #: of what its storage holds, as eager's lazy `conj()` and `_neg_view` do.
     conj: bool = False

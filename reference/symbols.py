@@ -36,6 +36,18 @@ def _numbers_hold_symbols(leaf) -> bool:
     return is_symbolic(leaf)
 
 
+def settled(n):
+    """`n` as a number where tracing has settled its symbol's value (a relation of the guard
+    made it a constant, `r[sizes.symbolic.decisions]`), else `n` itself."""
+    if is_symbolic(n) and n.node.expr.is_number:
+        return type(n.node.hint)(n.node.expr)
+    return n
+
+
+def settled_all(numbers) -> tuple:
+    return tuple(map(settled, numbers))
+
+
 def example_value(n):
     """The number a symbolic `n` had where it was traced (its hint); a number as it is."""
     if not is_symbolic(n):
