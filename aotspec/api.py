@@ -268,16 +268,8 @@ class CompiledFunction:
                 hooks_request = HooksRequest(
                     hooks, self.hooks_filter, static, self.hook_placement
                 )
-            fn = lifted.wrap(self.fn) if lifted.tensors else self.fn
-            plan = None
-            if self.dynamic is not None and hooks is None:
-                plan = self._serve_symbolically(
-                    key, fn, args, kwargs, tensors, leaves, facts, stolen, len(lifted.tensors)
-                )
-            if plan is None:
-                # r[functionalize.errors-before-running]: before the call touches any input
-                plan = build_plan(fn, args, kwargs, tensors, stolen, hooks_request)
-                self._traced += 1
+            call = (args, kwargs, tensors, leaves, facts, stolen)
+            plan = self._plan(key, call, lifted, hooks_request)
             compiled = self._runtime.prepare(plan)
             read = plan.functional.captured.values_read  # the program's flat inputs
             reads = tuple(i for i in range(len(tensors)) if plan.bases.program_index(i) in read)
@@ -301,6 +293,24 @@ class CompiledFunction:
         else:
             outputs = self._runtime.run(self, compiled, tensors, stolen)
         return compiled.functional.captured.unflatten_outputs(outputs)
+
+    def _plan(self, key, call: tuple, lifted, hooks_request) -> Plan:
+        """The plan of a `call` (arguments, flat tensors and leaves, input facts, stolen inputs)
+        that no plan of this function serves yet: a symbolic plan at the call's sizes, with
+        dynamic sizes asked for and in scope (`r[sizes.symbolic.scope]`), else one traced at
+        them."""
+        args, kwargs, tensors, leaves, facts, stolen = call
+        fn = lifted.wrap(self.fn) if lifted.tensors else self.fn
+        if self.dynamic is not None and hooks_request is None:
+            plan = self._serve_symbolically(
+                key, fn, args, kwargs, tensors, leaves, facts, stolen, len(lifted.tensors)
+            )
+            if plan is not None:
+                return plan
+        # r[functionalize.errors-before-running]: before the call touches any input
+        plan = build_plan(fn, args, kwargs, tensors, stolen, hooks_request)
+        self._traced += 1
+        return plan
 
     def _serve_symbolically(
         self, key, fn, args, kwargs, tensors, leaves, facts, stolen, lifted: int

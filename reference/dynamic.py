@@ -16,7 +16,6 @@ from collections.abc import Sequence
 import attrs
 import sympy
 import torch
-from torch._dynamo.source import ConstantSource
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import (
     DimDynamic,
@@ -35,6 +34,9 @@ def symbolic_inputs(
     """Fakes of `tensors` whose `dims` are symbols, and `numbers` as symbols, in a new shape
     environment. r[sizes.symbolic.duck]: sizes of one value at tracing share one symbol (as
     Dynamo's duck sizing does), and sizes 0 and 1 are traced as numbers."""
+    # Dynamo's names for a symbol's origin; imported here, as importing Dynamo loads Triton
+    from torch._dynamo.source import ConstantSource
+
     shape_env = ShapeEnv()
     mode = FakeTensorMode(shape_env=shape_env)
     fakes = []
