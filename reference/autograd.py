@@ -77,6 +77,7 @@ from .program_records import (
     WriteBack,
 )
 from .storage import Layout, carries_gradients
+from .symbols import is_symbolic
 
 aten = torch.ops.aten
 
@@ -754,6 +755,11 @@ def partition(
     forward_nodes.update(
         [user for node in forward_nodes for user in node.users if user.target is getitem]
     )
+    for node in joint.nodes:  # in order: a size computed from sizes follows them
+        if is_symbolic(node.meta.get("val")) and set(node.all_input_nodes) <= forward_nodes:
+            # r[sizes.symbolic.saved]: a size of forward values is read in the forward, and the
+            # number saved, not the value it is a size of
+            forward_nodes.add(node)
     saved = []
     backward_results = set(grads)
     for node in joint.nodes:
