@@ -11,7 +11,7 @@ import inspect
 import os
 import types
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.utils._pytree as pytree
@@ -21,9 +21,16 @@ from aotspec.errors import UnsupportedError
 from aotspec.guard import facts_guard
 from aotspec.reference.boundary import autocast_state, refuse_transformed
 from aotspec.reference.compiled import run_compiled
+from aotspec.reference.dynamic import at_sizes, size_binding
 from aotspec.reference.lift import Lifter, lift
 from aotspec.reference.optable import collecting_refusals
-from aotspec.reference.pipeline import HOOK_FILTERS, HooksRequest, SavedTensorHooks, build_plan
+from aotspec.reference.pipeline import (
+    HOOK_FILTERS,
+    HooksRequest,
+    SavedTensorHooks,
+    build_plan,
+    trace_symbolically,
+)
 from aotspec.reference.plan_records import Placement, Plan
 from aotspec.reference.program_records import input_facts
 from aotspec.reference.synthetic_bases import bases_key
@@ -52,11 +59,14 @@ def compile(
     steal=(),
     hooks_filter: str = "donated",
     hook_placement: str = "last-use",
+    dynamic: bool = False,
 ) -> CompiledFunction:
     """Compile `fn` for `backend` (`"reference"` or `"fast"`; default `$AOTSPEC_BACKEND`, else
     `"fast"`). `hook_placement` says where inlined pack hooks go: `"last-use"`, the spec's
     placement (`r[hooks.place.pack-after-last-use]`), or `"forward-end"`, PyTorch 2.13's, kept
-    for comparisons."""
+    for comparisons. With `dynamic=True`, the sizes of the tensor arguments (not of parameters
+    or of tensors `fn` reaches by itself) are symbols: one plan serves every size that keeps
+    what tracing decided about them (`r[sizes.symbolic.dims]`)."""
     backend = _resolve_backend(backend)
     placement = Placement(hook_placement)
     if hooks_filter not in HOOK_FILTERS:
@@ -73,7 +83,15 @@ def compile(
             f"{getattr(fn, '__qualname__', fn)} "
             f"(its parameters: {list(parameters)}) [rule boxed.steal.lists-only]"
         )
-    return CompiledFunction(fn, backend, steal, hooks_filter, placement)
+    if not isinstance(dynamic, bool):
+        raise ValueError(
+            f"dynamic={dynamic!r}: pass True (every size of the tensor arguments is a symbol) "
+            "or False (a plan per size)"
+        )
+    compiled = CompiledFunction(fn, backend, steal, hooks_filter, placement)
+    if dynamic:
+        compiled.dynamic = EveryDimOfArguments()
+    return compiled
 
 
 def check(fn: Callable, *args, **kwargs) -> list[UnsupportedError]:
@@ -175,14 +193,22 @@ class CompiledFunction:
         #: The latest call's specialization, which the next call checks first.
         self._latest: _Latest | None = None
         self.last_run = None
+        #: Which sizes of a call are symbols (`r[sizes.symbolic.dims]`): None for none, else
+        #: what says which dims of the flat tensors and which numbers among the flat leaves.
+        self.dynamic: DynamicSizes | None = None
+        #: Symbolic plans, by what their guard keeps besides sizes (`_symbolic_key`).
+        self._symbolic: dict = {}
+        #: How many plans this callable traced.
+        self._traced = 0
         self._lifter = Lifter(fn)
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", "compiled")
 
     @property
     def compilations(self) -> int:
-        """How many specializations this callable holds."""
-        return len(self._plans)
+        """How many plans this callable traced: a symbolic plan counts once, whatever the sizes
+        it served."""
+        return self._traced
 
     @property
     def plans(self) -> Mapping:
@@ -242,7 +268,7 @@ class CompiledFunction:
             compiled = latest.compiled  # the key of the latest call, checked in one pass
         else:
             compiled = self._look_up(
-                context, tensors, (args, kwargs, stolen, hooks, static, lifted)
+                context, tensors, (args, kwargs, stolen, hooks, static, lifted, leaves)
             )
         del args, kwargs, leaves
         for stolen_list in stolen_lists:
@@ -263,21 +289,21 @@ class CompiledFunction:
 
     def _look_up(self, context: tuple, tensors: list, call: tuple):
         """The plan for the call's key (`context`, then the facts of `tensors`), compiled for
-        `call` (its arguments, stolen inputs, hooks and lifted tensors) when the key is new;
-        remembered as the latest, with the key's tensor facts as a generated check."""
+        `call` (its arguments, stolen inputs, hooks, lifted tensors and flat leaves) when the
+        key is new; remembered as the latest, with the key's tensor facts as a generated
+        check."""
         facts = input_facts(tensors)
         key = (context, facts, bases_key(tensors, facts))
         # r[capture.data-dependent.input-values]: the values capture read are part of the key
         reads = self._values_read.get(key, ()) if self._values_read else ()
         compiled = self._plans.get((key, _values_at(tensors, reads)) if reads else key)
         if compiled is None:
-            args, kwargs, stolen, hooks, static, lifted = call
+            args, kwargs, stolen, hooks, static, lifted, leaves = call
             hooks_request = None
             if hooks is not None:
                 hooks_request = HooksRequest(hooks, self.hooks_filter, static, self.hook_placement)
-            fn = lifted.wrap(self.fn) if lifted.tensors else self.fn
-            # r[functionalize.errors-before-running]: before the call touches any input
-            plan = build_plan(fn, args, kwargs, tensors, stolen, hooks_request)
+            unserved = (args, kwargs, tensors, leaves, facts, stolen)
+            plan = self._plan(context, unserved, lifted, hooks_request)
             compiled = self._runtime.prepare(plan)
             read = plan.functional.captured.values_read  # the program's flat inputs
             reads = tuple(i for i in range(len(tensors)) if plan.bases.program_index(i) in read)
@@ -292,6 +318,49 @@ class CompiledFunction:
                 self._guards[key] = facts_guard(*key[1:])
             self._latest = _Latest(context, self._guards[key], compiled)
         return compiled
+
+    def _plan(self, context: tuple, call: tuple, lifted, hooks_request) -> Plan:
+        """The plan of a `call` (arguments, flat tensors and leaves, input facts, stolen inputs)
+        that no plan of this function serves yet: a symbolic plan at the call's sizes, with
+        dynamic sizes asked for and in scope (`r[sizes.symbolic.scope]`), else one traced at
+        them."""
+        args, kwargs, tensors, leaves, facts, stolen = call
+        fn = lifted.wrap(self.fn) if lifted.tensors else self.fn
+        if self.dynamic is not None and hooks_request is None:
+            plan = self._serve_symbolically(
+                context, fn, args, kwargs, tensors, leaves, facts, stolen, len(lifted.tensors)
+            )
+            if plan is not None:
+                return plan
+        # r[functionalize.errors-before-running]: before the call touches any input
+        plan = build_plan(fn, args, kwargs, tensors, stolen, hooks_request)
+        self._traced += 1
+        return plan
+
+    def _serve_symbolically(
+        self, context, fn, args, kwargs, tensors, leaves, facts, stolen, lifted: int
+    ) -> Plan | None:
+        """A symbolic plan at this call's sizes: one traced before that serves them, else one
+        traced now; None where the call is planned at its sizes (`r[sizes.symbolic.scope]`).
+        Symbolic plans are kept by what the guard keeps besides sizes and symbolic numbers."""
+        numbers = self.dynamic.numbers(len(leaves))
+        constants = tuple(
+            _constant_key(leaf)
+            for i, leaf in enumerate(leaves)
+            if i not in numbers and not isinstance(leaf, torch.Tensor)
+        )
+        plans = self._symbolic.setdefault((context[0], constants, *context[2:]), [])
+        for plan in plans:
+            binding = size_binding(plan, facts, leaves)
+            if binding is not None:
+                return at_sizes(plan, binding)
+        dims = self.dynamic.dims(tensors, lifted)
+        plan = trace_symbolically(fn, args, kwargs, tensors, dims, numbers, facts, stolen)
+        if plan is None:
+            return None
+        self._traced += 1
+        plans.append(plan)
+        return at_sizes(plan, size_binding(plan, facts, leaves))
 
     def _stolen_lists(self, args, kwargs) -> list[list]:
         bound = inspect.signature(self.fn).bind(*args, **kwargs)
@@ -330,6 +399,38 @@ class _Latest:
     def holds(self, context: tuple, tensors: list) -> bool:
         """Whether a call with `context` and `tensors` has this specialization's key."""
         return self.context == context and self.facts_hold(tensors)
+
+
+class DynamicSizes(Protocol):
+    """Which sizes of a call are symbols (`r[sizes.symbolic.dims]`): `EveryDimOfArguments`, or
+    the Dynamo backend's `DynamoSizes`."""
+
+    def dims(self, tensors: list[torch.Tensor], lifted: int) -> list[frozenset[int]]:
+        """Per flat tensor of a call (the first `lifted` lifted), its dims that are symbols."""
+
+    def numbers(self, leaves: int) -> frozenset[int]:
+        """Positions among a call's `leaves` flat leaves of the numbers that are symbols."""
+
+
+class EveryDimOfArguments:
+    """`aotspec.compile(fn, dynamic=True)` (`r[sizes.symbolic.dims]`): every dim of the tensor
+    arguments is a symbol; parameters and the tensors the function reaches by itself (lifted,
+    first among the flat tensors) keep their sizes, and numbers are constants."""
+
+    @staticmethod
+    def numbers(leaves: int) -> frozenset[int]:
+        """Positions among a call's `leaves` flat leaves of the numbers that are symbols."""
+        return frozenset()
+
+    @staticmethod
+    def dims(tensors: list[torch.Tensor], lifted: int) -> list[frozenset[int]]:
+        """Per flat tensor, its dims that are symbols."""
+        return [
+            frozenset()
+            if i < lifted or isinstance(t, torch.nn.Parameter)
+            else frozenset(range(t.dim()))
+            for i, t in enumerate(tensors)
+        ]
 
 
 def _values_at(tensors: list[torch.Tensor], reads: tuple[int, ...]) -> tuple:

@@ -60,7 +60,55 @@ def aotspec_backend(
     else:  # subgraphs (a higher-order op's body) hold tensors of their own: lifted
         graph = None
         compiled = aotspec.compile(_keeping_source_lines(graph_module), **options)
-    return CompiledGraph(compiled, graph, _numbers_passed_as_tensors(graph_module))
+    numbers = _numbers_passed_as_tensors(graph_module)
+    compiled.dynamic = DynamoSizes.of(graph_module, numbers)
+    return CompiledGraph(compiled, graph, numbers)
+
+
+class DynamoSizes:
+    """The sizes Dynamo made symbols in its graph (`r[sizes.symbolic.dynamo]`): the dims of the
+    example inputs whose sizes are symbolic, and the numbers it passes as symbolic ints (a size
+    the graph reads), which aotspec traces as symbols too. Tensors the graph holds (passed
+    first, `_FlatGraph`, or lifted) keep their sizes."""
+
+    def __init__(self, dims: list[frozenset[int]], numbers: list[int], arguments: int):
+        #: Per tensor argument, its dims that are symbols.
+        self.arguments_dims = dims
+        #: Positions among the arguments of the numbers that are symbols.
+        self.arguments_numbers = numbers
+        self.arguments = arguments
+
+    @classmethod
+    def of(cls, graph_module: torch.fx.GraphModule, numbers: frozenset[int]) -> DynamoSizes | None:
+        """Read off the values Dynamo traced its graph's inputs as, of which `numbers` are
+        numbers it passes as 0-d tensors (constants of the capture, `r[capture.dynamo-numbers]`);
+        None where no size is a symbol."""
+        examples = [
+            node.meta.get("example_value")
+            for node in graph_module.graph.nodes
+            if node.op == "placeholder"
+        ]
+        dims, symbolic_numbers = [], []
+        for i, example in enumerate(examples):
+            if isinstance(example, torch.Tensor) and i not in numbers:
+                shape = example.shape
+                symbolic = (d for d, n in enumerate(shape) if isinstance(n, torch.SymInt))
+                dims.append(frozenset(symbolic))
+            elif isinstance(example, torch.SymInt):
+                symbolic_numbers.append(i)
+        if not (any(dims) or symbolic_numbers):
+            return None
+        return cls(dims, symbolic_numbers, len(examples))
+
+    def dims(self, tensors: list[torch.Tensor], lifted: int) -> list[frozenset[int]]:
+        """Per flat tensor of a call, its dims that are symbols: the arguments come last."""
+        held = len(tensors) - len(self.arguments_dims)
+        return [frozenset()] * held + list(self.arguments_dims)
+
+    def numbers(self, leaves: int) -> frozenset[int]:
+        """Positions among a call's `leaves` flat leaves of the numbers that are symbols."""
+        held = leaves - self.arguments
+        return frozenset(held + i for i in self.arguments_numbers)
 
 
 class CompiledGraph:

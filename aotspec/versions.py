@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import operator
 import re
 import traceback
 from collections.abc import Callable, Generator, Iterator
 
+import sympy
 import torch
 import torch.fx.proxy
 import torch.utils.checkpoint
 from torch.autograd.function import _SingleLevelFunction
+from torch.fx.experimental import proxy_tensor
 from torch.fx.experimental.proxy_tensor import make_fx
 
 #: The torch releases aotspec supports, as pyproject.toml's dependency says: 2.11 up to 2.15.
@@ -122,13 +125,51 @@ def make_fx_keeping_detach(fn: Callable, **options) -> Callable[..., torch.fx.Gr
 
     The traces leave out make_fx's torch-function metadata mode (`node.meta["torch_fn"]`, which
     no pass reads): with it, every tensor method a pass calls while it traces (`.shape`,
-    `.stride()`) goes through a Python mode, 5-10% of a trace."""
-    return make_fx(
+    `.stride()`) goes through a Python mode, 5-10% of a trace. A symbolic size the trace did not
+    make (a storage's bytes) is rebuilt from the sizes it did, two terms at a time
+    (`_sums_and_products_in_pairs`)."""
+    traced = make_fx(
         fn,
         decomposition_table=options.pop("decomposition_table", {}),
         _disable_torch_fn_metadata_mode=True,
         **options,
     )
+
+    @functools.wraps(traced)
+    def tracing(*args):
+        with _sums_and_products_in_pairs():
+            return traced(*args)
+
+    return tracing
+
+
+@contextlib.contextmanager
+def _sums_and_products_in_pairs() -> Iterator[None]:
+    """make_fx rebuilds a symbolic size it meets untraced (a storage's bytes, `4*s0*s1`) from
+    the sizes it traced, term by term (`_build_proxy_for_sym_expr`). Through torch 2.13 (at
+    least) it calls `operator.mul` or `operator.add` with every term of a product or sum of three
+    or more, which takes two ("mul expected 2 arguments, got 3"). Within aotspec's traces such
+    a sum or product is built two terms at a time."""
+    original = proxy_tensor._build_proxy_for_sym_expr
+
+    def build(tracer, expr, out=None):
+        if not (isinstance(expr, (sympy.Add, sympy.Mul)) and len(expr.args) > 2):
+            return original(tracer, expr, out)
+        first = build(tracer, expr.func(*expr.args[:-1]))
+        last = build(tracer, expr.args[-1])
+        if first is None or last is None:
+            return None
+        pair = operator.add if isinstance(expr, sympy.Add) else operator.mul
+        if out is None:
+            return pair(first, last)
+        proxy_tensor._sym_register(tracer, pair, (first, last), out)
+        return out
+
+    proxy_tensor._build_proxy_for_sym_expr = build
+    try:
+        yield
+    finally:
+        proxy_tensor._build_proxy_for_sym_expr = original
 
 
 def custom_function_apply_owner() -> type:

@@ -84,7 +84,11 @@ def _warm_up(case, compiled: Callable) -> None:
 
 def _compiled(case, backend: str):
     compiled = aotspec.compile(
-        case.program, backend=backend, steal=case.steal, hooks_filter=case.hooks_filter
+        case.program,
+        backend=backend,
+        steal=case.steal,
+        hooks_filter=case.hooks_filter,
+        dynamic=case.dynamic,
     )
     _warm_up(case, compiled)
     return compiled
@@ -98,6 +102,7 @@ def reference_compiled(case) -> Call:
             outputs = compiled(*args)
         return outputs, compiled.last_run
 
+    call.plans = lambda: compiled.compilations
     return call
 
 
@@ -108,6 +113,7 @@ def fast_compiled(case) -> Call:
         with _hooks(case):
             return compiled(*args), None
 
+    call.plans = lambda: compiled.compilations
     return call
 
 
@@ -181,7 +187,8 @@ def _torch_compiled(dynamo_backend) -> Callable:
 
     def start(case) -> Call:
         torch._dynamo.reset()
-        dynamic = None if case.sizes else False
+        # r[sizes.symbolic.dynamo]: a dynamic case's sizes are symbols from its first call
+        dynamic = True if case.dynamic else (None if case.sizes else False)
         compiled = torch.compile(case.program, backend=dynamo_backend, dynamic=dynamic)
         _warm_up(case, compiled)
 

@@ -37,6 +37,9 @@ class Outcome:
     warnings: tuple = ()
     #: What the backward raised, when the call returned and the backward (`Case.backward`) failed.
     backward_error: BaseException | None = None
+    #: How many plans the backend's compiled function has traced so far, for a backend that
+    #: says (aotspec's own), else None.
+    plans: int | None = None
 
 
 class Expectation:
@@ -44,6 +47,8 @@ class Expectation:
 
     #: True when the check needs a ledger (memory facts); backends without one skip it.
     needs_ledger = False
+    #: True when the check needs the count of plans traced; backends that do not say skip it.
+    needs_plans = False
 
     def check(self, outcome: Outcome) -> str | None:
         raise NotImplementedError
@@ -152,6 +157,20 @@ class OnRank(Expectation):
 
     def check(self, outcome):
         return self.expectation.check(outcome)
+
+
+@frozen
+class PlansTraced(Expectation):
+    """The compiled function has traced `count` plans in all, by this call (`specs/sizes.md`);
+    not observable on a backend that does not say how many plans it traced."""
+
+    count: int
+    needs_plans = True
+
+    def check(self, outcome):
+        if outcome.plans != self.count:
+            return f"{outcome.plans} plans traced by this call, expected {self.count}"
+        return None
 
 
 @frozen
@@ -613,6 +632,9 @@ class Case:
     #: expectation is checked after every call, but an `AtSize`, checked at its size only.
     #: Empty: one call, on `setup()`.
     sizes: tuple[int, ...] = field(default=(), converter=tuple)
+    #: With `sizes`: compiled backends trace the sizes as symbols (`aotspec.compile(...,
+    #: dynamic=True)`, `torch.compile(..., dynamic=True)`; `r[sizes.symbolic.dims]`).
+    dynamic: bool = False
 
     def world(self, size: int | None = None) -> dict:
         """The caller's world of the call at `size` (None for a case without `sizes`)."""

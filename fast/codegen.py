@@ -34,6 +34,7 @@ from aotspec.errors import InternalError
 from aotspec.reference.collectives import COLLECTIVES, on_group
 from aotspec.reference.lifetimes import last_uses
 from aotspec.reference.optable import CLONES_STORAGE, OpKind, lookup
+from aotspec.reference.symbols import meta_at_sizes
 
 
 def _modes_off() -> contextlib.AbstractContextManager:
@@ -102,7 +103,12 @@ class GeneratedCode:
         return self.function(arguments)
 
 
-def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> GeneratedCode:
+def generate(
+    graph_module: torch.fx.GraphModule, name: str = "forward", sizes: dict | None = None
+) -> GeneratedCode:
+    """The boxed code of a graph; a symbolic plan's at its `sizes` (`r[sizes.symbolic.per-call]`:
+    the graph's ops read their sizes from their inputs, the lines laying outputs out as traced
+    hold the numbers of `sizes`)."""
     graph = graph_module.graph
     _check_names(graph)
     names = dict(_BUILTIN_NAMES, aten=SimpleNamespace())
@@ -124,7 +130,7 @@ def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> Gener
             lines.append(f"    {node.name} = {constant}")
         elif node.op == "call_function":
             lines.append(f"    {node.name} = {_call(node, names)}")
-            lines += _meta_layout(node)  # r[ops.fresh-output.meta-layout]
+            lines += _meta_layout(node, sizes)  # r[ops.fresh-output.meta-layout]
         elif node.op == "output":
             results = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
             lines.append(f"    return {_render(list(results), names)}")
@@ -140,12 +146,14 @@ def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> Gener
     return GeneratedCode(graph, code, namespace[name])
 
 
-def _meta_layout(node: torch.fx.Node) -> list[str]:
+def _meta_layout(node: torch.fx.Node, sizes: dict | None) -> list[str]:
     """The lines that lay a fresh output out as the meta kernel did where the torch kernel may
     not have: the strides of an output of two dims or more of a table or ATen-valued op
     (`mse_loss_backward` of a transposed input), and the storage's bytes of an ATen-valued op's
     (`mse_loss`'s mean)."""
     value = node.meta.get("val")
+    if sizes:
+        value = meta_at_sizes(value, sizes)
     source = node.args[0] if node.target is operator.getitem else node
     if not (isinstance(value, torch.Tensor) and isinstance(source.target, torch._ops.OpOverload)):
         return []  # not a tensor, or a fused kernel's output, laid out as its group says

@@ -26,12 +26,13 @@ from .codegen import GeneratedCode, generate
 from .fusion import fuse_pointwise, triton_requested
 
 
-def _generated(graph_module: torch.fx.GraphModule, name: str) -> GeneratedCode:
-    """The boxed code of one graph; with Triton (CUDA inputs, or AOTSPEC_TRITON=1) its pointwise
-    chains run as fused kernels. On CPU the graph runs op by op, as the reference's plan says."""
+def _generated(graph_module: torch.fx.GraphModule, name: str, sizes: dict) -> GeneratedCode:
+    """The boxed code of one graph, at a symbolic plan's `sizes`; with Triton (CUDA inputs, or
+    AOTSPEC_TRITON=1) its pointwise chains run as fused kernels. On CPU the graph runs op by op,
+    as the reference's plan says."""
     if triton_requested(graph_module):
         graph_module = fuse_pointwise(graph_module, use_triton=True)
-    return generate(graph_module, name)
+    return generate(graph_module, name, sizes)
 
 
 @define
@@ -46,10 +47,10 @@ class FastPlan:
 
     @classmethod
     def of(cls, plan: Plan) -> FastPlan:
-        forward = _generated(plan.forward.graph_module, "forward")
+        forward = _generated(plan.forward.graph_module, "forward", plan.sizes)
         if plan.backward is None:
             return cls(plan, forward, None)
-        return cls(plan, forward, _generated(plan.backward.graph_module, "backward"))
+        return cls(plan, forward, _generated(plan.backward.graph_module, "backward", plan.sizes))
 
     def backward_reaching(self, reached: tuple[bool, ...]) -> GeneratedCode:
         """r[autograd.unreached-outputs.terms]: made once per set of outputs reached."""
@@ -57,7 +58,8 @@ class FastPlan:
             return self.backward
         if reached not in self.backwards_reaching:
             graph_module = self.plan.backward_reaching(reached).graph_module
-            self.backwards_reaching[reached] = _generated(graph_module, "backward")
+            code = _generated(graph_module, "backward", self.plan.sizes)
+            self.backwards_reaching[reached] = code
         return self.backwards_reaching[reached]
 
     def run(self, tensors: list, stolen: frozenset[int] = frozenset(), callers: list = ()) -> list:

@@ -4,7 +4,8 @@ Written for clarity, not speed: it defines the exact semantics that `specs/` sta
 the fast backend must agree with it. Modules, from the ground floor up (each imports only
 modules above it in this list):
 
-- storage.py (storages, layouts, tensors), ledger.py (live, freed, peak), lifetimes.py (where
+- symbols.py (sizes as symbols, and their numbers at a call), storage.py (storages, layouts,
+  tensors), ledger.py (live, freed, peak), lifetimes.py (where
   each value dies), boundary.py (torch tensors in and out), lift.py (tensors a function reads
   through globals and closures)
 - optable.py (the op table), opaque.py (custom ops run opaquely), ops.py (value, view and
@@ -22,7 +23,8 @@ modules above it in this list):
   aten_autograd.py (eager's derivatives of ATen-valued ops), tape.py (the autograd tape) and
   eager_backward.py (the tape's backward)
 - functionalize.py, autograd.py (joint graph and partition), hooks.py (saved-tensor hooks
-  inlined): the compile passes
+  inlined): the compile passes; dynamic.py (symbolic plans: the fakes they are traced on, the
+  guard, a plan at a call's sizes)
 - epilogue.py and runtime.py (the runtime skeleton both backends share), compiled.py (the
   reference's graph runner): beside the passes, on the records alone
 - pipeline.py (the pipeline and its rule checks: one frozen Plan)

@@ -29,6 +29,7 @@ import torch
 import torch.fx
 import torch.utils._pytree as pytree
 from attrs import frozen
+from torch._guards import detect_fake_mode
 from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
 from torch.utils._python_dispatch import _disable_current_modes
 
@@ -39,7 +40,8 @@ from .aten import shapes_from_arguments
 from .graph import placeholders
 from .optable import ATEN_VALUED, call_with, qualified_name
 from .storage import Layout, Tensor, carries_gradients
-from .traced_rules import Slot, example, key_of
+from .symbols import holds_symbols
+from .traced_rules import Slot, at_example_sizes, example, key_of, leaves_hold_symbols
 
 aten = torch.ops.aten
 
@@ -117,7 +119,10 @@ def output_gradients(overload, bound, needed: tuple[bool, ...]) -> tuple[bool, .
         return None
     if not any(needed):
         return ()
-    return differentiable_outputs(overload, *signature(bound), needed)
+    spec, leaves = signature(bound)
+    # r[sizes.symbolic.decisions]: which outputs carry a gradient depends on the op, the dtypes
+    # and which arguments need one, not on sizes: asked at the traced example sizes
+    return differentiable_outputs(overload, spec, at_example_sizes(leaves), needed)
 
 
 def _eigenvector_phase_check(formula: str) -> Callable:
@@ -168,11 +173,13 @@ class _Backward:
     gives: tuple[int, ...]
 
 
-@functools.lru_cache(maxsize=None)
-def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) -> _Backward:
+def _backward_traced(
+    overload, spec, leaves, grads: tuple, needed: tuple[bool, ...], fake_mode=None
+) -> _Backward:
     """Trace eager autograd's backward of `overload` for arguments laid out as `leaves`, the
     output gradients laid out as `grads` (a Layout, or None where an output gets none), giving the
-    gradients of the `needed` tensor leaves."""
+    gradients of the `needed` tensor leaves. Symbolic layouts are traced on the `fake_mode` of
+    their symbols."""
     slots = [leaf for leaf in leaves if isinstance(leaf, Slot)]
     n_grads = sum(g is not None for g in grads)
     gives: list[int] = []
@@ -209,8 +216,9 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
 
     # r[capture.data-dependent.shapes-from-arguments]: the op runs again in the trace
     with _disable_current_modes(), shapes_from_arguments():
-        # made outside the caller's trace (which would record them) on a fake mode of their own
-        with FakeTensorMode():
+        # made outside the caller's trace (which would record them) on a fake mode of their own,
+        # or their symbols' (r[sizes.symbolic.eager-derivatives])
+        with fake_mode or FakeTensorMode():
             grad_examples = [example(g) for g in grads if g is not None]
             examples = grad_examples + [example(s.layout) for s in slots]
         try:
@@ -237,6 +245,10 @@ def _backward(overload, spec, leaves, grads: tuple, needed: tuple[bool, ...]) ->
         tuple(placeholders[n_grads:]),
         tuple(gives),
     )
+
+
+#: One trace per op signature, across programs; symbolic signatures are traced per program.
+_backward = functools.lru_cache(maxsize=None)(_backward_traced)
 
 
 def _writes(graph: torch.fx.Graph) -> list[torch.fx.Node]:
@@ -344,7 +356,13 @@ class EagerDerivative:
         grads = grad if isinstance(out, (tuple, list)) else (grad,)
         grads = tuple(None if g is None else _resolved(g) for g in grads)
         layouts = tuple(None if g is None else Layout.of(g) for g in grads)
-        backward = _backward(self.overload, spec, leaves, layouts, needed)
+        if holds_symbols(layouts) or leaves_hold_symbols(leaves):
+            # r[sizes.symbolic.eager-derivatives]: traced on the program's own symbols, so the
+            # graph reads its sizes from its inputs and its guards are the program's
+            mode = detect_fake_mode(tensors)
+            backward = _backward_traced(self.overload, spec, leaves, layouts, needed, mode)
+        else:
+            backward = _backward(self.overload, spec, leaves, layouts, needed)
         results = _replay(backward, [g for g in grads if g is not None], out, tensors)
         per_leaf = [None] * len(tensors)
         for k, result in zip(backward.gives, results, strict=True):

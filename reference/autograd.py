@@ -77,6 +77,7 @@ from .program_records import (
     WriteBack,
 )
 from .storage import Layout, carries_gradients
+from .symbols import is_symbolic
 
 aten = torch.ops.aten
 
@@ -280,7 +281,11 @@ def _may_carry_gradient(node: torch.fx.Node, flows: set) -> bool:
     if source.op != "call_function":
         return True
     bound = bind(source.target._schema, source.args, source.kwargs)
-    leaves = [leaf for leaf in pytree.tree_leaves(bound) if isinstance(leaf, torch.fx.Node)]
+    leaves = [
+        leaf
+        for leaf in pytree.tree_leaves(bound)
+        if isinstance(leaf, torch.fx.Node) and isinstance(leaf.meta.get("val"), torch.Tensor)
+    ]
     needed = tuple(leaf in flows for leaf in leaves)
     values = pytree.tree_map_only(torch.fx.Node, lambda leaf: leaf.meta["val"], bound)
     # r[autograd.requires-grad.op-outputs]
@@ -750,6 +755,11 @@ def partition(
     forward_nodes.update(
         [user for node in forward_nodes for user in node.users if user.target is getitem]
     )
+    for node in joint.nodes:  # in order: a size computed from sizes follows them
+        if is_symbolic(node.meta.get("val")) and set(node.all_input_nodes) <= forward_nodes:
+            # r[sizes.symbolic.saved]: a size of forward values is read in the forward, and the
+            # number saved, not the value it is a size of
+            forward_nodes.add(node)
     saved = []
     backward_results = set(grads)
     for node in joint.nodes:
@@ -762,8 +772,9 @@ def partition(
     saved = _save_bases_of_views(saved, final_contents)
     saved = _recompute_checkpointed(saved, forward_nodes)
     saved, reread = _read_contents_from_inputs(saved, primals, final_contents)
-    forward = _extract(joint_module, primals, forward_outputs + saved, keep=draws)
     checks = _backward_checks(joint, tangents)
+    saved += _sizes_read_again(saved + tangents + list(reread), [*grads, *checks], forward_nodes)
+    forward = _extract(joint_module, primals, forward_outputs + saved, keep=draws)
     backward = _extract(joint_module, saved + tangents, list(grads), reread, keep=checks)
     _recompute_at_first_unpack(backward)
     read_after_call = {
@@ -837,6 +848,25 @@ def _tangents_of(
     return tuple(
         frozenset(j for j in range(len(tangents)) if masks.get(grad, 0) >> j & 1) for grad in grads
     )
+
+
+def _sizes_read_again(inputs: list, outputs: list, forward_nodes: set) -> list[torch.fx.Node]:
+    """r[sizes.symbolic.saved]: the sizes the backward reads to recompute a value from a saved
+    one (a view of a saved base, a checkpointed op), which the forward computed for its own
+    ops: saved as numbers too."""
+    found: dict[torch.fx.Node, None] = {}
+    seen = set(inputs)
+    stack = [o for o in outputs if isinstance(o, torch.fx.Node)]
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node in forward_nodes and is_symbolic(node.meta.get("val")):
+            found[node] = None
+            continue
+        stack.extend(node.all_input_nodes)
+    return list(found)
 
 
 def _read_contents_from_inputs(

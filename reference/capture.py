@@ -43,6 +43,7 @@ from torch.fx.experimental.proxy_tensor import get_proxy_mode, get_proxy_slot
 from torch.fx.experimental.symbolic_shapes import (
     GuardOnDataDependentSymNode,
     PendingUnbackedSymbolNotFound,
+    free_unbacked_symbols,
 )
 from torch.overrides import TorchFunctionMode
 
@@ -939,7 +940,7 @@ VALUE_DEPENDENT = (*_DATA_DEPENDENT, PendingUnbackedSymbolNotFound)
 def has_value_dependent_sizes(value) -> bool:
     """Whether a tensor of `value` has sizes that tracing left as symbols, with no value."""
     tensors = [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
-    return any(not all(isinstance(n, int) for n in t.shape) for t in tensors)
+    return any(free_unbacked_symbols(t.shape) for t in tensors)
 
 
 def _check_traced(graph: torch.fx.Graph) -> None:
@@ -954,7 +955,7 @@ def _refuse_value_dependent_shapes(graph: torch.fx.Graph) -> None:
     selection), which tracing leaves as symbols with no value."""
     for node in graph.nodes:
         value = node.meta.get("val")
-        if isinstance(value, torch.Tensor) and not all(isinstance(n, int) for n in value.shape):
+        if isinstance(value, torch.Tensor) and free_unbacked_symbols(value.shape):
             raise UnsupportedError(
                 f"the shape of {node.name} depends on tensor values ({source_line(node)})",
                 rule="capture.data-dependent",

@@ -119,7 +119,7 @@ class _ReferenceGraphs:
             for cell in cells:
                 ledger.hold(cell)  # the argument list, alive until the call returns
         with np.errstate(all="ignore"):
-            results = interpret(program, cells, ledger)
+            results = interpret(program, cells, ledger, sizes=self.plan.sizes)
         if not self.boxed:
             for cell in cells:
                 ledger.release(cell)
@@ -139,6 +139,8 @@ def _import(tensors: list) -> list[Tensor]:
 def _storages(cell) -> set[int]:
     """The storages (ledger ids) a value reads: a sparse one's are its parts'
     (`r[ops.aten-values.sparse-gradient]`)."""
+    if isinstance(cell, int):
+        return set()  # a size a symbolic plan saves for its backward (r[sizes.symbolic.saved])
     parts = cell.parts if isinstance(cell, SparseCoo) else (cell,)
     return {part.storage.id for part in parts}
 

@@ -637,6 +637,8 @@ class _Replay:
         if entry.kind in (OpKind.COMPUTE, OpKind.ATEN, OpKind.COLLECTIVE):
             values = node.target(*read_all(args), **read_all(kwargs))
             return pytree.tree_map_only(torch.Tensor, self.fresh, values)
+        if entry.kind is OpKind.SIZE:  # r[sizes.symbolic.arithmetic]: the replay's own sizes
+            return node.target(*read_all(args), **read_all(kwargs))
         if entry.kind is OpKind.VIEW:
             return self.view(node, entry, args, kwargs, read_all)
         if entry.kind is OpKind.INPLACE:
@@ -676,7 +678,7 @@ class _Replay:
             self.grad_enabled
             and not target.detached
             and target.storage.caller is None
-            and value.numel() * value.element_size() < value.untyped_storage().nbytes()
+            and target.layout.numel * value.element_size() < target.storage.nbytes
             and derivative_reads_first_argument(
                 entry.functional, bind(entry.functional._schema, operands, keywords)
             )

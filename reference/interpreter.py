@@ -12,6 +12,7 @@ Python constants), `entry` is an OpEntry.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from operator import getitem
 from typing import Any, Protocol
@@ -32,6 +33,7 @@ from .ledger import Ledger
 from .lifetimes import last_uses
 from .optable import CLONES_STORAGE, OpEntry, OpKind, bind
 from .storage import REDUCED_FLOATS, WIDE_UNSIGNED, Layout, SparseCoo, Storage, Tensor
+from .symbols import SizeBinding, meta_at_sizes
 
 
 class Runnable(Protocol):
@@ -45,12 +47,20 @@ class Runnable(Protocol):
 OpCall = Callable[[torch.fx.Node, OpEntry | None, dict, Ledger], Any]
 
 
-def interpret(program: Runnable, inputs: list[Tensor], ledger: Ledger, call: OpCall | None = None):
+def interpret(
+    program: Runnable,
+    inputs: list[Tensor],
+    ledger: Ledger,
+    call: OpCall | None = None,
+    sizes: SizeBinding | None = None,
+):
     """Run the graph on reference tensors; returns the graph outputs (held for the caller).
 
-    `call` runs one op: `call_op`, or the autograd tape's wrapper of it.
+    `call` runs one op: `call_op`, or the autograd tape's wrapper of it. A symbolic plan's graph
+    runs at the `sizes` of its call (`r[sizes.symbolic.per-call]`).
     """
-    call = call_op if call is None else call
+    if call is None:
+        call = call_op if not sizes else functools.partial(call_op, sizes=sizes)
     graph_module = program.graph_module
     graph = graph_module.graph
     env: dict[torch.fx.Node, Any] = {}
@@ -95,8 +105,15 @@ def _constant(value, name: str):
     return Tensor(storage_from_torch(value.untyped_storage()), Layout.of(value), name=name)
 
 
-def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
-    """Run one node's op on the values of its arguments in `env`."""
+def call_op(
+    node: torch.fx.Node,
+    entry: OpEntry | None,
+    env,
+    ledger: Ledger,
+    sizes: SizeBinding | None = None,
+):
+    """Run one node's op on the values of its arguments in `env`, at the call's `sizes` where the
+    graph's are symbols."""
     args = torch.fx.node.map_arg(node.args, env.__getitem__)
     if node.target is getitem:
         container, index = args
@@ -106,8 +123,10 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
         # without autograd keeps the node)
         return tuple(args[2])
     kwargs = torch.fx.node.map_arg(node.kwargs, env.__getitem__)
+    if entry.kind is OpKind.SIZE:
+        return entry.rule(*args, **kwargs)  # r[sizes.symbolic.arithmetic]
     bound = bind(node.target._schema, args, kwargs)
-    meta = node.meta.get("val")
+    meta = _meta(node, sizes)
     try:
         if _reads_sparse(node, entry, bound):  # r[ops.aten-values.sparse-gradient]
             return _named(run_aten(node.target, meta, *bound), node.name)
@@ -140,6 +159,12 @@ def call_op(node: torch.fx.Node, entry: OpEntry | None, env, ledger: Ledger):
         add_note(error, f"while executing {node.format_node()}")
         raise
     raise InternalError(f"op table entry of unknown kind: {entry}")
+
+
+def _meta(node: torch.fx.Node, sizes: SizeBinding | None):
+    """The node's traced value, at the call's sizes (r[sizes.symbolic.per-call])."""
+    meta = node.meta.get("val")
+    return meta_at_sizes(meta, sizes) if sizes else meta
 
 
 def _reads_sparse(node: torch.fx.Node, entry: OpEntry, bound) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import cmath
 import math
+import operator
 import sys
 
 import numpy as np
@@ -26,7 +27,7 @@ import torch
 
 from aotspec.errors import UnsupportedError
 
-from .optable import compute, derivative, inplace, nondifferentiable, view
+from .optable import compute, derivative, inplace, nondifferentiable, size_op, view
 from .storage import REDUCED_FLOATS, Layout, contiguous_strides, numpy_dtype
 
 aten = torch.ops.aten
@@ -1700,3 +1701,42 @@ def as_strided_backward(grad, out, x, size, stride, storage_offset):
         inputs.sizes, inputs.strides, buffer.storage_offset() + inputs.offset - base
     )
     return _grad_like(x_grad, x), None, None, None
+
+
+# ---------------------------------------------------------------- sizes
+# r[sizes.symbolic.arithmetic]: a symbolic plan's graphs compute sizes as the program's Python
+# did: a size op reads a number of a tensor's layout, an arithmetic op is Python's own.
+
+
+@size_op(aten.sym_size.int)
+def sym_size(x, dim: int) -> int:
+    return x.layout.sizes[dim]
+
+
+@size_op(aten.sym_stride.int)
+def sym_stride(x, dim: int) -> int:
+    return x.layout.strides[dim]
+
+
+@size_op(aten.sym_numel.default)
+def sym_numel(x) -> int:
+    return x.layout.numel
+
+
+@size_op(aten.sym_storage_offset.default)
+def sym_storage_offset(x) -> int:
+    return x.layout.offset
+
+
+#: The operations on sizes that tracing records as they are (`operator.mul`, `torch.sym_max`).
+SIZE_ARITHMETIC = (
+    *(getattr(operator, name) for name in ("add", "sub", "mul", "floordiv", "mod", "neg")),
+    *(getattr(operator, name) for name in ("truediv", "pow", "eq", "ne", "lt", "le", "gt", "ge")),
+    torch.sym_max,
+    torch.sym_min,
+    torch.sym_float,
+    torch.sym_not,
+    torch.sym_sum,
+)
+for arithmetic in SIZE_ARITHMETIC:
+    size_op(arithmetic)(arithmetic)

@@ -73,6 +73,8 @@ class OpKind(enum.Enum):
     ATEN = "aten-valued"
     #: Values from the process group (`r[collectives.values]`); fresh outputs, like compute.
     COLLECTIVE = "collective"
+    #: A size computation on the sizes of a symbolic plan (`r[sizes.symbolic.arithmetic]`).
+    SIZE = "size"
 
 
 @frozen
@@ -130,7 +132,11 @@ DEFINED_ON_IMPORT: dict[str, tuple[OpKind, Callable, str]] = {}
 
 
 def qualified_name(overload: torch._ops.OpOverload) -> str:
-    """`aten.add.Tensor`, `inductor.resize_storage_bytes_.default`."""
+    """`aten.add.Tensor`, `inductor.resize_storage_bytes_.default`; for Python's arithmetic on
+    sizes, `operator.mul`, `torch.sym_max`."""
+    if not isinstance(overload, torch._ops.OpOverload):
+        module = overload.__module__.removeprefix("_")  # `_operator` is `operator`
+        return f"{module}.{overload.__name__}"
     packet = overload.overloadpacket
     return f"{packet._qualified_op_name.replace('::', '.')}.{overload._overloadname}"
 
@@ -208,6 +214,20 @@ def collective(*overloads):
     def register(rule):
         for overload in overloads:
             _register(overload, OpKind.COLLECTIVE, rule, "fresh output (the group's values)")
+        return rule
+
+    return register
+
+
+def size_op(*targets):
+    """Register `rule` (*args) -> number as a computation on sizes: a size op (an aten
+    overload) or Python's arithmetic on sizes (`r[sizes.symbolic.arithmetic]`)."""
+
+    def register(rule):
+        for target in targets:
+            if target in OP_TABLE:
+                raise ValueError(f"{target} is registered twice in the op table")
+            OP_TABLE[target] = OpEntry(target, OpKind.SIZE, rule, "a number")
         return rule
 
     return register

@@ -13,7 +13,10 @@ reference's (`compiled.py`) and the fast backend's (`aotspec.fast`), through one
 
 from __future__ import annotations
 
+import logging
+
 import torch
+import torch.utils._pytree as pytree
 from attrs import evolve, frozen
 from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
@@ -22,6 +25,7 @@ from aotspec.errors import UnsupportedError
 from .aten import shapes_from_arguments
 from .autograd import AliasedInputsWritten, differentiate
 from .capture import capture, grad_enabled, hooks_silenced_while_tracing
+from .dynamic import size_binding, symbolic_inputs, symbolic_sizes
 from .functionalize import functionalize
 from .hooks import FILTERS as HOOK_FILTERS
 from .hooks import SavedTensorHooks, inline_hooks
@@ -29,8 +33,10 @@ from .plan_records import Placement, Plan
 from .program_records import CallerStorage, FunctionalProgram, OutputIsInput, Rebind
 from .synthetic_bases import SyntheticBases
 
+_log = logging.getLogger("aotspec")
+
 #: What the front door (`aotspec.api`) takes from the passes: the hooks a call may be made under.
-__all__ = ["HOOK_FILTERS", "HooksRequest", "SavedTensorHooks", "build_plan"]
+__all__ = ["HOOK_FILTERS", "HooksRequest", "SavedTensorHooks", "build_plan", "trace_symbolically"]
 
 
 @frozen
@@ -68,6 +74,46 @@ def build_plan(
             # r[autograd.input-writes.synthetic-base]: compile them as views of their base; each
             # round merges a group (or raises), so the loop ends.
             bases = bases.merged(written.inputs, tensors)
+
+
+def trace_symbolically(
+    fn,
+    args: tuple,
+    kwargs: dict,
+    tensors: list,
+    dims: list,
+    numbers: frozenset[int],
+    facts: tuple,
+    stolen: frozenset[int],
+) -> Plan | None:
+    """r[sizes.symbolic.scope]: the plan of `fn(*args, **kwargs)` traced with the `dims` of
+    its flat `tensors` and its number leaves at positions `numbers` as symbols (`facts`: the
+    tensors', from `input_facts`), or None where the call is planned at its sizes instead: no
+    size is a symbol, two inputs share a storage, or the program needs a number where a size is
+    a symbol (a value read as a number, a relation tracing cannot keep as a guard)."""
+    if not (any(dims) or numbers):
+        return None
+    if any(fact[4] != i or fact[8] != i for i, fact in enumerate(facts)):
+        return None
+    leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    numbered = sorted(numbers)
+    fakes, symbols, shape_env = symbolic_inputs(tensors, dims, [leaves[i] for i in numbered])
+    as_fake = {id(t): fake for t, fake in zip(tensors, fakes, strict=True)}
+    traced = [as_fake.get(id(leaf), leaf) for leaf in leaves]
+    for position, symbol in zip(numbered, symbols, strict=True):
+        traced[position] = symbol
+    fake_args, fake_kwargs = pytree.tree_unflatten(traced, spec)
+    try:
+        plan = build_plan(fn, fake_args, fake_kwargs, fakes, stolen, None)
+    except Exception as error:  # noqa: BLE001 (the call's own sizes are traced next)
+        _log.info("planned at the call's sizes: symbolic tracing failed (%s)", error)
+        return None
+    if plan.bases.groups:
+        return None
+    plan = evolve(plan, symbolic=symbolic_sizes(shape_env, tuple(numbered)))
+    # an input whose storage's bytes are no expression of its sizes (a storage resized to 0
+    # bytes) makes a plan that does not serve even the call it was traced for
+    return plan if size_binding(plan, facts, leaves) is not None else None
 
 
 def _build_plan(

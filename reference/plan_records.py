@@ -16,7 +16,7 @@ from functools import cached_property
 
 import torch
 import torch.fx
-from attrs import frozen
+from attrs import field, frozen
 
 from .graph import GraphProgram, output_node, placeholders
 from .program_records import BackwardWrite, FunctionalProgram
@@ -43,6 +43,28 @@ class InlinedHook:
 
     hook: str
     value: str
+
+
+# ---------------------------------------------------------------- sizes
+
+
+@frozen
+class SymbolicSizes:
+    """What a symbolic plan assumes about the sizes of a call (`r[sizes.symbolic.guard]`).
+
+    The plan's records and graphs hold symbols where the traced numbers depend on the sizes;
+    `functional.inputs` holds the inputs' layouts and storage bytes over those symbols. A call
+    binds each symbol from its inputs' numbers; the plan serves it when every input's numbers
+    are the symbolic ones at that binding, every relation tracing decided holds, and every
+    symbol is in its range."""
+
+    #: Relations between sizes that tracing decided (sympy booleans over the symbols).
+    guards: tuple
+    #: Symbol -> (lowest, highest) value it may take (sympy numbers, infinities included);
+    #: sizes 0 and 1 are traced as numbers, so a size's lowest is 2.
+    ranges: dict
+    #: The program's number arguments traced as symbols: their positions among the flat leaves.
+    numbers: tuple[int, ...] = ()
 
 
 # ---------------------------------------------------------------- the plan
@@ -93,6 +115,12 @@ class Plan:
     #: Arguments compiled as views of a base (`r[autograd.input-writes.synthetic-base]`): the
     #: runtime passes the base in their place.
     bases: SyntheticBases = SyntheticBases()
+    #: A symbolic plan's assumptions about sizes (`r[sizes.symbolic.guard]`); None for a plan
+    #: traced at the sizes of one call.
+    symbolic: SymbolicSizes | None = None
+    #: The sizes this plan runs at: a symbolic plan instantiated for a call's sizes holds its
+    #: symbols' numbers, and its graphs run at them (`r[sizes.symbolic.per-call]`).
+    sizes: dict = field(factory=dict, eq=False)
 
     @cached_property
     def forward(self) -> GraphProgram:

@@ -33,6 +33,7 @@ from aotspec.errors import UnsupportedError
 from .custom_functions import CustomFunction
 from .optable import OpEntry
 from .storage import Layout
+from .symbols import settled
 
 # ---------------------------------------------------------------- the captured program
 
@@ -159,7 +160,7 @@ class InputMeta:
     layout: Layout
     #: Inputs with equal `storage` share one storage (the index of the first input on it).
     storage: int
-    storage_nbytes: int
+    storage_nbytes: int = field(converter=settled)
     requires_grad: bool
     is_leaf: bool
     #: The index of the first input that is this very object (its own index if none).

@@ -19,9 +19,11 @@ import math
 import ml_dtypes
 import numpy as np
 import torch
-from attrs import define, field, frozen
+from attrs import define, evolve, field, frozen
 
 from aotspec.errors import SpecViolation, UnsupportedError
+
+from .symbols import settled, settled_all
 
 # ---------------------------------------------------------------- dtypes
 
@@ -141,9 +143,9 @@ class Layout:
     """How a tensor reads its storage: element `i` lives at `offset + sum(i_k * strides_k)`."""
 
     dtype: torch.dtype
-    sizes: tuple[int, ...] = field(converter=tuple)
-    strides: tuple[int, ...] = field(converter=tuple)
-    offset: int = 0
+    sizes: tuple[int, ...] = field(converter=settled_all)
+    strides: tuple[int, ...] = field(converter=settled_all)
+    offset: int = field(default=0, converter=settled)
     #: r[memory.layout.conj-neg]: the tensor reads the conjugate (`conj`) or the negation (`neg`)
     #: of what its storage holds, as eager's lazy `conj()` and `_neg_view` do.
     conj: bool = False
@@ -162,6 +164,15 @@ class Layout:
     @property
     def itemsize(self) -> int:
         return numpy_dtype(self.dtype).itemsize
+
+    def numbers(self) -> tuple:
+        """Its sizes, strides and offset: the numbers that are symbols in a symbolic plan."""
+        return (*self.sizes, *self.strides, self.offset)
+
+    def mapped(self, number) -> Layout:
+        """This layout with `number` applied to each of its sizes, strides and offset."""
+        sizes, strides = tuple(map(number, self.sizes)), tuple(map(number, self.strides))
+        return evolve(self, sizes=sizes, strides=strides, offset=number(self.offset))
 
     @property
     def numel(self) -> int:
@@ -213,6 +224,10 @@ class Layout:
         (a, b), (c, d) = self.byte_span(), other.byte_span()
         if b <= c or d <= a:
             return False
+        if self.addresses_like(other):
+            # the same elements: decided without listing them, which symbolic sizes cannot
+            # (r[sizes.symbolic.decisions])
+            return self.numel != 0
         return bool(np.intersect1d(self._bytes(), other._bytes(), assume_unique=True).size)
 
     def _bytes(self) -> np.ndarray:

@@ -23,6 +23,7 @@ from aotspec.versions import make_fx_keeping_detach
 from .graph import GraphProgram
 from .optable import call_rule
 from .storage import Layout
+from .symbols import example_value, holds_symbols
 
 aten = torch.ops.aten
 
@@ -141,6 +142,24 @@ class _Keyed:
 
 def key_of(leaf):
     return leaf if isinstance(leaf, Slot) else _Keyed(leaf, type(leaf))
+
+
+def leaves_hold_symbols(leaves: tuple) -> bool:
+    """Whether a layout or a number of a signature's `leaves` is symbolic."""
+    numbers = [leaf.layout if isinstance(leaf, Slot) else leaf.value for leaf in leaves]
+    return holds_symbols(numbers)
+
+
+def at_example_sizes(leaves: tuple) -> tuple:
+    """A signature's `leaves` with each symbolic number at its traced example value."""
+
+    def at_example(leaf):
+        if isinstance(leaf, Slot):
+            return Slot(leaf.layout.mapped(example_value))
+        value = example_value(leaf.value)
+        return _Keyed(value, type(value))
+
+    return tuple(map(at_example, leaves))
 
 
 def _constant(leaf):

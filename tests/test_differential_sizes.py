@@ -56,6 +56,26 @@ def test_one_compiled_function_agrees_with_eager_at_each_size(sized):
     )
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # casts of nan and inf to integers
+@settings(max_examples=EXAMPLES)
+@given(sized_programs())
+def test_one_symbolic_plan_agrees_with_eager_at_each_size(sized):
+    """With dynamic sizes (`r[sizes.symbolic.dims]`): at every size in turn, the reference as
+    eager and as a plan for that size alone (its peaks), fast as the reference."""
+    coverage.note("sizes", coverage.program_items(sized.program))
+    found = sizes_divergence(sized, dynamic=True)
+    if not found:
+        return
+    where = ""
+    if is_final_run():
+        where = f"\nstandalone repro: .venv/bin/python {write_sizes_repro(sized, found)}"
+    raise AssertionError(
+        "one compiled function with dynamic sizes, called at several sizes, disagrees:\n"
+        + "\n".join(f"  {line}" for line in found)
+        + f"\nprogram:\n{sized_source(sized)}{where}"
+    )
+
+
 def _broadcast_product_sized(sizes: tuple[int, ...]) -> Sized:
     """`(x0 * x1).sin()` of a (2, 3) leaf and a (3,) leaf, the 3 at each of `sizes`: its
     backward sums x1's gradient over the broadcast rows, to x1's size."""

@@ -36,9 +36,11 @@ from aotspec import UnsupportedError
 from aotspec.conformance.observe import differences, observe
 from aotspec.reference import run
 from aotspec.reference.aten import mutation_decompositions
+from aotspec.reference.boundary import storage_from_torch
 from aotspec.reference.collectives import COLLECTIVES, WAIT
 from aotspec.reference.ops import IN_PLACE_VARIANTS
 from aotspec.reference.optable import OP_TABLE, OpKind, lookup, qualified_name
+from aotspec.reference.storage import Layout, Tensor
 from aotspec.versions import add_note
 
 aten = torch.ops.aten
@@ -1083,11 +1085,25 @@ def test_op_matches_eager(op, dtype):
 
 
 def test_every_table_entry_has_samples():
-    """A new op table entry needs samples in some dtype; samples of ops not in it are stale."""
+    """A new op table entry needs samples in some dtype; samples of ops not in it are stale.
+    Size ops compute numbers, not tensors: `test_size_ops_read_numbers_as_torch_does`."""
     tested = {op for op, _ in CASES} | COLLECTIVES  # sampled on two ranks: test_collectives.py
+    tested |= {op for op, entry in OP_TABLE.items() if entry.kind is OpKind.SIZE}
     missing = sorted(OP_TABLE[op].name for op in OP_TABLE.keys() - tested)
     stale = sorted(qualified_name(op) for op in SAMPLES.keys() - OP_TABLE.keys())
     assert ([], []) == (missing, stale), "add samples for the missing ops to SAMPLES"
+
+
+def test_size_ops_read_numbers_as_torch_does():
+    """r[sizes.symbolic.arithmetic]: on a reference tensor, each size op reads the number the
+    aten op reads of the torch tensor it stands for (a view with an offset and a transpose)."""
+    t = torch.arange(60.0).reshape(3, 4, 5).transpose(0, 2)[1:]
+    cell = Tensor(storage_from_torch(t.untyped_storage()), Layout.of(t))
+    for dim in range(t.dim()):
+        assert OP_TABLE[aten.sym_size.int].rule(cell, dim) == aten.sym_size.int(t, dim)
+        assert OP_TABLE[aten.sym_stride.int].rule(cell, dim) == aten.sym_stride.int(t, dim)
+    assert OP_TABLE[aten.sym_numel.default].rule(cell) == aten.sym_numel(t)
+    assert OP_TABLE[aten.sym_storage_offset.default].rule(cell) == aten.sym_storage_offset(t)
 
 
 # ---------------------------------------------------------------- ATen-valued ops

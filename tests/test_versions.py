@@ -182,3 +182,34 @@ def test_checkpoint_generator_replaced_sees_each_checkpoint():
         out = torch.utils.checkpoint.checkpoint(torch.sin, x, use_reentrant=False)
     assert [torch.utils.checkpoint.noop_context_fn] == seen
     assert torch.equal(torch.sin(x), out)
+
+
+def _fake_of_rows_and_columns(rows: int, columns: int) -> torch.Tensor:
+    """A fake (rows, columns, 4) tensor whose rows and columns are symbols."""
+    from torch._dynamo.source import ConstantSource
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import (
+        DimDynamic,
+        ShapeEnv,
+        StatelessSymbolicContext,
+    )
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    dims = [DimDynamic.DUCK, DimDynamic.DUCK, DimDynamic.STATIC]
+    context = StatelessSymbolicContext(dynamic_sizes=dims)
+    return mode.from_tensor(
+        torch.zeros(rows, columns, 4), source=ConstantSource("x"), symbolic_context=context
+    )
+
+
+def test_a_product_of_three_sizes_the_trace_did_not_make_is_rebuilt():
+    """The storage's bytes of a (rows, columns, 4) float32 tensor, `16*rows*columns`, are a
+    product of three terms the trace never computed: make_fx rebuilds it from the sizes it
+    traced. torch 2.13's rebuild calls `operator.mul` with the three; aotspec's traces build
+    it two at a time, and the graph computes the number at every size."""
+
+    def zeros_like_storage(x):
+        return x.new_zeros(x.untyped_storage().nbytes())
+
+    graph = versions.make_fx_keeping_detach(zeros_like_storage)(_fake_of_rows_and_columns(3, 5))
+    assert graph(torch.zeros(2, 7, 4)).shape == (2 * 7 * 4 * 4,)

@@ -395,16 +395,19 @@ class FuzzCase:
         self.case = case
         self.program = case.program if isinstance(case, (Stealing, Hooked)) else case
 
-    def compile(self, backend: str):
+    def compile(self, backend: str, dynamic: bool = False):
         if isinstance(self.case, Stealing):
             return aotspec.compile(
-                as_stealing_function(self.case), backend=backend, steal=("acts",)
+                as_stealing_function(self.case), backend=backend, steal=("acts",), dynamic=dynamic
             )
         if isinstance(self.case, Hooked):
             return aotspec.compile(
-                as_function(self.program), backend=backend, hooks_filter=self.case.hooks_filter
+                as_function(self.program),
+                backend=backend,
+                hooks_filter=self.case.hooks_filter,
+                dynamic=dynamic,
             )
-        return aotspec.compile(as_function(self.program), backend=backend)
+        return aotspec.compile(as_function(self.program), backend=backend, dynamic=dynamic)
 
     def call(self, fn, named, args):
         """`call_and_backward`, inside the hooks of a hooked case."""
@@ -655,13 +658,16 @@ def fast_divergence(case: Program | Stealing | Hooked) -> list[str]:
     return found + memory_differences(reference, fast)
 
 
-def sizes_divergence(sized: Sized) -> list[str]:
+def sizes_divergence(sized: Sized, dynamic: bool = False) -> list[str]:
     """How one reference callable and one fast callable, each called at every size of `sized`
     in turn (a fresh caller's world each time), differ at each size: the reference from eager
     (every observable, rounding forgiven as `numerically_explained` says), and fast from the
-    reference (those and the memory facts, as `fast_divergence`). Each line names its size."""
+    reference (those and the memory facts, as `fast_divergence`). Each line names its size.
+    With `dynamic`, both are compiled with dynamic sizes (`r[sizes.symbolic.dims]`), and the
+    reference's peaks at each size are also those of a reference compiled for that size alone."""
     first = FuzzCase(sized.at(sized.sizes[0]))
-    reference_fn, fast_fn = first.compile("reference"), first.compile("fast")
+    reference_fn = first.compile("reference", dynamic)
+    fast_fn = first.compile("fast", dynamic)
     found = []
     for size in sized.sizes:
         case = FuzzCase(sized.at(size))
@@ -670,6 +676,8 @@ def sizes_divergence(sized: Sized) -> list[str]:
         if reference.error is not None:
             found.append(f"at size {size}: eager returned, the reference raised {reference.error}")
             continue
+        if dynamic:
+            found += [f"at size {size}: {line}" for line in _peaks_differ(case, reference_fn)]
         lines = compare(eager, reference.outcome)
         if lines and numerically_explained(case.program, eager, reference.outcome, lines):
             lines = []
@@ -687,6 +695,26 @@ def sizes_divergence(sized: Sized) -> list[str]:
             lines = []
         lines += memory_differences(reference, fast)
         found += [f"at size {size}, fast against the reference: {line}" for line in lines]
+    return found
+
+
+def _peaks_differ(case: FuzzCase, symbolic) -> list[str]:
+    """r[sizes.symbolic.per-call]: the peaks of the symbolic reference's latest call against
+    those of a reference compiled for this size alone, on a fresh world."""
+    run = symbolic.last_run
+    alone = case.compile("reference")
+    named, args, _ = case.inputs()
+    case.call(alone, named, args)
+    found = []
+    for graph in ("ledger", "backward_ledger"):
+        mine, theirs = getattr(run, graph), getattr(alone.last_run, graph)
+        if (mine is None) != (theirs is None):
+            found.append(f"{graph}: the symbolic plan's is {mine}, one size's {theirs}")
+        elif mine is not None and mine.peak_bytes != theirs.peak_bytes:
+            found.append(
+                f"{graph} peak: {mine.peak_bytes} bytes with the symbolic plan, "
+                f"{theirs.peak_bytes} with a plan for this size alone"
+            )
     return found
 
 

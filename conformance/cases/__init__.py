@@ -16,6 +16,7 @@ from . import (
     memory,
     ops,
     resize,
+    sizes,
 )
 
 ALL_CASES = [
@@ -33,6 +34,7 @@ ALL_CASES = [
     *checkpoint.CASES,
     *hooks.CASES,
     *boxed_calls.CASES,
+    *sizes.CASES,
 ]
 
 _names = [case.name for case in ALL_CASES]

@@ -10,7 +10,17 @@ import torch
 
 from aotspec.errors import UnsupportedError
 
-from ..case import COMPILED_ONLY, AtSize, Case, FreedBy, Length, PeakBytes, Raises, Values
+from ..case import (
+    COMPILED_ONLY,
+    AtSize,
+    Case,
+    FreedBy,
+    Length,
+    PeakBytes,
+    PlansTraced,
+    Raises,
+    Values,
+)
 
 
 def _chain_on_list(xs):
@@ -124,12 +134,18 @@ def _stolen_ramp(n):
 CASES.append(
     Case(
         name="boxed.stolen-list-at-each-size-freed-at-last-use",
-        rules=["boxed.steal.freed-at-last-use", "boxed.args-cleared", "memory.peak"],
+        rules=[
+            "boxed.steal.freed-at-last-use",
+            "boxed.args-cleared",
+            "memory.peak",
+            "sizes.symbolic.per-call",
+        ],
         setup=_stolen_ramp,
         args=["xs"],
         program=_chain_on_list,
         steal=["xs"],
         sizes=_STOLEN_SIZES,
+        dynamic=True,
         expect=[
             Length("xs", 0),
             FreedBy("forward", made_by="arg0_1", freed_by="sin"),
@@ -138,6 +154,8 @@ CASES.append(
             # at size n: the stolen input (4n) dies right after sin (8n -> 4n); cos makes 4n
             # more: peak 8n bytes, 32, 64 and 24.
             *[AtSize(n, PeakBytes(8 * n)) for n in _STOLEN_SIZES],
+            # one plan, its length a symbol, serves the three sizes (r[sizes.symbolic.guard])
+            PlansTraced(1),
         ],
         skip=COMPILED_ONLY,
     )

@@ -15,6 +15,7 @@ from ..case import (
     Layout,
     LiveBytesAfter,
     PeakBytes,
+    PlansTraced,
     Raises,
     Separate,
     Shares,
@@ -488,11 +489,13 @@ CASES.append(
             "functionalize.epilogue.data",
             "functionalize.epilogue.version",
             "aliasing.inputs.shared-storage",
+            "sizes.symbolic.scope",
         ],
         setup=_ramp_and_its_tail,
         args=["x", "x_tail"],
         program=_doubles_in_place_then_reads,
         sizes=_RAMP_SIZES,
+        dynamic=True,
         # eager at size n: x and its view read 2 * arange(n), the output 2 * arange(n) + 1, and
         # the one in-place op advances their shared counter once
         expect=[
@@ -509,6 +512,8 @@ CASES.append(
                     Layout("x_tail", shape=(n - 1,), strides=(1,), offset=1),
                 )
             ],
+            # x and x_tail share a storage: each size is planned at its own sizes
+            *[AtSize(n, PlansTraced(k)) for k, n in enumerate(_RAMP_SIZES, start=1)],
         ],
     )
 )

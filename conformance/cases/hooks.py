@@ -14,6 +14,7 @@ from ..case import (
     AtSize,
     Case,
     FreedBy,
+    PlansTraced,
     Raises,
     Steps,
     Values,
@@ -360,7 +361,12 @@ _HOOKS_SIZES = (4, 8)
 CASES.append(
     Case(
         name="hooks.product-all-at-each-size",
-        rules=["hooks.filter.all", "hooks.eager.pack-on-save", "hooks.compiled.traced"],
+        rules=[
+            "hooks.filter.all",
+            "hooks.eager.pack-on-save",
+            "hooks.compiled.traced",
+            "sizes.symbolic.scope",
+        ],
         setup=_ramps,
         args=["x", "w"],
         program=_product,
@@ -368,15 +374,20 @@ CASES.append(
         hooks_filter="all",
         backward=True,
         sizes=_HOOKS_SIZES,
-        # at each size, as eager: mul saves x and w, both packed, so both gradients are rounded
+        dynamic=True,
+        # at each size, as eager: mul saves x and w, both packed, so both gradients are rounded;
+        # with hooks active, each size is planned at its own sizes
         expect=[
-            AtSize(n, expectation)
-            for n, world in ((n, _ramps(n)) for n in _HOOKS_SIZES)
-            for expectation in (
-                Values("out0", (world["x"] * world["w"]).sum().detach()),
-                Values("x.grad", _rounded(world["w"].detach())),
-                Values("w.grad", _rounded(world["x"].detach())),
-            )
+            *[
+                AtSize(n, expectation)
+                for n, world in ((n, _ramps(n)) for n in _HOOKS_SIZES)
+                for expectation in (
+                    Values("out0", (world["x"] * world["w"]).sum().detach()),
+                    Values("x.grad", _rounded(world["w"].detach())),
+                    Values("w.grad", _rounded(world["x"].detach())),
+                )
+            ],
+            *[AtSize(n, PlansTraced(k)) for k, n in enumerate(_HOOKS_SIZES, start=1)],
         ],
     )
 )
@@ -401,6 +412,7 @@ CASES.append(
         hooks=_LOSSY,
         backward=True,
         sizes=_ROWS_SIZES,
+        dynamic=True,
         expect=[
             # at each size, as at one: mm is packed right after sin and dies there, and
             # unpacked right before cos, where the packed value dies

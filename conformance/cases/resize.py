@@ -9,6 +9,7 @@ from ..case import (
     AtSize,
     Case,
     Layout,
+    PlansTraced,
     Raises,
     Shares,
     StorageBytes,
@@ -210,11 +211,17 @@ def _fsdp_at_each_size(name: str, rules: list[str], setup, program) -> Case:
     """FSDP's pattern called at each of `_FSDP_SIZES` by one compiled function."""
     return Case(
         name=name,
-        rules=["resize.zero-then-back", "resize.compiled.epilogue", *rules],
+        rules=[
+            "resize.zero-then-back",
+            "resize.compiled.epilogue",
+            "sizes.symbolic.scope",
+            *rules,
+        ],
         setup=setup,
         args=["w", "src", "x"],
         program=program,
         sizes=_FSDP_SIZES,
+        dynamic=True,
         # eager at size n: out = 2 * arange(n); w's storage, grown to 4n bytes and filled, is
         # 0 bytes again at the end, for w and its alias, which keep their shapes
         expect=[
@@ -230,6 +237,8 @@ def _fsdp_at_each_size(name: str, rules: list[str], setup, program) -> Case:
                     Layout("w_alias", shape=(2, n // 2), strides=(n // 2, 1)),
                 )
             ],
+            # w's storage holds 0 bytes at the call: each size is planned at its own sizes
+            *[AtSize(n, PlansTraced(k)) for k, n in enumerate(_FSDP_SIZES, start=1)],
         ],
     )
 

@@ -1,0 +1,223 @@
+"""Cases for specs/sizes.md: symbolic plans, each case called at several sizes with dynamic
+sizes asked for (`Case.dynamic`); `PlansTraced` counts the plans the guard of
+`r[sizes.symbolic.guard]` makes an aotspec backend trace by each call."""
+
+from __future__ import annotations
+
+import torch
+
+from ..case import (
+    COMPILED_ONLY,
+    AtSize,
+    Case,
+    PeakBytes,
+    PlansTraced,
+    Shares,
+    Values,
+    Version,
+)
+
+CASES: list[Case] = []
+
+
+def _tokens_and_weight(n: int) -> dict:
+    """n rows of 4 features, a 4 x 3 weight that requires grad, and one class per row."""
+    x = torch.linspace(-1.0, 1.0, 4 * n).reshape(n, 4)
+    w = torch.linspace(-0.5, 0.5, 12).reshape(4, 3).requires_grad_()
+    return {"x": x, "w": w, "targets": torch.arange(n) % 3}
+
+
+def _classify(x, w, targets):
+    # the logits are reshaped by a size computed from x's (r[sizes.symbolic.arithmetic]), and
+    # cross entropy's mean divides by n in its backward (r[sizes.symbolic.saved]); its nll_loss
+    # is differentiated by eager's formula (r[sizes.symbolic.eager-derivatives])
+    logits = (x @ w).reshape(x.shape[0] * 1, -1)
+    return torch.nn.functional.cross_entropy(logits, targets)
+
+
+def _eager_classify(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager PyTorch's loss and weight gradient at n rows."""
+    world = _tokens_and_weight(n)
+    loss = _classify(world["x"], world["w"], world["targets"])
+    loss.backward()
+    return loss.detach(), world["w"].grad
+
+
+_ROWS = (5, 7, 9)
+
+CASES.append(
+    Case(
+        name="sizes.one-plan-serves-every-number-of-rows",
+        rules=[
+            "sizes.symbolic.dims",
+            "sizes.symbolic.dynamo",
+            "sizes.symbolic.guard",
+            "sizes.symbolic.per-call",
+            "sizes.symbolic.arithmetic",
+            "sizes.symbolic.saved",
+            "sizes.symbolic.decisions",
+            "sizes.symbolic.eager-derivatives",
+        ],
+        setup=_tokens_and_weight,
+        args=["x", "w", "targets"],
+        program=_classify,
+        sizes=_ROWS,
+        dynamic=True,
+        backward=True,
+        # eager's loss and gradient at each size; one plan, traced at the first size, serves
+        # the others: x's and targets' rows are one symbol of range 2 and up, w's sizes and x's
+        # columns others (no size equals another at 5 rows, r[sizes.symbolic.duck]), and
+        # nothing the trace decided depends on the rows
+        expect=[
+            PlansTraced(1),
+            *[
+                AtSize(n, expectation)
+                for n in _ROWS
+                for expectation in (
+                    Values("out0", _eager_classify(n)[0]),
+                    Values("w.grad", _eager_classify(n)[1]),
+                )
+            ],
+        ],
+        skip=COMPILED_ONLY,
+    )
+)
+
+
+def _doubles_twice(x):
+    return x.exp().mul(2).sum()
+
+
+_LENGTHS = (4, 1, 6)
+
+CASES.append(
+    Case(
+        name="sizes.size-one-is-traced-as-a-number",
+        rules=["sizes.symbolic.duck", "sizes.symbolic.guard", "sizes.symbolic.per-call"],
+        setup=lambda n: {"x": torch.linspace(0.0, 1.0, n)},
+        args=["x"],
+        program=_doubles_twice,
+        sizes=_LENGTHS,
+        dynamic=True,
+        # the plan traced at length 4 has a symbol of range 2 and up: length 1 traces a plan
+        # of its own, and length 6 is served by the first. At each length n the peak is the
+        # caller's x, exp's result and mul's, 4n bytes each, while mul computes
+        expect=[
+            AtSize(4, PlansTraced(1)),
+            AtSize(1, PlansTraced(2)),
+            AtSize(6, PlansTraced(2)),
+            *[
+                AtSize(n, expectation)
+                for n in _LENGTHS
+                for expectation in (
+                    Values("out0", torch.linspace(0.0, 1.0, n).exp().sum() * 2),
+                    PeakBytes(12 * n),
+                )
+            ],
+        ],
+        skip=COMPILED_ONLY,
+    )
+)
+
+
+def _two_lengths(n: int) -> dict:
+    """A vector of n elements and one of 4: equal at n = 4."""
+    return {"a": torch.ones(n), "b": torch.full((4,), 2.0)}
+
+
+def _sums(a, b):
+    return a.sum() + b.sum()
+
+
+_A_LENGTHS = (4, 6, 7)
+
+CASES.append(
+    Case(
+        name="sizes.equal-sizes-are-one-symbol",
+        rules=["sizes.symbolic.duck", "sizes.symbolic.guard"],
+        setup=_two_lengths,
+        args=["a", "b"],
+        program=_sums,
+        sizes=_A_LENGTHS,
+        dynamic=True,
+        # at length 4 both vectors' sizes are one symbol, which length 6 binds to 6 and 4: a
+        # second plan, with two symbols, which serves length 7
+        expect=[
+            AtSize(4, PlansTraced(1)),
+            AtSize(6, PlansTraced(2)),
+            AtSize(7, PlansTraced(2)),
+            *[AtSize(n, Values("out0", n + 8.0)) for n in _A_LENGTHS],
+        ],
+        skip=COMPILED_ONLY,
+    )
+)
+
+
+def _ramp_and_its_head(n: int) -> dict:
+    x = torch.arange(2.0 * n)
+    return {"x": x, "head": x[:n]}
+
+
+def _scaled_sum(x, head):
+    return (x.sum() + head.sum()) * 1.5
+
+
+_HEAD_LENGTHS = (3, 5)
+
+CASES.append(
+    Case(
+        name="sizes.inputs-on-one-storage-are-planned-per-size",
+        rules=["sizes.symbolic.scope"],
+        setup=_ramp_and_its_head,
+        args=["x", "head"],
+        program=_scaled_sum,
+        sizes=_HEAD_LENGTHS,
+        dynamic=True,
+        # x and head share a storage: each size traces a plan of its own, with eager's values
+        expect=[
+            Shares("x", "head"),
+            AtSize(3, PlansTraced(1)),
+            AtSize(5, PlansTraced(2)),
+            *[
+                AtSize(n, Values("out0", (sum(range(2 * n)) + sum(range(n))) * 1.5))
+                for n in _HEAD_LENGTHS
+            ],
+        ],
+        skip=COMPILED_ONLY,
+    )
+)
+
+
+def _doubles_in_place_then_adds_one(x):
+    x.mul_(2)
+    return x + 1
+
+
+_WRITTEN_LENGTHS = (4, 9, 2)
+
+CASES.append(
+    Case(
+        name="sizes.input-write-reaches-the-caller-with-one-plan",
+        rules=["sizes.symbolic.per-call", "functionalize.epilogue.data"],
+        setup=lambda n: {"x": torch.arange(float(n))},
+        args=["x"],
+        program=_doubles_in_place_then_adds_one,
+        sizes=_WRITTEN_LENGTHS,
+        dynamic=True,
+        # eager at length n: x holds 2 * arange(n), advanced once, and the output one more; the
+        # epilogue's write of the whole of x is at each call's length
+        expect=[
+            PlansTraced(1),
+            Version("x", 1),
+            *[
+                AtSize(n, expectation)
+                for n in _WRITTEN_LENGTHS
+                for expectation in (
+                    Values("x", 2 * torch.arange(float(n))),
+                    Values("out0", 2 * torch.arange(float(n)) + 1),
+                )
+            ],
+        ],
+        skip=COMPILED_ONLY,
+    )
+)

@@ -1,0 +1,156 @@
+"""Symbolic plans: one plan for every size of a call that keeps what tracing decided
+(`specs/sizes.md`).
+
+- `symbolic_inputs` makes the fake tensors and numbers a symbolic plan is traced on, in a shape
+  environment of their own;
+- `symbolic_sizes` reads off that environment what the trace decided about the sizes;
+- `size_binding` says whether a plan serves a call, binding its symbols to the call's numbers;
+- `at_sizes` is a plan's records at one call's sizes; its graphs stay as traced, and read their
+  sizes from their inputs when they run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import sympy
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import (
+    DimDynamic,
+    ShapeEnv,
+    StatelessSymbolicContext,
+)
+
+from .graph import GraphProgram
+from .plan_records import Plan, SymbolicSizes
+from .symbols import SizeBinding, bind, evaluated, is_symbolic
+
+
+def symbolic_inputs(
+    tensors: Sequence[torch.Tensor], dims: Sequence[frozenset[int]], numbers: Sequence[int]
+) -> tuple[list[torch.Tensor], list, ShapeEnv]:
+    """Fakes of `tensors` whose `dims` are symbols, and `numbers` as symbols, in a new shape
+    environment. r[sizes.symbolic.duck]: sizes of one value at tracing share one symbol (as
+    Dynamo's duck sizing does), and sizes 0 and 1 are traced as numbers."""
+    # Dynamo's names for a symbol's origin; imported here, as importing Dynamo loads Triton
+    from torch._dynamo.source import ConstantSource
+
+    shape_env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=shape_env)
+    fakes = []
+    for i, (t, dynamic) in enumerate(zip(tensors, dims, strict=True)):
+        kinds = [DimDynamic.DUCK if d in dynamic else DimDynamic.STATIC for d in range(t.dim())]
+        context = StatelessSymbolicContext(dynamic_sizes=kinds)
+        source = ConstantSource(f"input{i}")
+        fake = mode.from_tensor(_alone(t), source=source, symbolic_context=context)
+        if t.requires_grad:
+            fake.requires_grad_()
+            if not t.is_leaf:  # an activation: a tensor with a history, as the call's
+                fake = fake.view_as(fake)
+        fakes.append(fake)
+    symbols = []
+    for k, number in enumerate(numbers):
+        source = ConstantSource(f"number{k}")
+        symbol = shape_env.create_symbol(number, source, DimDynamic.DUCK)
+        symbols.append(shape_env.create_symintnode(symbol, hint=number, source=source))
+    return fakes, symbols, shape_env
+
+
+def _alone(t: torch.Tensor) -> torch.Tensor:
+    """`t`'s layout on its storage, with no base and no history: a view's sizes are then
+    symbols of their own, not expressions of its base's, whose sizes no trace sees."""
+    alone = torch.empty(0, dtype=t.dtype, device=t.device)
+    with torch.no_grad():
+        return alone.set_(t.untyped_storage(), t.storage_offset(), t.shape, t.stride())
+
+
+def symbolic_sizes(shape_env: ShapeEnv, numbers: tuple[int, ...]) -> SymbolicSizes:
+    """What tracing decided about the sizes: the guards and ranges of `shape_env`."""
+    ranges = {
+        symbol: (bounds.lower, bounds.upper) for symbol, bounds in shape_env.var_to_range.items()
+    }
+    # each relation over the symbols left: those tracing settled to a number are numbers in it
+    relations = (shape_env.simplify(guard.expr) for guard in shape_env.guards)
+    guards = tuple(relation for relation in relations if relation is not sympy.true)
+    return SymbolicSizes(guards, ranges, numbers)
+
+
+def size_binding(plan: Plan, facts: tuple, leaves: Sequence) -> SizeBinding | None:
+    """r[sizes.symbolic.guard]: the binding of `plan`'s symbols to a call with input `facts`
+    (`input_facts`) and flat `leaves`, or None where the plan does not serve that call."""
+    binding: SizeBinding = {}
+    inputs = plan.functional.inputs
+    if len(inputs) != len(facts):
+        return None
+    for meta, fact in zip(inputs, facts, strict=True):
+        dtype, sizes, strides, offset, storage, nbytes, requires_grad, is_leaf, same = fact
+        kept = (meta.layout.dtype, meta.storage, meta.requires_grad, meta.is_leaf)
+        if kept + (meta.same_object,) != (dtype, storage, requires_grad, is_leaf, same):
+            return None
+        if len(meta.layout.sizes) != len(sizes):
+            return None
+        if not bind(_numbers(meta), (*sizes, *strides, offset, nbytes), binding):
+            return None
+    in_leaves = plan.functional.captured.in_leaves
+    for position in plan.symbolic.numbers:
+        if not bind([in_leaves[position]], [leaves[position]], binding):
+            return None
+    return binding if _holds(plan, facts, binding) else None
+
+
+def _numbers(meta) -> tuple:
+    return (*meta.layout.numbers(), meta.storage_nbytes)
+
+
+def _holds(plan: Plan, facts: tuple, binding: SizeBinding) -> bool:
+    """Whether every input's numbers are the call's at `binding`, every symbol is in its range
+    and every relation tracing decided holds."""
+    for meta, fact in zip(plan.functional.inputs, facts, strict=True):
+        _, sizes, strides, offset, _, nbytes, *_ = fact
+        numbers = tuple(evaluated(n, binding) for n in _numbers(meta))
+        if numbers != (*sizes, *strides, offset, nbytes):
+            return False
+    symbolic = plan.symbolic
+    for symbol, value in binding.items():
+        lowest, highest = symbolic.ranges[symbol]
+        if not (bool(lowest <= value) and bool(value <= highest)):
+            return False
+    return all(bool(guard.xreplace(binding)) for guard in symbolic.guards)
+
+
+def at_sizes(plan: Plan, binding: SizeBinding) -> Plan:
+    """r[sizes.symbolic.per-call]: `plan`'s records with every symbol at its number of
+    `binding`; the graphs are the plan's own."""
+    functional = _at(plan.functional, binding)
+    differentiated = _at(plan.differentiated, binding)
+    return attrs.evolve(plan, functional=functional, differentiated=differentiated, sizes=binding)
+
+
+def _at(value, binding: SizeBinding):
+    if is_symbolic(value):
+        return evaluated(value, binding)
+    if isinstance(value, GraphProgram):
+        return value  # graphs read their sizes from their inputs
+    if isinstance(value, (tuple, list, frozenset)):
+        parts = [_at(part, binding) for part in value]
+        if all(new is old for new, old in zip(parts, value, strict=True)):
+            return value
+        return type(value)(parts)
+    if isinstance(value, dict):
+        parts = {key: _at(part, binding) for key, part in value.items()}
+        if all(parts[key] is part for key, part in value.items()):
+            return value
+        return parts
+    if attrs.has(type(value)):
+        changes = {}
+        for field in attrs.fields(type(value)):
+            if not field.init:
+                continue
+            old = getattr(value, field.name)
+            new = _at(old, binding)
+            if new is not old:
+                changes[field.alias] = new
+        return attrs.evolve(value, **changes) if changes else value
+    return value

@@ -1,0 +1,168 @@
+"""Symbolic plans (specs/sizes.md): with dynamic sizes, one plan serves every size that keeps
+what tracing decided, with eager's values and gradients and a plan's own memory at each size.
+The conformance cases of `conformance/cases/sizes.py` pin the rules; these tests run real
+training steps, through `aotspec.compile` and through `torch.compile`, on both backends."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import aotspec
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 5), torch.nn.LogSoftmax(-1)
+    )
+
+
+def _step(model, x, targets):
+    return torch.nn.functional.nll_loss(model(x), targets)
+
+
+def _batch(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(n)
+    return torch.randn(n, 8, generator=generator), torch.arange(n) % 5
+
+
+def _eager_step(model, n: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    model.zero_grad()
+    loss = _step(model, *_batch(n))
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def _compiled_step(model, compiled, n: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    model.zero_grad()
+    loss = compiled(*_batch(n))
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_one_plan_serves_every_batch_with_eager_values(backend):
+    model, eager = _mlp(), _mlp()
+    compiled = aotspec.compile(lambda x, t: _step(model, x, t), backend=backend, dynamic=True)
+    for n in (6, 11, 3, 6):
+        loss, grads = _compiled_step(model, compiled, n)
+        expected_loss, expected_grads = _eager_step(eager, n)
+        torch.testing.assert_close(loss, expected_loss)
+        torch.testing.assert_close(grads, expected_grads)
+    assert compiled.compilations == 1
+    assert len(compiled.plans) == 3  # the plan at each of the three sizes, for later calls
+
+
+def test_a_symbolic_plan_has_the_memory_of_a_plan_for_each_size():
+    """r[sizes.symbolic.per-call]: the reference's ledger at each size is that of a plan traced
+    for that size alone, forward and backward."""
+    model = _mlp()
+    symbolic = aotspec.compile(lambda x, t: _step(model, x, t), backend="reference", dynamic=True)
+    per_size = aotspec.compile(lambda x, t: _step(model, x, t), backend="reference")
+    for n in (6, 11, 3):
+        peaks = []
+        for compiled in (symbolic, per_size):
+            _compiled_step(model, compiled, n)
+            run = compiled.last_run
+            peaks.append((run.ledger.peak_bytes, run.backward_ledger.peak_bytes))
+        assert peaks[0] == peaks[1], f"at batch {n}"
+    assert (symbolic.compilations, per_size.compilations) == (1, 3)
+
+
+def test_a_relation_tracing_decided_makes_another_plan_where_it_fails():
+    """r[sizes.symbolic.guard], r[sizes.symbolic.decisions]: a branch on a size is decided at
+    the traced size and kept as a guard."""
+
+    def branches(x):
+        return x * 2 if x.shape[0] > 4 else x * 3
+
+    compiled = aotspec.compile(branches, backend="reference", dynamic=True)
+    for n, plans, factor in ((6, 1, 2), (9, 1, 2), (3, 2, 3), (4, 2, 3), (7, 2, 2)):
+        x = torch.arange(float(n))
+        torch.testing.assert_close(compiled(x), x * factor)
+        assert compiled.compilations == plans, f"at size {n}"
+
+
+def test_an_activation_and_a_slice_of_a_larger_storage_as_inputs():
+    """Inputs a symbolic plan is traced on keep their facts: a non-leaf that requires grad, and
+    a view of part of a storage (whose bytes are then no expression of its sizes, so each size
+    is planned alone, `r[sizes.symbolic.scope]`), each with eager's values and gradients."""
+    weight = torch.randn(4, 3, requires_grad=True)
+
+    def project(activation, rows):
+        return (activation @ weight).tanh().sum() + rows.sum()
+
+    compiled = aotspec.compile(project, backend="reference", dynamic=True)
+    for n in (5, 8):
+        leaf = torch.randn(n, 4, requires_grad=True)
+        activation = leaf * 2
+        rows = torch.arange(30.0).reshape(10, 3)[:n]
+        weight.grad = None
+        compiled(activation, rows).backward()
+        compiled_grads = (leaf.grad.clone(), weight.grad.clone())
+        leaf.grad, weight.grad = None, None
+        project(leaf * 2, rows).backward()
+        torch.testing.assert_close(compiled_grads, (leaf.grad, weight.grad))
+    assert compiled.compilations == 2
+
+
+def test_dynamic_must_be_true_or_false():
+    with pytest.raises(ValueError, match="dynamic=.*pass True"):
+        aotspec.compile(torch.sin, dynamic="batch")
+
+
+class _Sequences(torch.nn.Module):
+    """An embedding, a transformer layer (dropout on) and a head, trained on token sequences."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embedding = torch.nn.Embedding(50, 16)
+        self.layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        self.head = torch.nn.Linear(16, 50)
+
+    def forward(self, tokens):
+        logits = self.head(self.layer(self.embedding(tokens)))
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten())
+
+
+def _plans_of(monkeypatch) -> list:
+    """The functions `aotspec.compile` makes from now on (the Dynamo backend calls it)."""
+    made = []
+    original = aotspec.compile
+
+    def counting(*args, **kwargs):
+        made.append(original(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(aotspec, "compile", counting)
+    return made
+
+
+@pytest.mark.parametrize(("dynamic", "plans"), [(True, 1), (None, 2)])
+def test_torch_compile_traces_one_plan_for_the_sizes_dynamo_made_symbols(
+    monkeypatch, dynamic, plans
+):
+    """r[sizes.symbolic.dynamo]: under `dynamic=True` Dynamo's graph has symbolic lengths from
+    the first call; under its automatic dynamic shapes, from the second length on."""
+    torch._dynamo.reset()
+    model, eager = _Sequences(), _Sequences()
+    made = _plans_of(monkeypatch)
+    compiled = torch.compile(model, backend="aotspec", dynamic=dynamic)
+    for length in (6, 9, 13, 7):
+        tokens = torch.arange(3 * length).reshape(3, length) % 50
+        for module in (model, eager):
+            module.zero_grad()
+        torch.manual_seed(length)
+        loss = compiled(tokens)
+        loss.backward()
+        torch.manual_seed(length)
+        expected = eager(tokens)
+        expected.backward()
+        torch.testing.assert_close(loss, expected)
+        for mine, theirs in zip(model.parameters(), eager.parameters(), strict=True):
+            torch.testing.assert_close(mine.grad, theirs.grad)
+    assert sum(function.compilations for function in made) == plans
+    torch._dynamo.reset()
+
