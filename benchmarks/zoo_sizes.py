@@ -15,7 +15,9 @@ many plans aotspec compiled for them.
 
 `--loop` times the training loop of issue 27 instead: an embedding, a
 `TransformerEncoderLayer(32, 4, 64, batch_first=True)` and a linear head, batch 4, sequence
-lengths 8 to 23, one step each, on eager, aot_eager and aotspec with `dynamic=True`.
+lengths 8 to 23, one step each, on aot_eager and aotspec, with `dynamic=True` and with Dynamo's
+automatic dynamic shapes (`--rounds N`, contenders alternated, the median shown), against
+eager's losses.
 """
 
 from __future__ import annotations
@@ -198,13 +200,15 @@ class _Sequences(torch.nn.Module):
         return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), targets)
 
 
-def loop(backend: str) -> None:
-    """The 16-length loop: seconds for all its steps, per contender, and aotspec's plans."""
+def loop(backend: str, rounds: int) -> None:
+    """The 16-length loop: seconds for all its steps, per contender (each round alternates
+    them; the median is shown), under `dynamic=True` and under Dynamo's automatic dynamic
+    shapes, and aotspec's plans."""
     torch.manual_seed(0)
     module = _Sequences()
     batches = [torch.randint(0, 100, (4, length)) for length in range(8, 24)]
-    table = Table(title="16 steps, sequence lengths 8 to 23, dynamic=True")
-    for column in ("contender", "seconds", "plans", "eager's losses"):
+    table = Table(title=f"16 steps, sequence lengths 8 to 23: median of {rounds} rounds")
+    for column in ("contender", "dynamic", "seconds", "rounds", "plans", "eager's losses"):
         table.add_column(column)
     torch._dynamo.reset()
     eager_losses = [_step(module, module, (batch,))[0] for batch in batches]
@@ -212,16 +216,26 @@ def loop(backend: str) -> None:
         "aot_eager": {"backend": "aot_eager"},
         f"aotspec {backend}": {"backend": "aotspec", "options": {"backend": backend}},
     }
-    for contender, options in contenders.items():
-        torch._dynamo.reset()
-        copied = copy.deepcopy(module)
-        call = torch.compile(copied, dynamic=True, **options)
-        with plans_counted() as made:
-            start = time.perf_counter()
-            losses = [_step(copied, call, (batch,))[0] for batch in batches]
-            seconds = time.perf_counter() - start
-        plans = str(sum(c.compilations for c in made)) if contender != "aot_eager" else "-"
-        table.add_row(contender, f"{seconds:.2f}", plans, _agrees(losses, eager_losses))
+    for dynamic in (True, None):
+        seconds: dict[str, list[float]] = {name: [] for name in contenders}
+        plans, agrees = {}, {}
+        for _ in range(rounds):
+            for contender, options in contenders.items():
+                torch._dynamo.reset()
+                copied = copy.deepcopy(module)
+                call = torch.compile(copied, dynamic=dynamic, **options)
+                with plans_counted() as made:
+                    start = time.perf_counter()
+                    losses = [_step(copied, call, (batch,))[0] for batch in batches]
+                    seconds[contender].append(time.perf_counter() - start)
+                plans[contender] = str(sum(c.compilations for c in made)) if made else "-"
+                agrees[contender] = _agrees(losses, eager_losses)
+        for contender in contenders:
+            times = sorted(seconds[contender])
+            runs = " ".join(f"{t:.2f}" for t in seconds[contender])
+            median = f"{times[len(times) // 2]:.2f}"
+            shown = "True" if dynamic else "automatic"
+            table.add_row(contender, shown, median, runs, plans[contender], agrees[contender])
     Console(width=160).print(table)
 
 
@@ -230,10 +244,11 @@ def main() -> None:
     parser.add_argument("-k", default="", help="only models whose name contains this")
     parser.add_argument("--backend", default="fast", choices=aotspec.api.BACKENDS)
     parser.add_argument("--loop", action="store_true", help="time issue 27's 16-length loop")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of --loop (median shown)")
     arguments = parser.parse_args()
     torch.set_num_threads(1)
     if arguments.loop:
-        loop(arguments.backend)
+        loop(arguments.backend, arguments.rounds)
     else:
         zoo(arguments.k, arguments.backend)
 

@@ -152,14 +152,17 @@ def _meta_layout(node: torch.fx.Node, sizes: dict | None) -> list[str]:
     (`mse_loss_backward` of a transposed input), and the storage's bytes of an ATen-valued op's
     (`mse_loss`'s mean)."""
     value = node.meta.get("val")
-    if sizes:
-        value = meta_at_sizes(value, sizes)
     source = node.args[0] if node.target is operator.getitem else node
     if not (isinstance(value, torch.Tensor) and isinstance(source.target, torch._ops.OpOverload)):
         return []  # not a tensor, or a fused kernel's output, laid out as its group says
     if value.layout != torch.strided:
         return []  # a sparse output (embedding_bag's gradient) has no strides or storage
     kind = lookup(source.target, where=source.name).kind
+    plain_compute = kind is OpKind.COMPUTE and source.target not in CLONES_STORAGE
+    if kind not in (OpKind.ATEN, OpKind.COMPUTE) or (plain_compute and value.dim() < 2):
+        return []  # laid out by its kernel as the meta kernel lays it out
+    if sizes:
+        value = meta_at_sizes(value, sizes)  # the numbers of a symbolic plan at its call's sizes
     strides = tuple(value.stride())
     # The storage in the kernel's dtype: under autocast a kernel may keep float32 where the meta
     # kernel says bfloat16 (r[ops.fresh-output.meta-layout] keeps the kernel's dtype)
