@@ -25,6 +25,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import json
+import subprocess
+import sys
 import time
 
 import torch
@@ -200,42 +203,49 @@ class _Sequences(torch.nn.Module):
         return torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), targets)
 
 
-def loop(backend: str, rounds: int) -> None:
-    """The 16-length loop: seconds for all its steps, per contender (each round alternates
-    them; the median is shown), under `dynamic=True` and under Dynamo's automatic dynamic
-    shapes, and aotspec's plans."""
+def loop_once(contender: str, dynamic: bool | None) -> dict:
+    """One run of the 16-length loop through `torch.compile(backend=contender)` (`aot_eager`,
+    or `aotspec:BACKEND`), in this fresh process: its seconds, aotspec's plans, and whether
+    its losses are eager's."""
     torch.manual_seed(0)
     module = _Sequences()
     batches = [torch.randint(0, 100, (4, length)) for length in range(8, 24)]
+    eager_losses = [_step(module, module, (batch,))[0] for batch in batches]
+    name, _, backend = contender.partition(":")
+    options = {"options": {"backend": backend}} if backend else {}
+    call = torch.compile(copy.deepcopy(module), backend=name, dynamic=dynamic, **options)
+    with plans_counted() as made:
+        start = time.perf_counter()
+        losses = [_step(call._orig_mod, call, (batch,))[0] for batch in batches]
+        seconds = time.perf_counter() - start
+    plans = str(sum(c.compilations for c in made)) if made else "-"
+    return {"seconds": seconds, "plans": plans, "agrees": _agrees(losses, eager_losses)}
+
+
+def loop(backend: str, rounds: int) -> None:
+    """The 16-length loop: seconds for all its steps, per contender, each run in a fresh
+    process as a user's script runs (Dynamo remembers, within a process, which sizes it made
+    dynamic); rounds alternate the contenders and the median is shown. Under `dynamic=True`
+    and under Dynamo's automatic dynamic shapes, with aotspec's plans."""
     table = Table(title=f"16 steps, sequence lengths 8 to 23: median of {rounds} rounds")
     for column in ("contender", "dynamic", "seconds", "rounds", "plans", "eager's losses"):
         table.add_column(column)
-    torch._dynamo.reset()
-    eager_losses = [_step(module, module, (batch,))[0] for batch in batches]
-    contenders = {
-        "aot_eager": {"backend": "aot_eager"},
-        f"aotspec {backend}": {"backend": "aotspec", "options": {"backend": backend}},
-    }
+    contenders = ["aot_eager", f"aotspec:{backend}"]
     for dynamic in (True, None):
-        seconds: dict[str, list[float]] = {name: [] for name in contenders}
-        plans, agrees = {}, {}
+        runs: dict[str, list[dict]] = {name: [] for name in contenders}
         for _ in range(rounds):
-            for contender, options in contenders.items():
-                torch._dynamo.reset()
-                copied = copy.deepcopy(module)
-                call = torch.compile(copied, dynamic=dynamic, **options)
-                with plans_counted() as made:
-                    start = time.perf_counter()
-                    losses = [_step(copied, call, (batch,))[0] for batch in batches]
-                    seconds[contender].append(time.perf_counter() - start)
-                plans[contender] = str(sum(c.compilations for c in made)) if made else "-"
-                agrees[contender] = _agrees(losses, eager_losses)
+            for contender in contenders:
+                command = [sys.executable, __file__, "--loop-once", contender]
+                command += ["--dynamic"] if dynamic else []
+                output = subprocess.run(command, capture_output=True, text=True, check=True)
+                runs[contender].append(json.loads(output.stdout.splitlines()[-1]))
         for contender in contenders:
-            times = sorted(seconds[contender])
-            runs = " ".join(f"{t:.2f}" for t in seconds[contender])
-            median = f"{times[len(times) // 2]:.2f}"
+            seconds = [run["seconds"] for run in runs[contender]]
+            median = f"{sorted(seconds)[len(seconds) // 2]:.2f}"
+            each = " ".join(f"{s:.2f}" for s in seconds)
+            last = runs[contender][-1]
             shown = "True" if dynamic else "automatic"
-            table.add_row(contender, shown, median, runs, plans[contender], agrees[contender])
+            table.add_row(contender, shown, median, each, last["plans"], last["agrees"])
     Console(width=160).print(table)
 
 
@@ -245,9 +255,13 @@ def main() -> None:
     parser.add_argument("--backend", default="fast", choices=aotspec.api.BACKENDS)
     parser.add_argument("--loop", action="store_true", help="time issue 27's 16-length loop")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of --loop (median shown)")
+    parser.add_argument("--loop-once", metavar="CONTENDER", help=argparse.SUPPRESS)
+    parser.add_argument("--dynamic", action="store_true", help=argparse.SUPPRESS)
     arguments = parser.parse_args()
     torch.set_num_threads(1)
-    if arguments.loop:
+    if arguments.loop_once:
+        print(json.dumps(loop_once(arguments.loop_once, True if arguments.dynamic else None)))
+    elif arguments.loop:
         loop(arguments.backend, arguments.rounds)
     else:
         zoo(arguments.k, arguments.backend)
