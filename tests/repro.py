@@ -196,7 +196,7 @@ from harness import {check}  # noqa: E402
 {{source}}
 
 if __name__ == "__main__":
-    found = {check}({name})
+    found = {check}({name}{options})
     assert not found, "{disagree}:\\n" + "\\n".join(found)
     print("{agree}")
 '''
@@ -206,18 +206,22 @@ _FAST_TEMPLATE = _PICKLED_TEMPLATE.format(
     test="test_differential_fast",
     check="fast_divergence",
     name="PROGRAM",
+    options="",
     disagree="fast and the reference disagree",
     agree="fast and the reference agree",
 )
 
-_SIZES_TEMPLATE = _PICKLED_TEMPLATE.format(
-    title="one compiled function called at several sizes disagrees somewhere",
-    test="test_differential_sizes",
-    check="sizes_divergence",
-    name="SIZED",
-    disagree="the compiled function disagrees",
-    agree="eager, the reference and fast agree at every size",
-)
+def _sizes_template(dynamic: bool) -> str:
+    """The repro of `test_differential_sizes`, its functions compiled with `dynamic`."""
+    return _PICKLED_TEMPLATE.format(
+        title="one compiled function called at several sizes disagrees somewhere",
+        test="test_differential_sizes",
+        check="sizes_divergence",
+        name="SIZED",
+        options=", dynamic=True" if dynamic else "",
+        disagree="the compiled function disagrees",
+        agree="eager, the reference and fast agree at every size",
+    )
 
 
 def is_final_run() -> bool:
@@ -290,10 +294,14 @@ def write_fast_repro(
     return _write_pickled(case, FuzzCase(case).source, found, directory, "fast", _FAST_TEMPLATE)
 
 
-def write_sizes_repro(sized: Sized, found: list[str], directory: Path = REPRO_DIR) -> Path:
-    """Write `repro_sizes_<hash>.py` for `sized` (pickled, beside its Python source) and return
-    its path."""
-    return _write_pickled(sized, sized_source(sized), found, directory, "sizes", _SIZES_TEMPLATE)
+def write_sizes_repro(
+    sized: Sized, found: list[str], directory: Path = REPRO_DIR, dynamic: bool = False
+) -> Path:
+    """Write `repro_sizes_<hash>.py` (`repro_dynamic_sizes_<hash>.py` for functions compiled
+    with `dynamic`) for `sized` (pickled, beside its Python source) and return its path."""
+    kind = "dynamic_sizes" if dynamic else "sizes"
+    template = _sizes_template(dynamic)
+    return _write_pickled(sized, sized_source(sized), found, directory, kind, template)
 
 
 def _write_pickled(

@@ -42,18 +42,7 @@ EXAMPLES = max(settings.default.max_examples // 25, 10)
 @given(sized_programs())
 def test_one_compiled_function_agrees_with_eager_at_each_size(sized):
     """At every size in turn: the reference as eager, fast as the reference, memory included."""
-    coverage.note("sizes", coverage.program_items(sized.program))
-    found = sizes_divergence(sized)
-    if not found:
-        return
-    where = ""
-    if is_final_run():
-        where = f"\nstandalone repro: .venv/bin/python {write_sizes_repro(sized, found)}"
-    raise AssertionError(
-        "one compiled function called at several sizes disagrees:\n"
-        + "\n".join(f"  {line}" for line in found)
-        + f"\nprogram:\n{sized_source(sized)}{where}"
-    )
+    _agrees_at_each_size(sized, dynamic=False)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")  # casts of nan and inf to integers
@@ -62,15 +51,21 @@ def test_one_compiled_function_agrees_with_eager_at_each_size(sized):
 def test_one_symbolic_plan_agrees_with_eager_at_each_size(sized):
     """With dynamic sizes (`r[sizes.symbolic.dims]`): at every size in turn, the reference as
     eager and as a plan for that size alone (its peaks), fast as the reference."""
+    _agrees_at_each_size(sized, dynamic=True)
+
+
+def _agrees_at_each_size(sized: Sized, dynamic: bool) -> None:
     coverage.note("sizes", coverage.program_items(sized.program))
-    found = sizes_divergence(sized, dynamic=True)
+    found = sizes_divergence(sized, dynamic=dynamic)
     if not found:
         return
     where = ""
     if is_final_run():
-        where = f"\nstandalone repro: .venv/bin/python {write_sizes_repro(sized, found)}"
+        path = write_sizes_repro(sized, found, dynamic=dynamic)
+        where = f"\nstandalone repro: .venv/bin/python {path}"
+    compiled = "with dynamic sizes " if dynamic else ""
     raise AssertionError(
-        "one compiled function with dynamic sizes, called at several sizes, disagrees:\n"
+        f"one compiled function {compiled}called at several sizes disagrees:\n"
         + "\n".join(f"  {line}" for line in found)
         + f"\nprogram:\n{sized_source(sized)}{where}"
     )
@@ -119,11 +114,16 @@ def test_a_plan_that_serves_a_size_it_was_not_made_for_is_caught(monkeypatch):
     assert found and all(line.startswith("at size 5") for line in found), found
 
 
-def test_repro_reruns_the_check(tmp_path):
-    """A written repro runs alone and passes on a program every side agrees on."""
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_repro_reruns_the_check(tmp_path, dynamic):
+    """A written repro runs alone and passes on a program every side agrees on; with dynamic
+    sizes, it reruns the check with dynamic sizes."""
     from repro import REPRO_DIR
 
-    path = write_sizes_repro(_broadcast_product_sized((3, 5)), ["(none)"], tmp_path)
+    sized = _broadcast_product_sized((3, 5))
+    path = write_sizes_repro(sized, ["(none)"], tmp_path, dynamic=dynamic)
+    text = path.read_text()
+    assert ("sizes_divergence(SIZED, dynamic=True)" in text) == dynamic
     namespace = {"__name__": "__main__", "__file__": str(REPRO_DIR / path.name)}
-    exec(compile(path.read_text(), str(path), "exec"), namespace)  # noqa: S102 (ours)
+    exec(compile(text, str(path), "exec"), namespace)  # noqa: S102 (ours)
     assert namespace["SIZED"].sizes == (3, 5)
