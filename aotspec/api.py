@@ -86,7 +86,7 @@ def compile(
     if not isinstance(dynamic, bool):
         raise ValueError(
             f"dynamic={dynamic!r}: pass True (every size of the tensor arguments is a symbol) "
-            "or False (a plan per size)"
+            "or False (a plan per size) [rule sizes.symbolic.dims]"
         )
     compiled = CompiledFunction(fn, backend, steal, hooks_filter, placement)
     if dynamic:
