@@ -397,11 +397,11 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
         traced_as.setdefault(id(tensor), node.meta["val"])
         for tensor, node in zip(tensors, placeholders(graph), strict=True)
     ]
-    tangent_examples = [
-        torch.zeros_like(_meta_value(outputs_node.args[0][k])) for k in differentiable
-    ]
     fake_mode = detect_fake_mode(primals)
-    tangent_values = [fake_mode.from_tensor(tangent) for tangent in tangent_examples]
+    with fake_mode:  # made in the program's mode: with symbolic sizes, their layouts are symbolic
+        tangent_values = [
+            torch.zeros_like(_meta_value(outputs_node.args[0][k])) for k in differentiable
+        ]
     # the user's source lines, for `aotspec explain`
     with fx_traceback.preserve_node_meta(), fake_mode:
         joint_module = make_fx_keeping_detach(joint)(*primals, *tangent_values)
@@ -417,7 +417,7 @@ def differentiate(program: FunctionalProgram, tensors: list[torch.Tensor]) -> Di
         differentiable,
         joint_found.grad_inputs,
         split.num_saved,
-        tuple(t.stride() for t in tangent_examples),
+        tuple(t.stride() for t in tangent_values),
         split.read_after_call,
         split.grad_tangents[:n_grads],
         tuple(write for write, _, _ in joint_found.writes),

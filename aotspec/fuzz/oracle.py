@@ -310,7 +310,9 @@ class Bracket:
 
     def __call__(self, arguments: list):
         self.start = self.tracker.mark("<graph>")
-        self.argument_ids = [self.tracker.storage_id(t) for t in arguments]
+        self.argument_ids = [
+            self.tracker.storage_id(t) if isinstance(t, torch.Tensor) else None for t in arguments
+        ]  # a symbolic plan's backward also reads sizes, saved as numbers (sizes.symbolic.saved)
         results = self.graph_module(arguments)  # clears `arguments`, as the plan's own call does
         self.end = self.tracker.mark("</graph>")
         return results
@@ -551,6 +553,8 @@ def _fast_account(
     labels: dict[int, Label] = {}
     placeholders = [node for node in nodes if node.op == "placeholder"]
     for node, storage in zip(placeholders, bracket.argument_ids, strict=True):
+        if not isinstance(node.meta.get("val"), torch.Tensor):
+            continue  # a number: a size the forward read (r[sizes.symbolic.saved])
         if storage is None:
             raise AssertionError(
                 f"the tracker does not know the storage of placeholder {node.name}"
@@ -695,6 +699,8 @@ def sizes_divergence(sized: Sized, dynamic: bool = False) -> list[str]:
             lines = []
         lines += memory_differences(reference, fast)
         found += [f"at size {size}, fast against the reference: {line}" for line in lines]
+    if dynamic:  # how often the sizes share a symbolic plan, in hypothesis's statistics
+        _note(f"plans traced for {len(sized.sizes)} sizes: {reference_fn.compilations}")
     return found
 
 
