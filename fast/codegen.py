@@ -23,18 +23,21 @@ import operator
 from collections.abc import Callable
 from types import SimpleNamespace
 
+import attrs
+import sympy
 import torch
 import torch.fx
 from attrs import frozen
 from torch._C import _len_torch_dispatch_stack
 from torch._ops import _len_torch_dispatch_stack_pre_dispatch
 from torch.utils._python_dispatch import _disable_current_modes
+from torch.utils._sympy.printers import PythonPrinter
 
 from aotspec.errors import InternalError
 from aotspec.reference.collectives import COLLECTIVES, on_group
 from aotspec.reference.lifetimes import last_uses
 from aotspec.reference.optable import CLONES_STORAGE, OpKind, lookup
-from aotspec.reference.symbols import meta_at_sizes
+from aotspec.reference.symbols import SizeBinding, is_symbolic, settled
 
 
 def _modes_off() -> contextlib.AbstractContextManager:
@@ -93,26 +96,36 @@ _BUILTIN_NAMES = {
 
 @frozen
 class GeneratedCode:
-    """A graph's generated function, its source, and the graph it came from."""
+    """A graph's generated function, its source, and the graph it came from. The code of a
+    symbolic plan's graph is a function of the sizes its layout lines read (`symbols`, in the
+    order `sized` takes their numbers); `at` makes its function for a call's sizes."""
 
     graph: torch.fx.Graph
     code: str
-    function: Callable[[list], list]
+    function: Callable[[list], list] | None
+    symbols: tuple[sympy.Symbol, ...] = ()
+    sized: Callable[..., Callable[[list], list]] | None = None
 
     def __call__(self, arguments: list) -> list:
         return self.function(arguments)
 
+    def at(self, binding: SizeBinding) -> GeneratedCode:
+        """r[sizes.symbolic.per-call]: this code at a call's sizes; no code is generated again."""
+        if self.sized is None:
+            return self
+        return attrs.evolve(self, function=self.sized(*(binding[s] for s in self.symbols)))
 
-def generate(
-    graph_module: torch.fx.GraphModule, name: str = "forward", sizes: dict | None = None
-) -> GeneratedCode:
-    """The boxed code of a graph; a symbolic plan's at its `sizes` (`r[sizes.symbolic.per-call]`:
-    the graph's ops read their sizes from their inputs, the lines laying outputs out as traced
-    hold the numbers of `sizes`)."""
+
+def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> GeneratedCode:
+    """The boxed code of a graph. A symbolic plan's is generated once, for every size: its ops
+    read their sizes from their inputs, and the lines laying outputs out as traced compute their
+    numbers from the sizes' symbols, the parameters of a function that makes the code's function
+    for a call's sizes (`GeneratedCode.at`)."""
     graph = graph_module.graph
     _check_names(graph)
     names = dict(_BUILTIN_NAMES, aten=SimpleNamespace())
     names.update({node.name: None for node in graph.nodes})  # taken: globals never get these names
+    sizes = _SizeNames(names)
     lines = [f"def {name}(arguments):"]
     placeholders = [node.name for node in graph.nodes if node.op == "placeholder"]
     if placeholders:
@@ -130,7 +143,7 @@ def generate(
             lines.append(f"    {node.name} = {constant}")
         elif node.op == "call_function":
             lines.append(f"    {node.name} = {_call(node, names)}")
-            lines += _meta_layout(node, sizes)  # r[ops.fresh-output.meta-layout]
+            lines += _meta_layout(node, sizes.spelled)  # r[ops.fresh-output.meta-layout]
         elif node.op == "output":
             results = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
             lines.append(f"    return {_render(list(results), names)}")
@@ -140,17 +153,49 @@ def generate(
         dead = [value.name for value in dies_after[node]]
         if dead:
             lines.append(f"    del {', '.join(dead)}")
+    if sizes.symbols:  # r[sizes.symbolic.per-call]: a function of the sizes makes the code's
+        parameters = ", ".join(sizes.symbols.values())
+        lines = [f"def sized({parameters}):", *(f"    {line}" for line in lines)]
+        lines.append(f"    return {name}")
     code = "\n".join(lines) + "\n"
     namespace = dict(names)
     exec(compile(code, f"<aotspec.fast {name}>", "exec"), namespace)  # noqa: S102 (our own source)
+    if sizes.symbols:
+        return GeneratedCode(graph, code, None, tuple(sizes.symbols), namespace["sized"])
     return GeneratedCode(graph, code, namespace[name])
 
 
-def _meta_layout(node: torch.fx.Node, sizes: dict | None) -> list[str]:
+class _SizeNames(PythonPrinter):
+    """The Python source of a traced number: the number, or its symbolic expression (`//` for
+    floor division, `max`, ...) over the names of its symbols, each taken from `names` the first
+    time it is read."""
+
+    def __init__(self, names: dict):
+        super().__init__()
+        self.names = names
+        self.symbols: dict[sympy.Symbol, str] = {}
+
+    def spelled(self, numbers) -> str:
+        """`numbers` (a number, or a tuple of them) as Python source."""
+        if isinstance(numbers, tuple):
+            items = [self.spelled(n) for n in numbers]
+            return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+        number = settled(numbers)
+        return f"({self.doprint(number.node.expr)})" if is_symbolic(number) else repr(number)
+
+    def _print_Symbol(self, symbol: sympy.Symbol) -> str:
+        if symbol not in self.symbols:
+            self.symbols[symbol] = _fresh_name(f"size_{symbol}", self.names)
+            self.names[self.symbols[symbol]] = None
+        return self.symbols[symbol]
+
+
+def _meta_layout(node: torch.fx.Node, spelled: Callable[[object], str]) -> list[str]:
     """The lines that lay a fresh output out as the meta kernel did where the torch kernel may
     not have: the strides of an output of two dims or more of a table or ATen-valued op
     (`mse_loss_backward` of a transposed input), and the storage's bytes of an ATen-valued op's
-    (`mse_loss`'s mean)."""
+    (`mse_loss`'s mean). Their numbers are spelled by `spelled` (symbolic ones as expressions of
+    the sizes' symbols)."""
     value = node.meta.get("val")
     source = node.args[0] if node.target is operator.getitem else node
     if not (isinstance(value, torch.Tensor) and isinstance(source.target, torch._ops.OpOverload)):
@@ -161,12 +206,10 @@ def _meta_layout(node: torch.fx.Node, sizes: dict | None) -> list[str]:
     plain_compute = kind is OpKind.COMPUTE and source.target not in CLONES_STORAGE
     if kind not in (OpKind.ATEN, OpKind.COMPUTE) or (plain_compute and value.dim() < 2):
         return []  # laid out by its kernel as the meta kernel lays it out
-    if sizes:
-        value = meta_at_sizes(value, sizes)  # the numbers of a symbolic plan at its call's sizes
-    strides = tuple(value.stride())
+    strides = spelled(tuple(value.stride()))
     # The storage in the kernel's dtype: under autocast a kernel may keep float32 where the meta
     # kernel says bfloat16 (r[ops.fresh-output.meta-layout] keeps the kernel's dtype)
-    elements = value.untyped_storage().nbytes() // value.element_size()
+    elements = spelled(value.untyped_storage().nbytes() // value.element_size())
     nbytes = f"{elements} * {node.name}.element_size()"
     relaid = f"        {node.name} = meta_strided({node.name}, {strides}, {nbytes})"
     if kind is OpKind.ATEN:
@@ -174,7 +217,7 @@ def _meta_layout(node: torch.fx.Node, sizes: dict | None) -> list[str]:
         # kernel's is empty: mkldnn_rnn_layer's workspace) keeps the kernel's layout. The sizes
         # are compared last: comparing a torch.Size costs the most, and the common case (the
         # kernel laid the output out as the meta kernel) is settled before it.
-        shape = tuple(value.shape)
+        shape = spelled(tuple(value.shape))
         test = (
             f"({node.name}.stride() != {strides} or "
             f"{node.name}.untyped_storage().nbytes() != {nbytes}) and {node.name}.shape == {shape}"
@@ -183,7 +226,7 @@ def _meta_layout(node: torch.fx.Node, sizes: dict | None) -> list[str]:
     if kind is OpKind.COMPUTE and source.target in CLONES_STORAGE:
         # r[ops.fresh-output.cloned-storage]: the kernel lays the result out as its argument,
         # at its storage offset, where the traced meta value may start at 0
-        offset = value.storage_offset()
+        offset = spelled(value.storage_offset())
         test = f"{node.name}.storage_offset() != {offset} or {node.name}.stride() != {strides}"
         placed = f"        {node.name} = meta_placed({node.name}, {strides}, {offset})"
         return [f"    if {test}:", placed]

@@ -13,6 +13,7 @@ Nothing here imports the reference interpreter: the numbers are torch's own.
 
 from __future__ import annotations
 
+import weakref
 from functools import cached_property
 
 import torch
@@ -25,14 +26,28 @@ from aotspec.reference.runtime import run_plan
 from .codegen import GeneratedCode, generate
 from .fusion import fuse_pointwise, triton_requested
 
+#: The code of a symbolic plan's graph, generated at its first size and shared by every size
+#: (`r[sizes.symbolic.per-call]`): the graphs of a plan at a call's sizes are the plan's own.
+_SYMBOLIC_CODE: weakref.WeakKeyDictionary[torch.fx.GraphModule, GeneratedCode] = (
+    weakref.WeakKeyDictionary()
+)
+
 
 def _generated(graph_module: torch.fx.GraphModule, name: str, sizes: dict) -> GeneratedCode:
     """The boxed code of one graph, at a symbolic plan's `sizes`; with Triton (CUDA inputs, or
     AOTSPEC_TRITON=1) its pointwise chains run as fused kernels. On CPU the graph runs op by op,
     as the reference's plan says."""
+    if not sizes:
+        return _generated_once(graph_module, name)
+    if graph_module not in _SYMBOLIC_CODE:
+        _SYMBOLIC_CODE[graph_module] = _generated_once(graph_module, name)
+    return _SYMBOLIC_CODE[graph_module].at(sizes)
+
+
+def _generated_once(graph_module: torch.fx.GraphModule, name: str) -> GeneratedCode:
     if triton_requested(graph_module):
         graph_module = fuse_pointwise(graph_module, use_triton=True)
-    return generate(graph_module, name, sizes)
+    return generate(graph_module, name)
 
 
 @define

@@ -54,6 +54,39 @@ def test_one_plan_serves_every_batch_with_eager_values(backend):
     assert len(compiled.plans) == 3  # the plan at each of the three sizes, for later calls
 
 
+def test_the_fast_backend_generates_a_symbolic_plans_code_once_for_every_size():
+    """r[sizes.symbolic.per-call]: the fast backend's code of a symbolic plan computes the
+    layouts it restores from the sizes' symbols, so each size runs the one generated code (no
+    code is generated per size), and each gets eager's values, strides and gradients. The
+    transposed input makes `mse_loss_backward` lay out its result against the meta kernel's
+    strides, which the code restores at each size."""
+    weight = torch.randn(3, 4, requires_grad=True)
+
+    def regress(x, target):
+        return torch.nn.functional.mse_loss(x @ weight.t(), target.t(), reduction="none")
+
+    compiled = aotspec.compile(regress, backend="fast", dynamic=True)
+    for n in (5, 9, 2):
+        x, target = torch.randn(n, 4), torch.randn(3, n)
+        weight.grad = None
+        loss = compiled(x, target)
+        loss.sum().backward()
+        compiled_grad = weight.grad.clone()
+        weight.grad = None
+        expected = regress(x, target)
+        expected.sum().backward()
+        torch.testing.assert_close(loss, expected)
+        assert loss.stride() == expected.stride()
+        torch.testing.assert_close(compiled_grad, weight.grad)
+    assert compiled.compilations == 1
+    fast_plans = list(compiled.plans.values())
+    assert len(fast_plans) == 3
+    for name in ("forward", "backward"):
+        codes = {getattr(fast, name).function.__code__ for fast in fast_plans}
+        assert len(codes) == 1, f"the {name} was generated {len(codes)} times"
+        assert "def sized(" in getattr(fast_plans[0], name).code
+
+
 def test_a_symbolic_plan_has_the_memory_of_a_plan_for_each_size():
     """r[sizes.symbolic.per-call]: the reference's ledger at each size is that of a plan traced
     for that size alone, forward and backward."""
