@@ -10,6 +10,7 @@ from ..case import (
     COMPILED_ONLY,
     AtSize,
     Case,
+    Layout,
     PeakBytes,
     PlansTraced,
     Shares,
@@ -215,6 +216,48 @@ CASES.append(
                 for expectation in (
                     Values("x", 2 * torch.arange(float(n))),
                     Values("out0", 2 * torch.arange(float(n)) + 1),
+                )
+            ],
+        ],
+        skip=COMPILED_ONLY,
+    )
+)
+
+
+def _scores_by_class(x, w):
+    return (x @ w).t()
+
+
+def _eager_scores(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager PyTorch's scores and the weight's gradient of their sum, at n rows."""
+    world = _tokens_and_weight(n)
+    scores = _scores_by_class(world["x"], world["w"])
+    scores.sum().backward()
+    return scores.detach(), world["w"].grad
+
+
+CASES.append(
+    Case(
+        name="sizes.a-tensor-output-and-its-gradient-with-one-plan",
+        rules=["sizes.symbolic.guard", "sizes.symbolic.per-call"],
+        setup=_tokens_and_weight,
+        args=["x", "w"],
+        program=_scores_by_class,
+        sizes=_ROWS,
+        dynamic=True,
+        backward=True,
+        # the output is a 3 x n view with n as a symbol, so the backward's incoming gradient is
+        # one too: one plan serves every size, with eager's scores, their transposed strides
+        # and the gradient of their sum at each
+        expect=[
+            PlansTraced(1),
+            *[
+                AtSize(n, expectation)
+                for n in _ROWS
+                for expectation in (
+                    Values("out0", _eager_scores(n)[0]),
+                    Layout("out0", shape=(3, n), strides=(1, 3)),
+                    Values("w.grad", _eager_scores(n)[1]),
                 )
             ],
         ],
