@@ -71,12 +71,36 @@ def _differentiable_dtype(leaf) -> bool:
     return isinstance(leaf, Slot) and carries_gradients(leaf.layout.dtype)
 
 
-@functools.lru_cache(maxsize=None)
 def differentiable_outputs(
     overload, spec: pytree.TreeSpec, leaves: tuple, needed: tuple[bool, ...]
 ) -> tuple[bool, ...]:
     """Per output leaf of the op, whether eager autograd gives it a gradient when the `needed`
-    floating-point tensor leaves require grad."""
+    floating-point tensor leaves require grad; asked of eager once per op, argument structure,
+    tensor dtypes and ranks, and constants (`_CARRIED`), at the first sizes asked."""
+    key = (overload, spec, tuple(map(_without_sizes, leaves)), needed)
+    if key not in _CARRIED:
+        _CARRIED[key] = _asked_of_eager(overload, spec, at_example_sizes(leaves), needed)
+    return _CARRIED[key]
+
+
+#: Which outputs carry a gradient, by op, argument structure, tensor dtypes and ranks, constants
+#: and the tensors that need one: not by sizes, which eager autograd's answer does not read
+#: (`r[autograd.requires-grad.op-outputs]`), so a symbolic trace asks no question its program's
+#: trace at one size asked (`r[sizes.symbolic.decisions]`).
+_CARRIED: dict[tuple, tuple[bool, ...]] = {}
+
+
+def _without_sizes(leaf):
+    """A signature's leaf with a tensor's sizes, strides and offset left out."""
+    if isinstance(leaf, Slot):
+        layout = leaf.layout
+        return (layout.dtype, len(layout.sizes), layout.conj, layout.neg)
+    return at_example_sizes((leaf,))[0]
+
+
+def _asked_of_eager(
+    overload, spec: pytree.TreeSpec, leaves: tuple, needed: tuple[bool, ...]
+) -> tuple[bool, ...]:
     slots = [leaf for leaf in leaves if isinstance(leaf, Slot)]
     with (
         _disable_current_modes(),
@@ -122,7 +146,7 @@ def output_gradients(overload, bound, needed: tuple[bool, ...]) -> tuple[bool, .
     spec, leaves = signature(bound)
     # r[sizes.symbolic.decisions]: which outputs carry a gradient depends on the op, the dtypes
     # and which arguments need one, not on sizes: asked at the traced example sizes
-    return differentiable_outputs(overload, spec, at_example_sizes(leaves), needed)
+    return differentiable_outputs(overload, spec, leaves, needed)
 
 
 def _eigenvector_phase_check(formula: str) -> Callable:
