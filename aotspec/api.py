@@ -7,6 +7,7 @@ constants, grad mode) and compiles again when the guard is new.
 
 from __future__ import annotations
 
+import collections
 import inspect
 import os
 import types
@@ -198,6 +199,9 @@ class CompiledFunction:
         self.dynamic: DynamicSizes | None = None
         #: Symbolic plans, by what their guard keeps besides sizes (`_symbolic_key`).
         self._symbolic: dict = {}
+        #: The guard keys of symbolic plans at a call's sizes, the latest used last: at most
+        #: `AT_SIZES_KEPT` are kept, as a new size costs milliseconds, not a trace.
+        self._at_sizes: collections.OrderedDict = collections.OrderedDict()
         #: How many plans this callable traced.
         self._traced = 0
         self._lifter = Lifter(fn)
@@ -311,6 +315,10 @@ class CompiledFunction:
                 self._values_read[key] = reads
                 key = (key, _values_at(tensors, reads))
             self._plans[key] = compiled
+            if plan.sizes:
+                self._keep_at_sizes(key)
+        elif key in self._at_sizes:
+            self._at_sizes.move_to_end(key)
         if reads:
             self._latest = None  # r[capture.data-dependent.input-values]: values, not facts
         else:
@@ -318,6 +326,16 @@ class CompiledFunction:
                 self._guards[key] = facts_guard(*key[1:])
             self._latest = _Latest(context, self._guards[key], compiled)
         return compiled
+
+    def _keep_at_sizes(self, key) -> None:
+        """Keeps `key`'s symbolic plan at a call's sizes, dropping the least recently used one
+        past `AT_SIZES_KEPT`: a loop over ever new sizes (an inference server's) would otherwise
+        keep one per size (about 40 kB each on a transformer layer's step)."""
+        self._at_sizes[key] = None
+        if len(self._at_sizes) > AT_SIZES_KEPT:
+            dropped, _ = self._at_sizes.popitem(last=False)
+            del self._plans[dropped]
+            self._guards.pop(dropped, None)
 
     def _plan(self, context: tuple, call: tuple, lifted, hooks_request) -> Plan:
         """The plan of a `call` (arguments, flat tensors and leaves, input facts, stolen inputs)
@@ -399,6 +417,11 @@ class _Latest:
     def holds(self, context: tuple, tensors: list) -> bool:
         """Whether a call with `context` and `tensors` has this specialization's key."""
         return self.context == context and self.facts_hold(tensors)
+
+
+#: Symbolic plans at a call's sizes a compiled function keeps (the latest used); a size it no
+#: longer keeps is served again by its symbolic plan, with no trace.
+AT_SIZES_KEPT = 64
 
 
 class DynamicSizes(Protocol):

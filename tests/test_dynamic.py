@@ -199,3 +199,23 @@ def test_torch_compile_traces_one_plan_for_the_sizes_dynamo_made_symbols(
     assert sum(function.compilations for function in made) == plans
     torch._dynamo.reset()
 
+
+
+def test_a_symbolic_plan_keeps_its_latest_sizes_and_serves_dropped_ones_again():
+    """A compiled function keeps `AT_SIZES_KEPT` symbolic plans at a call's sizes, the latest
+    used: past that, the least recently used size is dropped, and a call at it again is served
+    by the symbolic plan (no trace), with eager's values."""
+    kept = aotspec.api.AT_SIZES_KEPT
+    compiled = aotspec.compile(lambda x: (x * 2).cumsum(0), backend="fast", dynamic=True)
+    for n in range(2, kept + 6):
+        compiled(torch.ones(n))
+    assert len(compiled.plans) == kept
+    plans = compiled.plans.values()
+    sizes = sorted(fast.plan.functional.inputs[0].layout.sizes[0] for fast in plans)
+    assert sizes == list(range(6, kept + 6))  # 2 to 5, the least recently used, were dropped
+    compiled(torch.ones(6))  # the oldest, used again: 7 is now the least recently used
+    torch.testing.assert_close(compiled(torch.ones(3)), torch.arange(2.0, 8.0, 2.0))
+    sizes = {fast.plan.functional.inputs[0].layout.sizes[0] for fast in compiled.plans.values()}
+    assert 6 in sizes and 7 not in sizes and 3 in sizes
+    assert compiled.compilations == 1
+    assert len(compiled.plans) == kept
