@@ -154,8 +154,11 @@ def _flat(storage: _Storage, replay: _Replay) -> torch.Tensor:
 
 
 def _check_in_bounds(cell: _Cell, action: str, name: str) -> None:
-    needed = cell.layout.extent_bytes()
-    if needed > cell.storage.nbytes:
+    # with symbolic sizes, the check's arithmetic is the replay's, not the program's: no node
+    with disable_proxy_modes_tracing():
+        needed = cell.layout.extent_bytes()
+        out_of_bounds = needed > cell.storage.nbytes
+    if out_of_bounds:
         raise SpecViolation(
             f"{action} of tensor {name} ({cell.layout.sizes}, {cell.layout.dtype}) needs "
             f"{needed} bytes but "
