@@ -71,12 +71,35 @@ def _differentiable_dtype(leaf) -> bool:
     return isinstance(leaf, Slot) and carries_gradients(leaf.layout.dtype)
 
 
-@functools.lru_cache(maxsize=None)
+#: `differentiable_outputs`' answers, by op, arguments without sizes, and needed leaves.
+_DIFFERENTIABLE_OUTPUTS: dict[tuple, tuple[bool, ...]] = {}
+
+
 def differentiable_outputs(
     overload, spec: pytree.TreeSpec, leaves: tuple, needed: tuple[bool, ...]
 ) -> tuple[bool, ...]:
     """Per output leaf of the op, whether eager autograd gives it a gradient when the `needed`
-    floating-point tensor leaves require grad."""
+    floating-point tensor leaves require grad. Asked once per op, argument structure, tensor
+    dtypes and ranks, and other arguments, at the first layouts met: the answer does not depend
+    on sizes (`r[sizes.symbolic.decisions]`), and fuzz programs, each of sizes of its own, met
+    twice as many layouts as answers to ask for."""
+    key = (overload, spec, tuple(map(_without_sizes, leaves)), needed)
+    if key not in _DIFFERENTIABLE_OUTPUTS:
+        _DIFFERENTIABLE_OUTPUTS[key] = _asked_of_eager(overload, spec, leaves, needed)
+    return _DIFFERENTIABLE_OUTPUTS[key]
+
+
+def _without_sizes(leaf):
+    """A tensor leaf by what of its layout may decide which outputs carry a gradient."""
+    if not isinstance(leaf, Slot):
+        return leaf
+    layout = leaf.layout
+    return layout.dtype, len(layout.sizes), layout.conj, layout.neg
+
+
+def _asked_of_eager(
+    overload, spec: pytree.TreeSpec, leaves: tuple, needed: tuple[bool, ...]
+) -> tuple[bool, ...]:
     slots = [leaf for leaf in leaves if isinstance(leaf, Slot)]
     with (
         _disable_current_modes(),
