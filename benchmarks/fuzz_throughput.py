@@ -11,7 +11,7 @@ be shared), of the rate and, where /proc tells, of the worker's CPU time a progr
 machine the rate counts other processes' turns on the core too); per-kind counts follow.
 
 `--phases` says where the time goes instead: the same programs judged in this process, with
-the time of each stage of the pipeline (drawing, the eager oracle, the reference's capture,
+the CPU time of each stage of the pipeline (drawing, the eager oracle, the reference's capture,
 functionalization, autograd and hooks passes, its run, the fast backend's code and run, the
 comparisons), per program, largest first.
 """
@@ -110,7 +110,8 @@ def throughput(backend: str, programs: int, repeat: int) -> None:
 
 
 class _Stages:
-    """Wall time per stage, each stage's own (what the stages inside it took is theirs)."""
+    """CPU time per stage (this thread's: the machine may be shared), each stage's own (what
+    the stages inside it took is theirs)."""
 
     def __init__(self):
         self.seconds: collections.Counter[str] = collections.Counter()
@@ -121,12 +122,12 @@ class _Stages:
 
         @functools.wraps(original)
         def timed(*args, **kwargs):
-            start = time.perf_counter()
+            start = time.thread_time()
             self._inner.append(0.0)
             try:
                 return original(*args, **kwargs)
             finally:
-                spent = time.perf_counter() - start
+                spent = time.thread_time() - start
                 self.seconds[stage] += spent - self._inner.pop()
                 if self._inner:
                     self._inner[-1] += spent
@@ -161,11 +162,11 @@ def phases(backend: str, programs: int) -> None:
     for index in range(WARM_UP):
         judge.check_index(backend, 0, index)
     stages.seconds.clear()
-    start = time.perf_counter()
+    start = time.thread_time()
     for index in range(WARM_UP, WARM_UP + programs):
         judge.check_index(backend, 0, index)
-    total = time.perf_counter() - start
-    print(f"{backend}, in this process: {total / programs * 1000:.1f} ms a program")
+    total = time.thread_time() - start
+    print(f"{backend}, in this process: {total / programs * 1000:.1f} ms of CPU a program")
     print(f"{'stage':40} {'ms/program':>10} {'share':>6}")
     for stage, seconds in stages.seconds.most_common():
         print(f"{stage:40} {seconds / programs * 1000:10.1f} {seconds / total:6.0%}")
