@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 import torch.utils._pytree as pytree
-from attrs import frozen
+from attrs import define
 
 from aotspec.errors import UnsupportedError
 from aotspec.guard import facts_guard
@@ -322,9 +322,7 @@ class CompiledFunction:
         if reads:
             self._latest = None  # r[capture.data-dependent.input-values]: values, not facts
         else:
-            if key not in self._guards:
-                self._guards[key] = facts_guard(*key[1:])
-            self._latest = _Latest(context, self._guards[key], compiled)
+            self._latest = _Latest(context, key, self._guards, compiled)
         return compiled
 
     def _keep_at_sizes(self, key) -> None:
@@ -405,18 +403,28 @@ class CompiledFunction:
         return frozenset(i for i, t in enumerate(tensor_leaves) if id(t) in stolen_ids)
 
 
-@frozen
+@define
 class _Latest:
-    """The specialization the latest call ran: the non-tensor part of its key, the check of
-    its tensor facts (`aotspec.guard.facts_guard`) and what the backend runs."""
+    """The specialization the latest call ran: the non-tensor part of its key, its whole key
+    and what the backend runs. The check of its tensor facts (`aotspec.guard.facts_guard`) is
+    generated when a call first asks it, once per key (`guards`, the compiled function's): a
+    function called once, as the fuzzer calls each, does without."""
 
     context: tuple
-    facts_hold: Callable[[list], bool]
+    key: tuple
+    guards: dict
     compiled: object
+    facts_hold: Callable[[list], bool] | None = None
 
     def holds(self, context: tuple, tensors: list) -> bool:
         """Whether a call with `context` and `tensors` has this specialization's key."""
-        return self.context == context and self.facts_hold(tensors)
+        if self.context != context:
+            return False
+        if self.facts_hold is None:
+            if self.key not in self.guards:
+                self.guards[self.key] = facts_guard(*self.key[1:])
+            self.facts_hold = self.guards[self.key]
+        return self.facts_hold(tensors)
 
 
 #: Symbolic plans at a call's sizes a compiled function keeps (the latest used); a size it no

@@ -103,13 +103,16 @@ class MemoryTracker:
         self.peak_bytes = self.live_bytes
 
     def sweep(self) -> None:
-        """Account for every free and resize since the last sweep, in the current step."""
+        """Account for every free and resize since the last sweep, in the current step. (The
+        tracker sweeps twice an op: it reads its weak references with torch's C functions
+        themselves.)"""
         for key, watched in list(self._watched.items()):
-            if watched.ref.expired():
+            cdata = watched.ref.cdata
+            if _storage_expired(cdata):
                 del self._watched[key]
                 self._change_live(-watched.nbytes)
                 self._record("free", watched.id, 0)
-            else:
+            elif _weakly_referenced(cdata).nbytes() != watched.nbytes:
                 self._update_size(watched)
 
     def __enter__(self) -> MemoryTracker:
@@ -134,8 +137,8 @@ class MemoryTracker:
         self._begin_step(str(func))
 
     def _after_op(self, args, outputs) -> None:
-        argument_storages = {StorageWeakRef(t.untyped_storage()) for t in _tensors(args)}
-        for t in _tensors(outputs):
+        argument_storages = {StorageWeakRef(t.untyped_storage()) for t in _op_tensors(args)}
+        for t in _op_tensors(outputs):
             storage = t.untyped_storage()
             key = StorageWeakRef(storage)
             if key not in argument_storages or key in self._watched:
@@ -230,6 +233,22 @@ def _tensors(tree) -> list[torch.Tensor]:
     return [part for leaf in pytree.tree_leaves(tree) if _is_plain(leaf) for part in _parts(leaf)]
 
 
+def _op_tensors(values, found: list | None = None) -> list[torch.Tensor]:
+    """`_tensors` of an op's arguments or results, which hold their tensors in tuples, lists
+    and dicts: walked directly, without pytree's general machinery, at every op (and without a
+    closure, whose reference cycle would keep the tensors alive past the op)."""
+    found = [] if found is None else found
+    if isinstance(values, (tuple, list)):
+        for value in values:
+            _op_tensors(value, found)
+    elif isinstance(values, dict):
+        for value in values.values():
+            _op_tensors(value, found)
+    elif _is_plain(values):
+        found.extend(_parts(values))
+    return found
+
+
 def _parts(t: torch.Tensor) -> list[torch.Tensor]:
     if t.layout == torch.strided:
         return [t]
@@ -240,5 +259,11 @@ def _parts(t: torch.Tensor) -> list[torch.Tensor]:
     return [t.ccol_indices(), t.row_indices(), t.values()]
 
 
+#: torch's C functions behind `StorageWeakRef`: whether the storage a weak reference's `cdata`
+#: names is freed, and that storage (alive).
+_storage_expired = torch.UntypedStorage._expired
+_weakly_referenced = torch.UntypedStorage._new_with_weak_ptr
+
+
 def _nbytes(ref: StorageWeakRef) -> int:
-    return torch.UntypedStorage._new_with_weak_ptr(ref.cdata).nbytes()
+    return _weakly_referenced(ref.cdata).nbytes()

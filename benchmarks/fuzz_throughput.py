@@ -7,10 +7,11 @@ and, on `fast`, the reference's memory facts, in a worker that survives crashes.
 starts when the first WARM_UP programs are judged, so the worker's start and the first
 compilations are not in it.
 `--repeat N` (default 3) times the same programs N times and gives the median (the machine may
-be shared); per-kind counts follow.
+be shared), of the rate and, where /proc tells, of the worker's CPU time a program (on a shared
+machine the rate counts other processes' turns on the core too); per-kind counts follow.
 
 `--phases` says where the time goes instead: the same programs judged in this process, with
-the time of each stage of the pipeline (drawing, the eager oracle, the reference's capture,
+the CPU time of each stage of the pipeline (drawing, the eager oracle, the reference's capture,
 functionalization, autograd and hooks passes, its run, the fast backend's code and run, the
 comparisons), per program, largest first.
 """
@@ -21,6 +22,7 @@ import argparse
 import collections
 import functools
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -32,36 +34,75 @@ from aotspec.fuzz.campaign import Campaign
 WARM_UP = 10
 
 
-def _rate(backend: str, programs: int) -> tuple[float, collections.Counter]:
+def _descendants_cpu_seconds() -> float | None:
+    """CPU seconds (user and system) of this process's descendants alive now (the fork server
+    and the worker), from /proc; None where there is no /proc."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        return None
+    parents, ticks = {}, {}
+    for stat in proc.glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        pid = int(stat.parent.name)
+        parents[pid] = int(fields[1])
+        ticks[pid] = int(fields[11]) + int(fields[12])
+    ours, found = {os.getpid()}, True
+    while found:
+        found = False
+        for pid, parent in parents.items():
+            if parent in ours and pid not in ours:
+                ours.add(pid)
+                found = True
+    ours.discard(os.getpid())
+    return sum(ticks[pid] for pid in ours) / os.sysconf("SC_CLK_TCK")
+
+
+def _rate(backend: str, programs: int) -> tuple[float, float | None, collections.Counter]:
     """One campaign of WARM_UP + `programs` programs on one worker, clocked from the warm-up's
     last result to the last one: the same worker throughout, as in `aotspec fuzz` (a second
-    campaign would start a worker of its own, and its start and first compilations with it)."""
+    campaign would start a worker of its own, and its start and first compilations with it).
+    Returns programs a second, the worker's CPU seconds a program (None without /proc: on a
+    shared machine the wall clock counts other processes' time too) and the kinds judged."""
     results: list[float] = []
+    cpu: list[float | None] = []
+
+    def on_result(*_) -> None:
+        results.append(time.monotonic())
+        if len(results) in (WARM_UP, WARM_UP + programs):
+            cpu.append(_descendants_cpu_seconds())
+
     with tempfile.TemporaryDirectory() as scratch:
-        campaign = Campaign(
-            backend,
-            Path(scratch),
-            seed=0,
-            jobs=1,
-            on_result=lambda *_: results.append(time.monotonic()),
-        )
+        campaign = Campaign(backend, Path(scratch), seed=0, jobs=1, on_result=on_result)
         campaign.start(resume=False)
         campaign.run(programs=WARM_UP + programs, budget=None)
         lines = (Path(scratch) / "results.jsonl").read_text().splitlines()[WARM_UP:]
     seconds = results[-1] - results[WARM_UP - 1]
-    return programs / seconds, collections.Counter(json.loads(line)["kind"] for line in lines)
+    cpu_each = None if None in cpu else (cpu[1] - cpu[0]) / programs
+    kinds = collections.Counter(json.loads(line)["kind"] for line in lines)
+    return programs / seconds, cpu_each, kinds
 
 
 def throughput(backend: str, programs: int, repeat: int) -> None:
-    rates = []
+    rates, cpus = [], []
     for _ in range(repeat):
-        rate, kinds = _rate(backend, programs)
+        rate, cpu, kinds = _rate(backend, programs)
         rates.append(rate)
-        print(f"{backend}: {programs} programs with 1 worker: {rate:.1f} programs/s", flush=True)
+        cpus.append(cpu)
+        each = "" if cpu is None else f", {cpu * 1000:.1f} ms of the worker's CPU a program"
+        print(f"{backend}: {programs} programs with 1 worker: {rate:.1f} programs/s{each}")
     print(
         f"{backend}: median of {repeat}: {statistics.median(rates):.1f} programs/s per core "
         "(isolation included)"
     )
+    if None not in cpus:
+        cpu = statistics.median(cpus)
+        print(
+            f"{backend}: median of {repeat}: {cpu * 1000:.1f} ms of CPU a program, "
+            f"{1 / cpu:.1f} programs a CPU second"
+        )
     print("programs by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
 
 
@@ -69,7 +110,8 @@ def throughput(backend: str, programs: int, repeat: int) -> None:
 
 
 class _Stages:
-    """Wall time per stage, each stage's own (what the stages inside it took is theirs)."""
+    """CPU time per stage (this thread's: the machine may be shared), each stage's own (what
+    the stages inside it took is theirs)."""
 
     def __init__(self):
         self.seconds: collections.Counter[str] = collections.Counter()
@@ -80,12 +122,12 @@ class _Stages:
 
         @functools.wraps(original)
         def timed(*args, **kwargs):
-            start = time.perf_counter()
+            start = time.thread_time()
             self._inner.append(0.0)
             try:
                 return original(*args, **kwargs)
             finally:
-                spent = time.perf_counter() - start
+                spent = time.thread_time() - start
                 self.seconds[stage] += spent - self._inner.pop()
                 if self._inner:
                     self._inner[-1] += spent
@@ -120,11 +162,11 @@ def phases(backend: str, programs: int) -> None:
     for index in range(WARM_UP):
         judge.check_index(backend, 0, index)
     stages.seconds.clear()
-    start = time.perf_counter()
+    start = time.thread_time()
     for index in range(WARM_UP, WARM_UP + programs):
         judge.check_index(backend, 0, index)
-    total = time.perf_counter() - start
-    print(f"{backend}, in this process: {total / programs * 1000:.1f} ms a program")
+    total = time.thread_time() - start
+    print(f"{backend}, in this process: {total / programs * 1000:.1f} ms of CPU a program")
     print(f"{'stage':40} {'ms/program':>10} {'share':>6}")
     for stage, seconds in stages.seconds.most_common():
         print(f"{stage:40} {seconds / programs * 1000:10.1f} {seconds / total:6.0%}")

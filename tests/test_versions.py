@@ -137,6 +137,28 @@ def test_make_fx_keeping_detach_records_detach():
     assert [aten.detach.default, aten.mul.Tensor] == targets
 
 
+def test_traces_leave_module_methods_as_they_are():
+    """torch.fx's tracer replaces nn.Module's __call__ and __getattr__ at every trace, and
+    make_fx's tracer answers them with the call's and attribute's own results: aotspec's traces
+    leave them in place, and a module call still records its ops."""
+    call, getattr_ = torch.nn.Module.__call__, torch.nn.Module.__getattr__
+    seen = []
+    linear = torch.nn.Linear(3, 2)
+
+    def program(x):
+        seen.append((torch.nn.Module.__call__, torch.nn.Module.__getattr__))
+        return [linear(x).relu()]
+
+    options = {"tracing_mode": "fake", "_allow_non_fake_inputs": True}
+    traced = versions.make_fx_keeping_detach(program, **options)(torch.ones(4, 3))
+    targets = [node.target for node in traced.graph.nodes if node.op == "call_function"]
+    assert seen == [(call, getattr_)]
+    assert aten.addmm.default in targets and aten.relu.default in targets
+    # make_fx itself patches them, as the releases supported do
+    make_fx(program, **options)(torch.ones(4, 3))
+    assert seen[-1] != (call, getattr_)
+
+
 class _Doubled(torch.autograd.Function):
     @staticmethod
     def forward(x):
