@@ -18,7 +18,7 @@ many plans aotspec compiled for them.
 lengths 8 to 23, one step each, on aot_eager and aotspec, with `dynamic=True` and with Dynamo's
 automatic dynamic shapes (`--rounds N`, contenders alternated, the median shown, of the wall
 clock and of the process's CPU time, which a shared machine disturbs less), against eager's
-losses.
+losses and gradients at every step.
 """
 
 from __future__ import annotations
@@ -208,20 +208,20 @@ class _Sequences(torch.nn.Module):
 def loop_once(contender: str, dynamic: bool | None) -> dict:
     """One run of the 16-length loop through `torch.compile(backend=contender)` (`aot_eager`,
     or `aotspec:BACKEND`), in this fresh process: its seconds, aotspec's plans, and whether
-    its losses are eager's."""
+    its losses and gradients are eager's."""
     torch.manual_seed(0)
     module = _Sequences()
     batches = [torch.randint(0, 100, (4, length)) for length in range(8, 24)]
-    eager_losses = [_step(module, module, (batch,))[0] for batch in batches]
+    eager_steps = [_step(module, module, (batch,))[:2] for batch in batches]
     name, _, backend = contender.partition(":")
     options = {"options": {"backend": backend}} if backend else {}
     call = torch.compile(copy.deepcopy(module), backend=name, dynamic=dynamic, **options)
     with plans_counted() as made:
         start, cpu_start = time.perf_counter(), time.process_time()
-        losses = [_step(call._orig_mod, call, (batch,))[0] for batch in batches]
+        steps = [_step(call._orig_mod, call, (batch,))[:2] for batch in batches]
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     plans = str(sum(c.compilations for c in made)) if made else "-"
-    agrees = _agrees(losses, eager_losses)
+    agrees = _agrees(steps, eager_steps)  # each step's loss and every gradient
     return {"seconds": seconds, "cpu": cpu, "plans": plans, "agrees": agrees}
 
 
@@ -232,7 +232,7 @@ def loop(backend: str, rounds: int) -> None:
     and under Dynamo's automatic dynamic shapes, with aotspec's plans."""
     table = Table(title=f"16 steps, sequence lengths 8 to 23: median of {rounds} rounds")
     columns = ("contender", "dynamic", "seconds", "rounds", "CPU seconds", "plans")
-    for column in (*columns, "eager's losses"):
+    for column in (*columns, "eager's losses and gradients"):
         table.add_column(column)
     contenders = ["aot_eager", f"aotspec:{backend}"]
     for dynamic in (True, None):
