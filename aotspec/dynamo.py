@@ -128,7 +128,10 @@ class CompiledGraph:
             args = [arg.item() if i in self.numbers else arg for i, arg in enumerate(args)]
         if self.graph is None:
             return self.compiled(*args)
-        return self.compiled(self.graph.attributes(), *args)
+        if self.numbers or self.compiled.steal:
+            return self.compiled(self.graph.attributes(), *args)
+        # `_FlatGraph.run` reaches no tensor from its code, and its arguments are tensors only
+        return self.compiled.call_held_first(self.graph.attributes(), args)
 
 
 def _numbers_passed_as_tensors(graph_module: torch.fx.GraphModule) -> frozenset[int]:
