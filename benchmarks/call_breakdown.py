@@ -84,6 +84,7 @@ class _Phases:
 
     def install(self) -> None:
         self._wrap(api.CompiledFunction, "__call__", "aotspec call")
+        self._wrap(api.CompiledFunction, "call_held_first", "aotspec call")
         self._wrap(api.Lifter, "lift", "guard + lift")
         self._wrap(api, "_flatten", "flatten")
         self._wrap(api._Latest, "holds", "input facts / key")

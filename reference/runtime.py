@@ -79,11 +79,12 @@ def run_plan(
     program = plan.functional
     for i in program.captured.requires_grad_inputs:
         tensors[i].requires_grad_()  # r[autograd.requires-grad-inside]: as the program does
-    caller_storages = (
-        [None if i in stolen else t.untyped_storage() for i, t in enumerate(tensors)]
-        if program.reads_caller_storages
-        else None
-    )
+    caller_storages = None
+    if program.reads_caller_storages:  # those the call reads, but a stolen one's
+        caller_storages = [None] * len(tensors)
+        for i in program.caller_storages_read:
+            if i not in stolen:
+                caller_storages[i] = tensors[i].untyped_storage()
     call = None
     if plan.backward is None:
         arguments = list(tensors)
