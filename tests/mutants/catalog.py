@@ -318,6 +318,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "with 0 on the GPU; numpy's where does the same in the interpreter): every element picks "
         "the same operand, so no observable can differ. Kept to show an equivalent mutant.",
     ),
+    Mutant(
+        "fast-runtime.outputs-on-saved-unchecked",
+        "fast/runtime.py",
+        "            if candidates:\n                pairs.append((k, candidates))\n",
+        "",
+        "Outputs taken never to lie on a saved value's storage (the check of each pair left out "
+        "as costly): the caller's write into one between the call and the backward goes unseen.",
+        ("tests/test_fast_runtime.py", CONFORMANCE, FAST),
+    ),
     # ------------------------------------------------------------ the runtime skeleton
     Mutant(
         "runtime.non-leaf-inputs-not-detached",
