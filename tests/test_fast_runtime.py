@@ -25,9 +25,7 @@ def _exp_split_unsafely(x):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("program", [_exp_viewed, _exp_split_unsafely])
-def test_an_output_on_a_saved_values_storage_written_before_the_backward_raises(
-    backend, program
-):
+def test_an_output_on_a_saved_values_storage_written_before_the_backward_raises(backend, program):
     """r[autograd.saved-outputs.version]: the output lies on the storage of a value the
     backward reads (a view of it, or a result of an op whose schema hides that it is one); a
     write into it between the call and the backward raises before any gradient is computed."""
