@@ -44,75 +44,24 @@ def apply_epilogue(
     program: FunctionalProgram, tensors, caller_storages, flats: list[torch.Tensor]
 ) -> None:
     with_history = set()
-    copies = _Copies(program.written_whole)
     for step in program.epilogue:
         if isinstance(step, Resize):
             caller_storages[step.input_index].resize_(step.nbytes)
         elif isinstance(step, Relayout):
             _relayout(tensors[step.input_index], caller_storages[step.input_index], step)
         elif isinstance(step, WriteBack):
-            i = step.input_index
-            flat, storage = flats[step.output_index], caller_storages[i]
-            if flat.requires_grad and i in program.written_with_grad:
-                with_history.add(i)
-                _write_with_history(tensors[i], storage, flat)
-            elif not copies.take(tensors, i, storage, flat):
+            flat, storage = flats[step.output_index], caller_storages[step.input_index]
+            if flat.requires_grad and step.input_index in program.written_with_grad:
+                with_history.add(step.input_index)
+                _write_with_history(tensors[step.input_index], storage, flat)
+            else:
                 _write_bytes(storage, flat)
         elif isinstance(step, Rebind):
-            copies.make()
             storage = _storage_of(step.storage, caller_storages, flats)
             with torch.no_grad():
                 set_within(tensors[step.input_index], storage, step.layout)
-    copies.make()
-    for storage in program.written - with_history - copies.advanced:
+    for storage in program.written - with_history:
         _advance_versions(program, tensors, storage)
-
-
-class _Copies:
-    """r[functionalize.epilogue.data], r[functionalize.epilogue.version]: the writes of whole
-    storages each read by one caller tensor that lays out every byte of it in order (a
-    buffer's new value, at every training step), made as one in-place copy into those tensors
-    (`torch._foreach_copy_`, without history): the same bytes as `_write_bytes`, and each
-    tensor's version advanced once, by the copy, as `_advance_versions` would."""
-
-    def __init__(self, whole: frozenset[int]) -> None:
-        #: The written inputs, each alone on its storage, that lay out all of it in order (by
-        #: their facts in the guard's key, `FunctionalProgram.written_whole`).
-        self.whole = whole
-        self.targets: list[torch.Tensor] = []
-        self.sources: list[torch.Tensor] = []
-        #: The written storages (by their one input's index) whose version a copy advances.
-        self.advanced: set[int] = set()
-
-    def take(self, tensors: list, i: int, storage: torch.UntypedStorage, flat) -> bool:
-        """Whether the write of `flat` into input `i`'s storage is one of these, noted if so:
-        the input lays out the storage's bytes in order, and `flat` holds their new values in
-        its order, in the input's dtype and on its device."""
-        target = tensors[i]
-        if not (
-            i in self.whole
-            and target is not None  # a stolen one, whose version no call advances
-            and target.dtype == flat.dtype
-            and target.shape == flat.shape
-            and target.device == flat.device
-            and not target.is_inference()
-        ):
-            return False
-        self.targets.append(target)
-        self.sources.append(flat)
-        self.advanced.add(i)
-        return True
-
-    def make(self) -> None:
-        """The copies noted so far."""
-        if self.targets:
-            grad_enabled = torch.is_grad_enabled()
-            torch._C._set_grad_enabled(False)  # torch.no_grad(), without its Python layers
-            try:
-                torch._foreach_copy_(self.targets, self.sources)
-            finally:
-                torch._C._set_grad_enabled(grad_enabled)
-            self.targets, self.sources = [], []
 
 
 def _write_bytes(storage: torch.UntypedStorage, flat: torch.Tensor) -> None:

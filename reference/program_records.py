@@ -191,15 +191,6 @@ class InputMeta:
         )
 
 
-def _whole(meta: InputMeta) -> bool:
-    """The input lays out every byte of its storage, in order from the first."""
-    layout, nbytes = meta.layout, meta.storage_nbytes
-    if not all(isinstance(n, int) for n in (nbytes, *layout.sizes)):
-        return False  # a symbolic plan's
-    whole = Layout.contiguous(layout.dtype, layout.sizes)
-    return layout.addresses_like(whole) and layout.numel * layout.itemsize == nbytes
-
-
 def input_facts(tensors: list[torch.Tensor]) -> tuple[tuple, ...]:
     """`InputMeta.of(tensors)` as plain tuples, cheap to build and hash: a compiled function's
     guard."""
@@ -460,15 +451,6 @@ class FunctionalProgram:
             if meta.storage in on_storage:
                 on_storage[meta.storage].append(i)
         return {storage: tuple(inputs) for storage, inputs in on_storage.items()}
-
-    @cached_property
-    def written_whole(self) -> frozenset[int]:
-        """The written flat inputs that lay out every byte of their storage in order, from its
-        first, and are the only caller tensor on it, and that no step of the epilogue but the
-        write touches (a buffer's, at every training step): its storage's id is its index."""
-        touched = {step.input_index for step in self.epilogue if not isinstance(step, WriteBack)}
-        alone = [inputs[0] for inputs in self.inputs_on_written.values() if len(inputs) == 1]
-        return frozenset(i for i in alone if i not in touched and _whole(self.inputs[i]))
 
     @cached_property
     def caller_storages_read(self) -> tuple[int, ...]:

@@ -452,15 +452,6 @@ MUTANTS: tuple[Mutant, ...] = (
         ON_SHARED,
     ),
     Mutant(
-        "epilogue.whole-writes-advanced-twice",
-        "reference/epilogue.py",
-        "    for storage in program.written - with_history - copies.advanced:\n",
-        "    for storage in program.written - with_history:\n",
-        "A buffer written by the in-place copy, whose version the copy already advanced, advanced "
-        "again with the storages written byte by byte.",
-        (EPILOGUE, COMPILED, FAST),
-    ),
-    Mutant(
         "epilogue.views-under-caller-grad-mode",
         "reference/epilogue.py",
         "            if output.made_with_grad == grad_enabled\n",
