@@ -12,7 +12,7 @@ import inspect
 import os
 import types
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 import torch.utils._pytree as pytree
@@ -23,7 +23,7 @@ from aotspec.guard import facts_guard
 from aotspec.reference.boundary import autocast_state, refuse_transformed
 from aotspec.reference.compiled import run_compiled
 from aotspec.reference.dynamic import at_sizes, size_binding
-from aotspec.reference.lift import Lifter, lift
+from aotspec.reference.lift import NOTHING_LIFTED, Lifter, lift
 from aotspec.reference.optable import collecting_refusals
 from aotspec.reference.pipeline import (
     HOOK_FILTERS,
@@ -205,6 +205,8 @@ class CompiledFunction:
         #: How many plans this callable traced.
         self._traced = 0
         self._lifter = Lifter(fn)
+        #: The key's structure of a `call_held_first`, by the lengths of its two parts.
+        self._held_first: dict[tuple[int, int], tuple] = {}
         self.__wrapped__ = fn
         self.__name__ = getattr(fn, "__name__", "compiled")
 
@@ -243,6 +245,30 @@ class CompiledFunction:
             constants = tuple(
                 _constant_key(leaf) for leaf in leaves if not isinstance(leaf, torch.Tensor)
             )
+        # this frame lets go of the arguments: a stolen tensor dies at its last use in the graph
+        call = [args, kwargs, leaves]
+        del args, kwargs, leaves, tensors
+        return self._call(call, structure, constants, lifted, stolen_lists)
+
+    def call_held_first(self, held: list[torch.Tensor], tensors: tuple) -> Any:
+        """`fn(held, *tensors)`, where `fn` reaches no tensor from its code and steals nothing
+        (the Dynamo backend's graph runner, `aotspec.dynamo`): the call `__call__` makes, with
+        what it finds known beforehand: nothing to lift (`r[capture.lift]`), and the flat
+        leaves `held` then `tensors`, all tensors."""
+        lengths = (len(held), len(tensors))
+        structure = self._held_first.get(lengths)
+        if structure is None:
+            structure = self._held_first[lengths] = _flatten((held, *tensors), {})[1]
+        call = [(held, *tensors), {}, [*held, *tensors]]
+        return self._call(call, structure, (), NOTHING_LIFTED, [])
+
+    def _call(self, call: list, structure, constants: tuple, lifted, stolen_lists) -> Any:
+        """The call of `call`: [args, kwargs, their flat leaves], which it empties, of which
+        the key keeps `structure` and `constants`; with the tensors `lifted` and the caller's
+        lists it steals."""
+        args, kwargs, leaves = call
+        call.clear()
+        tensors = leaves if not constants else [t for t in leaves if isinstance(t, torch.Tensor)]
         refuse_transformed(tensors)
         stolen = self._stolen_indices(leaves, stolen_lists)
         grad_enabled = torch.is_grad_enabled()

@@ -120,12 +120,26 @@ class CompiledGraph:
         self.compiled = compiled
         self.graph = graph
         self.numbers = numbers
+        #: Whether the call takes tensors only, from Dynamo (a size it made a symbol comes as
+        #: an int), through `_FlatGraph`, stealing none: then its leaves are known.
+        self.tensors_only = (
+            graph is not None
+            and not numbers
+            and not compiled.steal
+            and all(
+                isinstance(node.meta.get("example_value"), torch.Tensor)
+                for node in graph.graph_module.graph.nodes
+                if node.op == "placeholder"
+            )
+        )
 
     def __call__(self, *args):
         if self.numbers:
             # r[capture.dynamo-numbers]: each such input is its number again, a constant of the
             # capture, so a call with another number compiles again (aotspec.compile's guard)
             args = [arg.item() if i in self.numbers else arg for i, arg in enumerate(args)]
+        if self.tensors_only:  # `_FlatGraph.run` reaches no tensor from its code
+            return self.compiled.call_held_first(self.graph.attributes(), args)
         if self.graph is None:
             return self.compiled(*args)
         return self.compiled(self.graph.attributes(), *args)

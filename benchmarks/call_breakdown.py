@@ -17,8 +17,9 @@ The phases are timed by wrapping, from here, the functions the call goes through
 no timing code):
 
 - guard + lift: `Lifter.lift` (r[capture.lift]: the tensors the step reaches, found at each
-  call);
-- flatten: `_flatten` (the pytree of the arguments);
+  call; none through Dynamo, whose flat graphs are called with their tensors,
+  `CompiledFunction.call_held_first`);
+- flatten: `_flatten` (the pytree of the arguments; none through Dynamo either);
 - input facts / key: the check of the latest call's key (`_Latest.holds`: its context, then
   its tensor facts, by the function `aotspec/guard.py` generated), and `input_facts` and
   `bases_key` where the check misses (what the full key compares);
@@ -84,6 +85,7 @@ class _Phases:
 
     def install(self) -> None:
         self._wrap(api.CompiledFunction, "__call__", "aotspec call")
+        self._wrap(api.CompiledFunction, "call_held_first", "aotspec call")
         self._wrap(api.Lifter, "lift", "guard + lift")
         self._wrap(api, "_flatten", "flatten")
         self._wrap(api._Latest, "holds", "input facts / key")

@@ -13,6 +13,7 @@ Nothing here imports the reference interpreter: the numbers are torch's own.
 
 from __future__ import annotations
 
+import operator
 import weakref
 from functools import cached_property
 
@@ -20,6 +21,8 @@ import torch
 import torch.fx
 from attrs import define, field
 
+from aotspec.reference.aten import HIDDEN_VIEWS
+from aotspec.reference.graph import output_node
 from aotspec.reference.plan_records import Plan
 from aotspec.reference.runtime import run_plan
 
@@ -87,6 +90,24 @@ class FastPlan:
     def _graphs(self) -> _FastGraphs:
         return _FastGraphs(self)
 
+    @cached_property
+    def may_share(self) -> tuple[tuple[int, tuple[int, ...]], ...]:
+        """Per output of the forward graph that may lie on a saved value's storage, those saved
+        values (by index among them): what `outputs_on_saved` compares at a call. Read from the
+        plan's forward graph (a fused kernel's outputs are fresh, as its ops' are)."""
+        graph = self.plan.forward.graph
+        results = output_node(graph).args[0]
+        n_outputs = len(results) - self.plan.num_saved
+        roots = _storage_roots(graph)
+        saved = [roots.get(node, _ANYWHERE) for node in results[n_outputs:]]
+        pairs = []
+        for k, node in enumerate(results[:n_outputs]):
+            root = roots.get(node, _ANYWHERE)
+            candidates = tuple(j for j, other in enumerate(saved) if _may_meet(root, other))
+            if candidates:
+                pairs.append((k, candidates))
+        return tuple(pairs)
+
     @property
     def functional(self):
         return self.plan.functional
@@ -102,6 +123,45 @@ class FastPlan:
         return "\n".join(parts)
 
 
+#: A storage that may be any other: a value whose aliasing its op's schema does not say.
+_ANY = "any"
+_ANYWHERE = frozenset([_ANY])
+
+
+def _may_meet(a: frozenset, b: frozenset) -> bool:
+    return _ANY in a or _ANY in b or not a.isdisjoint(b)
+
+
+def _storage_roots(graph: torch.fx.Graph) -> dict[torch.fx.Node, frozenset]:
+    """Per value of the graph, the storages it may lie on, each named by the value that made
+    it: an aten op's fresh result its own, one of several fresh results its own too, a view
+    (by its schema, or a view its schema does not declare, `HIDDEN_VIEWS`) or an in-place op's
+    result what its arguments lie on; the inputs may share theirs; anything else (a fused
+    kernel's, a Python function's) may lie on any. Two values on one storage at a call have a
+    name in common."""
+    roots: dict[torch.fx.Node, frozenset] = {}
+    for node in graph.nodes:
+        target = node.target
+        if node.op == "placeholder":
+            roots[node] = frozenset(["inputs"])
+        elif node.op == "get_attr":
+            roots[node] = frozenset([node])
+        elif target is operator.getitem and node.args[0] in roots:
+            source, index = node.args
+            whole = roots[source]
+            roots[node] = frozenset([(source, index)]) if whole == {source} else whole
+        elif node.op == "call_function" and isinstance(target, torch._ops.OpOverload):
+            fresh = all(r.alias_info is None for r in target._schema.returns)
+            if fresh and target not in HIDDEN_VIEWS:
+                roots[node] = frozenset([node])
+            else:  # what any argument lies on (a view's base, or an in-place op's operand)
+                on = [roots.get(a, _ANYWHERE) for a in node.all_input_nodes]
+                roots[node] = frozenset([node]).union(*on)
+        elif node.op != "output":
+            roots[node] = _ANYWHERE
+    return roots
+
+
 @define
 class _FastGraphs:
     """The fast backend's `Graphs`: the generated functions, which clear their list."""
@@ -112,8 +172,15 @@ class _FastGraphs:
         return self.fast.forward(arguments)
 
     def outputs_on_saved(self, outputs: list, saved: list) -> list[int]:
-        storages = {t.untyped_storage()._cdata for t in saved if isinstance(t, torch.Tensor)}
-        return [k for k, t in enumerate(outputs) if t.untyped_storage()._cdata in storages]
+        return [
+            k
+            for k, candidates in self.fast.may_share
+            if any(
+                isinstance(saved[j], torch.Tensor)
+                and saved[j].untyped_storage()._cdata == outputs[k].untyped_storage()._cdata
+                for j in candidates
+            )
+        ]
 
     def backward(
         self,

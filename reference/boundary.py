@@ -33,14 +33,17 @@ def autocast_state() -> tuple:
     return tuple([(enabled(device), dtype(device)) for device in AUTOCAST_DEVICES])
 
 
-_NOTHING_TO_DO = contextlib.nullcontext()
+NOTHING_TO_DO = contextlib.nullcontext()
 
 
 def autocast_off() -> contextlib.AbstractContextManager:
     """r[capture.autocast]: graphs hold autocast's casts as ops, so they run with autocast off,
-    each cast applied once. (Entered at every call: nothing to enter when autocast is off.)"""
+    each cast applied once. (Entered at every call: nothing to enter when autocast is off, which
+    one question to torch answers for every device type.)"""
+    if not torch._C._is_any_autocast_enabled():
+        return NOTHING_TO_DO
     enabled = [device for device in AUTOCAST_DEVICES if torch.is_autocast_enabled(device)]
-    return _autocast_disabled(enabled) if enabled else _NOTHING_TO_DO
+    return _autocast_disabled(enabled) if enabled else NOTHING_TO_DO
 
 
 @contextlib.contextmanager

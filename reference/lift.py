@@ -104,6 +104,11 @@ class Lifted:
         return with_lifted_inputs
 
 
+#: What a call of a function that reaches no tensor and no module from its code lifts: nothing,
+#: with the key a walk of it gives.
+NOTHING_LIFTED = Lifted((), ((), ()), tuple)
+
+
 def lift(fn) -> Lifted:
     """r[capture.lift]: the tensors `fn` reaches from its code, in a stable order."""
     return _walk(fn).lifted()

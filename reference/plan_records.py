@@ -163,6 +163,15 @@ class Plan:
         return {k: index_of[node] for k, node in enumerate(saved) if node in index_of}
 
     @cached_property
+    def non_differentiable_outputs(self) -> tuple[int, ...]:
+        """The forward's outputs that are not differentiable: a call marks them so."""
+        if self.differentiated is None:
+            return ()
+        differentiable = set(self.differentiated.differentiable_outputs)
+        n_outputs = len(output_node(self.forward.graph).args[0]) - self.num_saved
+        return tuple(k for k in range(n_outputs) if k not in differentiable)
+
+    @cached_property
     def saved_inputs_by_time(self) -> tuple[tuple[tuple[int, int], ...], ...]:
         """The saved inputs as (saved index, flat input index), split in two: those the backward
         reads as the call began, then those it reads as the call left them

@@ -453,6 +453,19 @@ class FunctionalProgram:
         return {storage: tuple(inputs) for storage, inputs in on_storage.items()}
 
     @cached_property
+    def caller_storages_read(self) -> tuple[int, ...]:
+        """The flat inputs whose storages, as the call began, the epilogue acts on or an output
+        is built on (`reads_caller_storages`)."""
+        read = {step.input_index for step in self.epilogue if not isinstance(step, Rebind)}
+        read.update(
+            where.input_index
+            for where in [step.storage for step in self.epilogue if isinstance(step, Rebind)]
+            + [output.storage for output in self.outputs if isinstance(output, OutputView)]
+            if isinstance(where, CallerStorage)
+        )
+        return tuple(sorted(read))
+
+    @cached_property
     def reads_caller_storages(self) -> bool:
         """Whether the epilogue acts on the caller's storages or an output is built on one (as a
         view of the caller's, or a view carrying a custom Function's gradient): then a call

@@ -32,7 +32,7 @@ from attrs import define, field
 
 from aotspec.errors import SECOND_BACKWARD, SpecViolation, UnsupportedError
 
-from .boundary import autocast_off, grad_on_recording_nothing
+from .boundary import NOTHING_TO_DO, autocast_off, grad_on_recording_nothing
 from .epilogue import (
     apply_backward_writes,
     apply_epilogue,
@@ -73,15 +73,18 @@ def run_plan(
 ) -> list:
     """Run `plan` on the caller's `tensors` (the runtime's own list: stolen entries are dropped
     from it); returns the flat outputs. With synthetic bases, `tensors` are the program's inputs
-    (the bases in place of their views) and `callers` the caller's flat tensors."""
+    (the bases in place of their views) and `callers` the caller's flat tensors. A step the plan
+    has nothing for (no check, no epilogue, no saved input read as the call left it) is skipped:
+    a small step's call costs about as much as its ops."""
     program = plan.functional
     for i in program.captured.requires_grad_inputs:
         tensors[i].requires_grad_()  # r[autograd.requires-grad-inside]: as the program does
-    caller_storages = (
-        [None if i in stolen else t.untyped_storage() for i, t in enumerate(tensors)]
-        if program.reads_caller_storages
-        else None
-    )
+    caller_storages = None
+    if program.reads_caller_storages:  # those the call reads, but a stolen one's
+        caller_storages = [None] * len(tensors)
+        for i in program.caller_storages_read:
+            if i not in stolen:
+                caller_storages[i] = tensors[i].untyped_storage()
     call = None
     if plan.backward is None:
         arguments = list(tensors)
@@ -90,33 +93,43 @@ def run_plan(
         with autocast_off():  # r[capture.autocast]
             flats = graphs.forward(arguments)
     else:
-        inputs = detached_where_needed(plan, tensors)
-        # r[boxed.steal.freed-at-last-use]: a stolen input reaches the forward through `call`,
-        # not through apply's arguments (which live until apply returns), so the boxed
-        # forward's list holds its last reference and frees it at its last use; one that
-        # requires grad is passed to apply as a stand-in of one element that carries its
-        # history.
-        handed_over = {i: inputs[i] for i in stolen}
-        # r[autograd.custom-function.backward-writes]: the caller's tensors the backward writes
-        writes = plan.differentiated.backward_writes
-        targets = {write.input_index: tensors[write.input_index] for write in writes}
-        call = _Call(plan, graphs, handed_over, targets)
-        # r[autograd.grad-mode-inside]: the node records what the program's ops under
-        # torch.enable_grad() computed, even when the call is made under torch.no_grad()
-        with torch.enable_grad():
-            for i in handed_over:
-                inputs[i] = tensors[i] = _stand_in(inputs[i])
-            flats = list(_Forward.apply(call, *inputs))
-    raise_failed_check(program, flats)  # r[capture.data-dependent.checks]
-    apply_epilogue(program, tensors, caller_storages, flats)
+        call, flats = _forward_recorded(plan, graphs, tensors, stolen)
+    if program.captured.checks:
+        raise_failed_check(program, flats)  # r[capture.data-dependent.checks]
+    if program.epilogue or program.written:
+        apply_epilogue(program, tensors, caller_storages, flats)
     # r[autograd.input-writes.synthetic-base.metadata]: before the versions are noted
     plan.bases.relayout_callers(callers)
-    if call is not None:
+    if call is not None and plan.saved_inputs_by_time[True]:
         call.saved_inputs.after_call()
     outputs = build_outputs(program, tensors, caller_storages, flats)
     for k in program.captured.requires_grad_outputs:
         outputs[k].requires_grad_()  # r[autograd.requires-grad-inside.outputs]: as it returns
     return outputs
+
+
+def _forward_recorded(
+    plan: Plan, graphs: Graphs, tensors: list, stolen: frozenset[int]
+) -> tuple[_Call, list]:
+    """The forward graph run inside one autograd node (`_Forward`) on `tensors`; the node's
+    call, and the graph's torch outputs."""
+    inputs = detached_where_needed(plan, tensors) if plan.detached_inputs else list(tensors)
+    # r[boxed.steal.freed-at-last-use]: a stolen input reaches the forward through `call`,
+    # not through apply's arguments (which live until apply returns), so the boxed
+    # forward's list holds its last reference and frees it at its last use; one that
+    # requires grad is passed to apply as a stand-in of one element that carries its
+    # history.
+    handed_over = {i: inputs[i] for i in stolen}
+    # r[autograd.custom-function.backward-writes]: the caller's tensors the backward writes
+    writes = plan.differentiated.backward_writes
+    targets = {write.input_index: tensors[write.input_index] for write in writes}
+    call = _Call(plan, graphs, handed_over, targets)
+    # r[autograd.grad-mode-inside]: the node records what the program's ops under
+    # torch.enable_grad() computed, even when the call is made under torch.no_grad()
+    with torch.enable_grad():
+        for i in handed_over:
+            inputs[i] = tensors[i] = _stand_in(inputs[i])
+        return call, list(_apply_forward(call, *inputs))
 
 
 @define
@@ -183,8 +196,7 @@ class _Forward(torch.autograd.Function):
         arguments = call.arguments(tensors)
         # r[autograd.saved-inputs]: a saved input is the caller's tensor (not a copy), read when
         # the backward runs; its version is noted now.
-        saved_inputs = {k: arguments[i] for k, i in plan.saved_inputs.items()}
-        call.saved_inputs = SavedInputs.at_call(plan, saved_inputs)
+        call.saved_inputs = SavedInputs.at_call(plan, arguments)
         # the kernels run as eager's run where autograd records; r[capture.autocast]
         with grad_on_recording_nothing(), autocast_off():  # r[ops.aten-values.grad-mode]
             results = call.graphs.forward(arguments)  # clears `arguments`
@@ -200,15 +212,14 @@ class _Forward(torch.autograd.Function):
         del saved
         ctx.call = call
         # r[autograd.double-backward]: what a gradient of a gradient would be taken for, weakly
-        ctx.differentiated = [
-            weakref.ref(t) for t in tensors if isinstance(t, torch.Tensor) and t.requires_grad
-        ]
-        differentiable = plan.differentiated.differentiable_outputs
-        ctx.mark_non_differentiable(*[f for k, f in enumerate(flats) if k not in differentiable])
+        ctx.differentiated = [weakref.ref(t) for t in tensors if t is not None and t.requires_grad]
+        if plan.non_differentiable_outputs:
+            ctx.mark_non_differentiable(*[flats[k] for k in plan.non_differentiable_outputs])
         # r[autograd.unreached-outputs]: outputs the backward does not reach get None, not zeros.
         ctx.set_materialize_grads(False)
         ctx.tangent_shapes = [
-            (flats[k].shape, flats[k].dtype, flats[k].device) for k in differentiable
+            (flats[k].shape, flats[k].dtype, flats[k].device)
+            for k in plan.differentiated.differentiable_outputs
         ]
         return tuple(flats)
 
@@ -230,8 +241,9 @@ class _Forward(torch.autograd.Function):
         # r[autograd.double-backward]: no partial history is recorded; r[capture.autocast]
         # r[autograd.unreached-outputs.terms]: the backward graph drops their terms
         differentiated = plan.differentiated
-        reached = tuple(grads[k] is not None for k in differentiated.differentiable_outputs)
-        with torch.no_grad(), autocast_off():
+        reached = tuple([grads[k] is not None for k in differentiated.differentiable_outputs])
+        # (grad mode is off already unless the backward creates a graph)
+        with torch.no_grad() if create_graph else NOTHING_TO_DO, autocast_off():
             # clears both
             results = call.graphs.backward(arguments, saved_input_tensors, retain, reached)
         input_grads: list = [None] * len(plan.functional.inputs)
@@ -250,6 +262,14 @@ class _Forward(torch.autograd.Function):
         if create_graph:
             _give_first_order_histories(ctx, plan, grads, input_grads)
         return (None, *input_grads)
+
+
+#: `_Forward.apply` without the Python layer of `torch.autograd.Function.apply`, which binds
+#: default arguments for a `setup_context` (`_Forward` has none), hands the call to functorch's
+#: transforms (refused before any call, `r[boundary.import]`) and unwraps the tensors of a
+#: transform that has exited (tensors without a storage, which the guard's facts refuse first):
+#: the node it makes is the same.
+_apply_forward = torch._C._FunctionBase.__dict__["apply"].__get__(None, _Forward)
 
 
 def _give_first_order_histories(ctx, plan: Plan, grads: tuple, input_grads: list) -> None:
@@ -308,27 +328,30 @@ class SavedInputs:
     noted: list[tuple[torch.Tensor, int, int, bool]] = field(factory=list)
 
     @classmethod
-    def at_call(cls, plan: Plan, tensors: dict[int, torch.Tensor]) -> SavedInputs:
-        saved = cls(plan, tensors)
-        saved._note(read_after_call=False)
-        return saved
+    def at_call(cls, plan: Plan, arguments: list) -> SavedInputs:
+        """The saved inputs among the forward graph's `arguments`, those it reads as the call
+        began noted."""
+        tensors = {k: arguments[i] for k, i in plan.saved_inputs.items()}
+        noted = [
+            (t, t._version, t.untyped_storage().nbytes(), False)
+            for t in [tensors[k] for k, _ in plan.saved_inputs_by_time[False]]
+        ]
+        return cls(plan, tensors, noted)
 
     def after_call(self) -> None:
-        self._note(read_after_call=True)
-
-    def _note(self, read_after_call: bool) -> None:
+        """Notes those the backward reads as the call left them."""
         after = self.plan.differentiated.read_after_call
-        tensors, noted = self.tensors, self.noted
-        for k, i in self.plan.saved_inputs_by_time[read_after_call]:
-            t = tensors[k]
-            nbytes = after[i] if read_after_call else t.untyped_storage().nbytes()
-            noted.append((t, t._version, nbytes, read_after_call))
+        tensors = self.tensors
+        for k, i in self.plan.saved_inputs_by_time[True]:
+            self.noted.append((tensors[k], tensors[k]._version, after[i], True))
 
     def check(self) -> None:
         """Before the backward runs any op: each saved input still holds what the forward read.
         A storage as big as it was at the call is big enough; a smaller one is measured against
         the tensor's layout."""
         for t, version, nbytes, exact in self.noted:
+            if t._version == version and t.untyped_storage().nbytes() >= nbytes:
+                continue  # as the forward left it, and big enough: nothing to measure
             if not exact and t.untyped_storage().nbytes() < nbytes:
                 nbytes = Layout.of(t).extent_bytes()
             _check_saved_input(t, version, nbytes)

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from aotspec.dynamo import aotspec_backend
+from aotspec.reference.lift import NOTHING_LIFTED, lift
 
 
 @pytest.fixture(autouse=True)
@@ -222,6 +223,16 @@ def test_a_graphs_tensor_attributes_are_read_at_every_call(backend):
     assert out.tolist() == [5.0, 7.0]
     (out * torch.tensor([1.0, 2.0])).sum().backward()
     assert graph_module.weight.grad.tolist() == [1.0, 2.0]
+
+
+def test_a_flat_graphs_runner_reaches_no_tensor_by_itself():
+    """A flat graph is called without a walk for lifted tensors (`call_held_first`): its
+    runner reaches none, and a walk of it gives the key such a call uses."""
+    graph_module = torch.fx.symbolic_trace(Scale())
+    compiled = aotspec_backend(graph_module, [], options={"backend": "fast"})
+    walked = lift(compiled.graph.run)
+    assert () == walked.tensors
+    assert NOTHING_LIFTED.key == walked.key
 
 
 def test_a_graph_that_calls_modules_lifts_their_tensors():

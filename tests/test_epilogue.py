@@ -52,3 +52,31 @@ def test_one_object_passed_twice_and_written_advances_its_version_once(backend):
         before = t._version
         fn(t, t)
         assert t._version == before + 1, fn
+
+
+def _update_in_place(a, b, c, s):
+    a.add_(s)
+    b.mul_(2)
+    c.copy_(s.sum())
+    return s * 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_written_inputs_take_their_values_and_one_version_each(backend):
+    """r[functionalize.epilogue.data], r[functionalize.epilogue.version]: inputs that lay out
+    all of their storage (`a`, and `c`, 0-d: a buffer's update) and one that does not (`b`, every
+    other element of a storage) take eager's values, the rest of `b`'s storage is left alone,
+    and each version advances once, as after eager's one in-place op on it."""
+    results = []
+    for fn in (_update_in_place, aotspec.compile(_update_in_place, backend=backend)):
+        storage = torch.arange(6.0)
+        a, b, c, s = torch.ones(3), storage[::2], torch.zeros(()), torch.tensor([1.0, 2.0, 3.0])
+        versions = [t._version for t in (a, b, c)]
+        for _ in range(2):  # the second call runs the plan the first compiled
+            fn(a, b, c, s)
+        advanced = [t._version - v for t, v in zip((a, b, c), versions, strict=True)]
+        results.append((a, storage, c, advanced))
+    eager, compiled = results
+    torch.testing.assert_close(compiled[:3], eager[:3], rtol=0, atol=0)
+    assert [2, 2, 2] == eager[3] == compiled[3]
+    assert [0.0, 1.0, 8.0, 3.0, 16.0, 5.0] == eager[1].tolist()

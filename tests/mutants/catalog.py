@@ -318,6 +318,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "with 0 on the GPU; numpy's where does the same in the interpreter): every element picks "
         "the same operand, so no observable can differ. Kept to show an equivalent mutant.",
     ),
+    Mutant(
+        "fast-runtime.outputs-on-saved-unchecked",
+        "fast/runtime.py",
+        "            if candidates:\n                pairs.append((k, candidates))\n",
+        "",
+        "Outputs taken never to lie on a saved value's storage (the check of each pair left out "
+        "as costly): the caller's write into one between the call and the backward goes unseen.",
+        ("tests/test_fast_runtime.py", CONFORMANCE, FAST),
+    ),
     # ------------------------------------------------------------ the runtime skeleton
     Mutant(
         "runtime.non-leaf-inputs-not-detached",
@@ -331,8 +340,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "runtime.stolen-grad-inputs-not-seen-by-autograd",
         "reference/runtime.py",
-        "                inputs[i] = tensors[i] = _stand_in(inputs[i])\n",
-        "                inputs[i] = tensors[i] = None\n",
+        "            inputs[i] = tensors[i] = _stand_in(inputs[i])\n",
+        "            inputs[i] = tensors[i] = None\n",
         "Every stolen input handed to the forward outside apply's arguments, with no stand-in "
         "for those that require grad: autograd no longer sees them as inputs.",
         ON_SHARED,
@@ -340,10 +349,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "runtime.stolen-grad-inputs-through-apply",
         "reference/runtime.py",
-        "                inputs[i] = tensors[i] = _stand_in(inputs[i])\n",
-        "                inputs[i] = tensors[i] = (\n"
-        "                    inputs[i] if inputs[i].requires_grad else None\n"
-        "                )\n",
+        "            inputs[i] = tensors[i] = _stand_in(inputs[i])\n",
+        "            inputs[i] = tensors[i] = (\n"
+        "                inputs[i] if inputs[i].requires_grad else None\n"
+        "            )\n",
         "A stolen input that requires grad passed to apply itself, whose arguments hold it until "
         "the forward returns: it outlives its last use.",
         (CALLING_PATTERNS, *ON_SHARED),
@@ -368,8 +377,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "runtime.call-under-caller-grad-mode",
         "reference/runtime.py",
-        "with torch.enable_grad():\n            for i in handed_over:\n",
-        "if True:\n            for i in handed_over:\n",
+        "with torch.enable_grad():\n        for i in handed_over:\n",
+        "if True:\n        for i in handed_over:\n",
         "The node applied under the caller's grad mode: under torch.no_grad() no output records "
         "what the program computed under enable_grad().",
         ON_SHARED,
@@ -413,7 +422,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "runtime.backward-records-history",
         "reference/runtime.py",
-        "        with torch.no_grad(), autocast_off():\n",
+        "        with torch.no_grad() if create_graph else NOTHING_TO_DO, autocast_off():\n",
         "        with autocast_off():\n",
         "The backward graph recorded under create_graph=True: a second derivative through it "
         "misses the saved values' terms.",
