@@ -197,7 +197,8 @@ class CompiledFunction:
         #: Which sizes of a call are symbols (`r[sizes.symbolic.dims]`): None for none, else
         #: what says which dims of the flat tensors and which numbers among the flat leaves.
         self.dynamic: DynamicSizes | None = None
-        #: Symbolic plans, by what their guard keeps besides sizes (`_symbolic_key`).
+        #: Symbolic plans, by what their guard keeps besides sizes (`_symbolic_key`), each with
+        #: the ids of its records that hold no symbol (`at_sizes`).
         self._symbolic: dict = {}
         #: The guard keys of symbolic plans at a call's sizes, the latest used last: at most
         #: `AT_SIZES_KEPT` are kept, as a new size costs milliseconds, not a trace.
@@ -392,17 +393,18 @@ class CompiledFunction:
             if i not in numbers and not isinstance(leaf, torch.Tensor)
         )
         plans = self._symbolic.setdefault((context[0], constants, *context[2:]), [])
-        for plan in plans:
+        for plan, constant in plans:
             binding = size_binding(plan, facts, leaves)
             if binding is not None:
-                return at_sizes(plan, binding)
+                return at_sizes(plan, binding, constant)
         dims = self.dynamic.dims(tensors, lifted)
         plan = trace_symbolically(fn, args, kwargs, tensors, dims, numbers, facts, stolen)
         if plan is None:
             return None
         self._traced += 1
-        plans.append(plan)
-        return at_sizes(plan, size_binding(plan, facts, leaves))
+        constant: set[int] = set()  # the plan's records found to hold no symbol (`at_sizes`)
+        plans.append((plan, constant))
+        return at_sizes(plan, size_binding(plan, facts, leaves), constant)
 
     def _stolen_lists(self, args, kwargs) -> list[list]:
         bound = inspect.signature(self.fn).bind(*args, **kwargs)

@@ -123,26 +123,37 @@ def _holds(plan: Plan, facts: tuple, binding: SizeBinding) -> bool:
     return all(bool(guard.xreplace(binding)) for guard in symbolic.guards)
 
 
-def at_sizes(plan: Plan, binding: SizeBinding) -> Plan:
+def at_sizes(plan: Plan, binding: SizeBinding, constant: set[int]) -> Plan:
     """r[sizes.symbolic.per-call]: `plan`'s records with every symbol at its number of
-    `binding`; the graphs are the plan's own."""
-    functional = _at(plan.functional, binding)
-    differentiated = _at(plan.differentiated, binding)
+    `binding`; the graphs are the plan's own. `constant`: the ids of `plan`'s records found to
+    hold no symbol, by this and earlier calls for `plan` (they read as they are at every size,
+    so a later call walks only the records that hold symbols)."""
+    functional = _at(plan.functional, binding, constant)
+    differentiated = _at(plan.differentiated, binding, constant)
     return attrs.evolve(plan, functional=functional, differentiated=differentiated, sizes=binding)
 
 
-def _at(value, binding: SizeBinding):
+def _at(value, binding: SizeBinding, constant: set[int]):
+    if id(value) in constant:
+        return value
+    new = _numbers_at(value, binding, constant)
+    if new is value:
+        constant.add(id(value))
+    return new
+
+
+def _numbers_at(value, binding: SizeBinding, constant: set[int]):
     if is_symbolic(value):
         return evaluated(value, binding)
     if isinstance(value, GraphProgram):
         return value  # graphs read their sizes from their inputs
     if isinstance(value, (tuple, list, frozenset)):
-        parts = [_at(part, binding) for part in value]
+        parts = [_at(part, binding, constant) for part in value]
         if all(new is old for new, old in zip(parts, value, strict=True)):
             return value
         return type(value)(parts)
     if isinstance(value, dict):
-        parts = {key: _at(part, binding) for key, part in value.items()}
+        parts = {key: _at(part, binding, constant) for key, part in value.items()}
         if all(parts[key] is part for key, part in value.items()):
             return value
         return parts
@@ -152,7 +163,7 @@ def _at(value, binding: SizeBinding):
             if not field.init:
                 continue
             old = getattr(value, field.name)
-            new = _at(old, binding)
+            new = _at(old, binding, constant)
             if new is not old:
                 changes[field.alias] = new
         return attrs.evolve(value, **changes) if changes else value
