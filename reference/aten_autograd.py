@@ -72,19 +72,22 @@ def _differentiable_dtype(leaf) -> bool:
 
 
 def differentiable_outputs(
-    overload, spec: pytree.TreeSpec, leaves: tuple, needed: tuple[bool, ...]
+    overload, spec: pytree.TreeSpec, leaves: tuple, needed: tuple[bool, ...], outputs: int
 ) -> tuple[bool, ...]:
-    """Per output leaf of the op, whether eager autograd gives it a gradient when the `needed`
-    floating-point tensor leaves require grad; asked of eager once per op, argument structure,
-    tensor dtypes and ranks, and constants (`_CARRIED`), at the first sizes asked."""
-    key = (overload, spec, tuple(map(_without_sizes, leaves)), needed)
+    """Per output leaf of the op (`outputs` of them), whether eager autograd gives it a gradient
+    when the `needed` floating-point tensor leaves require grad; asked of eager once per op,
+    argument structure, tensor dtypes and ranks, constants and number of outputs (`_CARRIED`),
+    at the first sizes asked. The number of outputs is in the key, as sizes decide it for some
+    ops (`split`'s, `unbind`'s)."""
+    key = (overload, spec, tuple(map(_without_sizes, leaves)), needed, outputs)
     if key not in _CARRIED:
         _CARRIED[key] = _asked_of_eager(overload, spec, at_example_sizes(leaves), needed)
     return _CARRIED[key]
 
 
-#: Which outputs carry a gradient, by op, argument structure, tensor dtypes and ranks, constants
-#: and the tensors that need one: not by sizes, which eager autograd's answer does not read
+#: Which outputs carry a gradient, by op, argument structure, tensor dtypes and ranks, constants,
+#: the tensors that need one and the number of outputs: not by sizes, which eager autograd's
+#: answer does not otherwise read
 #: (`r[autograd.requires-grad.op-outputs]`), so a symbolic trace asks no question its program's
 #: trace at one size asked (`r[sizes.symbolic.decisions]`).
 _CARRIED: dict[tuple, tuple[bool, ...]] = {}
@@ -134,11 +137,13 @@ def _hooks_silenced():
             torch._C._autograd._saved_tensors_hooks_disable(previous, False)
 
 
-def output_gradients(overload, bound, needed: tuple[bool, ...]) -> tuple[bool, ...] | None:
-    """For an aten op whose `needed` tensor leaves need a gradient, which output leaves eager
-    autograd gives one (`r[autograd.requires-grad.op-outputs]`: the table's ops too, so
-    native_layer_norm's mean and rstd get none); None for custom ops, whose floating-point
-    outputs all carry one."""
+def output_gradients(
+    overload, bound, needed: tuple[bool, ...], outputs: int
+) -> tuple[bool, ...] | None:
+    """For an aten op whose `needed` tensor leaves need a gradient, which of its `outputs`
+    output leaves eager autograd gives one (`r[autograd.requires-grad.op-outputs]`: the table's
+    ops too, so native_layer_norm's mean and rstd get none); None for custom ops, whose
+    floating-point outputs all carry one."""
     if not (isinstance(overload, torch._ops.OpOverload) and overload.namespace == "aten"):
         return None
     if not any(needed):
@@ -146,7 +151,7 @@ def output_gradients(overload, bound, needed: tuple[bool, ...]) -> tuple[bool, .
     spec, leaves = signature(bound)
     # r[sizes.symbolic.decisions]: which outputs carry a gradient depends on the op, the dtypes
     # and which arguments need one, not on sizes: asked at the traced example sizes
-    return differentiable_outputs(overload, spec, leaves, needed)
+    return differentiable_outputs(overload, spec, leaves, needed, outputs)
 
 
 def _eigenvector_phase_check(formula: str) -> Callable:

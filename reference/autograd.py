@@ -289,7 +289,8 @@ def _may_carry_gradient(node: torch.fx.Node, flows: set) -> bool:
     needed = tuple(leaf in flows for leaf in leaves)
     values = pytree.tree_map_only(torch.fx.Node, lambda leaf: leaf.meta["val"], bound)
     # r[autograd.requires-grad.op-outputs]
-    carried = output_gradients(source.target, values, needed)
+    outputs = len(pytree.tree_leaves(source.meta["val"]))
+    carried = output_gradients(source.target, values, needed, outputs)
     if carried is None:
         return True
     return any(carried) if index is None else carried[index]

@@ -219,3 +219,21 @@ def test_a_symbolic_plan_keeps_its_latest_sizes_and_serves_dropped_ones_again():
     assert 6 in sizes and 7 not in sizes and 3 in sizes
     assert compiled.compilations == 1
     assert len(compiled.plans) == kept
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_which_outputs_carry_a_gradient_is_asked_again_where_sizes_change_their_number(backend):
+    """r[autograd.requires-grad.op-outputs]: eager's answer is remembered without sizes, but
+    with the number of outputs, which sizes decide for `split`: two programs splitting 4 and 6
+    elements into pairs get 2 and 3 outputs that carry gradients, each with eager's gradient."""
+
+    def halves(x):
+        return [part * (k + 1) for k, part in enumerate(x.split(2))]
+
+    for n in (4, 6):
+        x = torch.arange(float(n), requires_grad=True)
+        compiled = aotspec.compile(halves, backend=backend)
+        torch.stack([part.sum() for part in compiled(x)]).sum().backward()
+        expected = torch.arange(float(n)).requires_grad_()
+        torch.stack([part.sum() for part in halves(expected)]).sum().backward()
+        torch.testing.assert_close(x.grad, expected.grad)
