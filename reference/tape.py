@@ -244,7 +244,8 @@ class Tape:
             self._note_views(result)
         else:
             self._note_bases(result)
-        carried = output_gradients(node.target, bound, tuple(v is not None for v in inputs))
+        needed = tuple(v is not None for v in inputs)
+        carried = output_gradients(node.target, bound, needed, len(pytree.tree_leaves(result)))
         if any(inputs) and node.target not in NONDIFFERENTIABLE and carried != ():
             rule = derivative_of(node.target)
             originals = self._original_self(node, rule, result, bound, inputs, carried)
