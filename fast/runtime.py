@@ -21,8 +21,8 @@ import torch
 import torch.fx
 from attrs import define, field
 
-from aotspec.reference.aten import HIDDEN_VIEWS
 from aotspec.reference.graph import output_node
+from aotspec.reference.optable import OpKind, lookup
 from aotspec.reference.plan_records import Plan
 from aotspec.reference.runtime import run_plan
 
@@ -123,7 +123,10 @@ class FastPlan:
         return "\n".join(parts)
 
 
-#: A storage that may be any other: a value whose aliasing its op's schema does not say.
+#: The op table's kinds whose results lie on storages of their own.
+_FRESH_OUTPUTS = frozenset([OpKind.COMPUTE, OpKind.ATEN, OpKind.COLLECTIVE, OpKind.SIZE])
+
+#: A storage that may be any other: a value whose aliasing the op table does not say.
 _ANY = "any"
 _ANYWHERE = frozenset([_ANY])
 
@@ -134,11 +137,11 @@ def _may_meet(a: frozenset, b: frozenset) -> bool:
 
 def _storage_roots(graph: torch.fx.Graph) -> dict[torch.fx.Node, frozenset]:
     """Per value of the graph, the storages it may lie on, each named by the value that made
-    it: an aten op's fresh result its own, one of several fresh results its own too, a view
-    (by its schema, or a view its schema does not declare, `HIDDEN_VIEWS`) or an in-place op's
-    result what its arguments lie on; the inputs may share theirs; anything else (a fused
-    kernel's, a Python function's) may lie on any. Two values on one storage at a call have a
-    name in common."""
+    it: a fresh result (of a compute, ATen-valued, collective or size op of the op table) its
+    own, one of several fresh results its own too, a view (a view op of the table, views its
+    schema does not declare included) or another op's result what its arguments lie on; the
+    inputs may share theirs; anything else (a fused kernel's, a Python function's) may lie on
+    any. Two values on one storage at a call have a name in common."""
     roots: dict[torch.fx.Node, frozenset] = {}
     for node in graph.nodes:
         target = node.target
@@ -151,8 +154,7 @@ def _storage_roots(graph: torch.fx.Graph) -> dict[torch.fx.Node, frozenset]:
             whole = roots[source]
             roots[node] = frozenset([(source, index)]) if whole == {source} else whole
         elif node.op == "call_function" and isinstance(target, torch._ops.OpOverload):
-            fresh = all(r.alias_info is None for r in target._schema.returns)
-            if fresh and target not in HIDDEN_VIEWS:
+            if lookup(target, where=node.name).kind in _FRESH_OUTPUTS:
                 roots[node] = frozenset([node])
             else:  # what any argument lies on (a view's base, or an in-place op's operand)
                 on = [roots.get(a, _ANYWHERE) for a in node.all_input_nodes]
