@@ -36,12 +36,13 @@ def _classify(x, w, targets):
     return torch.nn.functional.cross_entropy(logits, targets)
 
 
-def _eager_classify(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eager PyTorch's loss and weight gradient at n rows."""
+def _eager_at(n: int, program, args: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager PyTorch's output of `program` at n rows, and the weight's gradient of its sum (as
+    `Case.backward` takes it)."""
     world = _tokens_and_weight(n)
-    loss = _classify(world["x"], world["w"], world["targets"])
-    loss.backward()
-    return loss.detach(), world["w"].grad
+    out = program(*[world[name] for name in args])
+    out.sum().backward()
+    return out.detach(), world["w"].grad
 
 
 _ROWS = (5, 7, 9)
@@ -75,8 +76,8 @@ CASES.append(
                 AtSize(n, expectation)
                 for n in _ROWS
                 for expectation in (
-                    Values("out0", _eager_classify(n)[0]),
-                    Values("w.grad", _eager_classify(n)[1]),
+                    Values("out0", _eager_at(n, _classify, ["x", "w", "targets"])[0]),
+                    Values("w.grad", _eager_at(n, _classify, ["x", "w", "targets"])[1]),
                 )
             ],
         ],
@@ -228,14 +229,6 @@ def _scores_by_class(x, w):
     return (x @ w).t()
 
 
-def _eager_scores(n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Eager PyTorch's scores and the weight's gradient of their sum, at n rows."""
-    world = _tokens_and_weight(n)
-    scores = _scores_by_class(world["x"], world["w"])
-    scores.sum().backward()
-    return scores.detach(), world["w"].grad
-
-
 CASES.append(
     Case(
         name="sizes.a-tensor-output-and-its-gradient-with-one-plan",
@@ -255,9 +248,9 @@ CASES.append(
                 AtSize(n, expectation)
                 for n in _ROWS
                 for expectation in (
-                    Values("out0", _eager_scores(n)[0]),
+                    Values("out0", _eager_at(n, _scores_by_class, ["x", "w"])[0]),
                     Layout("out0", shape=(3, n), strides=(1, 3)),
-                    Values("w.grad", _eager_scores(n)[1]),
+                    Values("w.grad", _eager_at(n, _scores_by_class, ["x", "w"])[1]),
                 )
             ],
         ],
