@@ -479,7 +479,7 @@ class _Explainer:
                     f"{name}.set_({where}) as {_layout(step.layout)}",
                     "functionalize.epilogue.set",
                 )
-        for storage in sorted(functional.written):
+        for storage in sorted(functional.inputs_on_written):  # r[ops.aten-mutations.versions]
             on_it = [
                 self.name_of_input(i)
                 for i, meta in enumerate(self.inputs)

@@ -30,6 +30,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch._subclasses import fake_impls
 from torch._subclasses.fake_tensor import in_kernel_invocation_manager
+from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
 from aotspec.errors import UnsupportedError
 
@@ -48,6 +49,10 @@ from .optable import (
 from .storage import Layout, SparseCoo, Storage, Tensor
 
 aten = torch.ops.aten
+
+#: The meta key capture gives a `copy_` that advances no version
+#: (`r[ops.aten-mutations.versions]`).
+QUIET_WRITE = "advances_no_version"
 
 # ---------------------------------------------------------------- which ops
 
@@ -243,9 +248,12 @@ def _write_back(overload, functional, *args, **kwargs):
     fresh = iter(results[: len(results) - len(written)])
     news = results[len(results) - len(written) :]
     for (argument, target), new in zip(written, news, strict=True):
+        quiet = not _advances_version(schema, argument)
         for t, value in zip(pytree.tree_leaves(target), pytree.tree_leaves(new), strict=True):
             _check_out_shape(overload, argument, t, value)
             t.copy_(value)
+            if quiet:
+                mark_quiet_write()  # r[ops.aten-mutations.versions]
     by_alias = {frozenset(a.alias_info.before_set): value for a, value in written}
     returns = [
         next(fresh) if r.alias_info is None else by_alias[frozenset(r.alias_info.before_set)]
@@ -254,6 +262,29 @@ def _write_back(overload, functional, *args, **kwargs):
     if not returns:
         return None
     return returns[0] if len(returns) == 1 else tuple(returns)
+
+
+def _advances_version(schema, argument) -> bool:
+    """r[ops.aten-mutations.versions]: eager's op advances the version of an argument it returns,
+    and of the tensors of the lists a `_foreach_` op writes; its other writes advance none."""
+    returned = {frozenset(r.alias_info.before_set) for r in schema.returns if r.alias_info}
+    return (
+        frozenset(argument.alias_info.before_set) in returned
+        or schema.name.startswith("aten::_foreach_")
+    )
+
+
+def mark_quiet_write() -> None:
+    """Marks the `copy_` just traced as a write that advances no version
+    (`r[ops.aten-mutations.versions]`): functionalization and the eager interpreter read it."""
+    node = next(reversed(get_proxy_mode().tracer.graph.nodes))
+    assert node.target is aten.copy_.default, node
+    node.meta[QUIET_WRITE] = True
+
+
+def advances_version(node: torch.fx.Node) -> bool:
+    """Whether the captured write `node` advances its tensor's version, as eager's does."""
+    return not node.meta.get(QUIET_WRITE, False)
 
 
 def _check_out_shape(overload, argument, target: torch.Tensor, value: torch.Tensor) -> None:
@@ -371,13 +402,24 @@ def _resize_as_(self, the_template, memory_format=None):
 
 
 def _fused_moving_avg_obs_fq_helper(
-    x, observer_on, fake_quant_on, running_min, running_max, scale, zero_point, *rest
+    x,
+    observer_on,
+    fake_quant_on,
+    running_min,
+    running_max,
+    scale,
+    zero_point,
+    averaging_const,
+    quant_min,
+    quant_max,
+    ch_axis,
+    per_row_fake_quant=False,
+    symmetric_quant=False,
 ):
     """r[ops.aten-mutations.observer-state]: the observer's kernel first gives empty per-channel
     state one element per channel (running_min +inf, running_max -inf, scale and zero_point
     unspecified until written), which its schema and its functional variant's meta kernel do not
     say: so capture records those resizes, then the op as its functional variant and copy_."""
-    averaging_const, quant_min, quant_max, ch_axis, per_row_fake_quant, *_ = rest
     if running_min.numel() == 0:
         if not per_row_fake_quant:  # eager's kernel reads past the empty state
             raise UnsupportedError(
@@ -394,6 +436,7 @@ def _fused_moving_avg_obs_fq_helper(
     helper = aten._fused_moving_avg_obs_fq_helper.default
     functional = aten._fused_moving_avg_obs_fq_helper_functional.default
     state = (running_min, running_max, scale, zero_point)
+    rest = (averaging_const, quant_min, quant_max, ch_axis, per_row_fake_quant, symmetric_quant)
     return _write_back(helper, functional, x, observer_on, fake_quant_on, *state, *rest)
 
 

@@ -60,7 +60,7 @@ def apply_epilogue(
             storage = _storage_of(step.storage, caller_storages, flats)
             with torch.no_grad():
                 set_within(tensors[step.input_index], storage, step.layout)
-    for storage in program.written - with_history:
+    for storage in program.inputs_on_written.keys() - with_history:
         _advance_versions(program, tensors, storage)
 
 

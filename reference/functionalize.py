@@ -34,6 +34,7 @@ from torch.fx.experimental.proxy_tensor import (
 from aotspec.errors import InternalError, SpecViolation, UnsupportedError
 from aotspec.versions import make_fx_keeping_detach
 
+from .aten import advances_version
 from .capture import (
     CheckpointRegions,
     GradModes,
@@ -88,6 +89,8 @@ class _Storage:
     flat: torch.Tensor | None = None
     version: int = 0
     written: bool = False
+    #: A write advanced eager's version counter (`r[ops.aten-mutations.versions]`).
+    version_advanced: bool = False
     written_with_grad: bool = False
     resized: bool = False
     #: The last contents a write or resize gave it (kept when a resize to 0 drops `flat`).
@@ -285,10 +288,13 @@ def _write(
     *,
     private: bool = False,
     from_cell: bool = True,
+    advances_version: bool = True,
 ) -> None:
     """r[functionalize.writes]: a write through a layout is an as_strided_scatter into the
     contents. `private`: no tensor of the program reads `new` but this write. `from_cell`: `new`
-    was computed from the cell's value (an in-place op's result), not copied from elsewhere."""
+    was computed from the cell's value (an in-place op's result), not copied from elsewhere.
+    `advances_version`: eager's write advances the tensor's version; one that does not gives it
+    no history either (`r[ops.aten-mutations.versions]`)."""
     if replay.region is not None:  # r[checkpoint.functional]
         raise UnsupportedError(
             f"{name} writes a tensor in place inside a checkpointed region",
@@ -305,7 +311,7 @@ def _write(
     new = _as_stored(new, layout)
     storage = cell.storage
     # r[autograd.detach]: a write through a detached alias records no history.
-    with_grad = replay.grad_enabled and not cell.detached
+    with_grad = replay.grad_enabled and not cell.detached and advances_version
     if storage.unread_since_resize and _covers(layout, storage):
         # r[functionalize.writes.whole-after-resize]: the written values are the new contents;
         # the unspecified bytes of the resize are never read, so they are never held alongside.
@@ -335,6 +341,7 @@ def _write(
     storage.version += 1
     storage.writes[storage.version] = layout
     storage.written = True
+    storage.version_advanced |= advances_version
     # r[autograd.input-writes]; a write under torch.no_grad() gives the input no history
     # (r[autograd.no-grad-input-writes])
     storage.written_with_grad |= with_grad
@@ -799,7 +806,15 @@ class _Replay:
             # computed from dst; other values lack the history eager's copy_ gives dst through
             # its old value
             from_dst = isinstance(src, _Cell) and node.args[0] in node.args[1].all_input_nodes
-            _write(dst, read_all(src), node.name, self, private=private, from_cell=from_dst)
+            _write(
+                dst,
+                read_all(src),
+                node.name,
+                self,
+                private=private,
+                from_cell=from_dst,
+                advances_version=advances_version(node),  # r[ops.aten-mutations.versions]
+            )
             return dst
         if self.program.entries[node].name == "fsdp.copy_.default":  # r[aliasing.copy.fsdp]
             _write(args[0], read_all(args[1]), node.name, self, from_cell=False)
@@ -1093,15 +1108,26 @@ def functionalize(
         replayed.outputs,
         program,
         stand_ins.kept_in(graph_module.graph),
-        touched_storages=frozenset(s.caller for s in storages if s.written or s.resized),
-        written=frozenset(s.caller for s in storages if s.written),
-        written_with_grad=frozenset(s.caller for s in storages if s.written_with_grad),
+        **_caller_storages_changed(storages),
         read_through_storages=frozenset(state.read_through_storages),
         rebound_with_grad=frozenset(state.rebound_with_grad),
         custom_calls={node: call for node, call in replayed.custom_calls.items() if node in alive},
         output_values=replayed.output_values,
         relocated=frozenset(state.relocated),
     )
+
+
+def _caller_storages_changed(storages) -> dict[str, frozenset[int]]:
+    """The caller storages the program touched, wrote, wrote only through writes that advance no
+    version (`r[ops.aten-mutations.versions]`) and wrote with history, by first input."""
+    return {
+        "touched_storages": frozenset(s.caller for s in storages if s.written or s.resized),
+        "written": frozenset(s.caller for s in storages if s.written),
+        "written_quietly": frozenset(
+            s.caller for s in storages if s.written and not s.version_advanced
+        ),
+        "written_with_grad": frozenset(s.caller for s in storages if s.written_with_grad),
+    }
 
 
 def _gradient_carrier(

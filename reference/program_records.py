@@ -423,6 +423,9 @@ class FunctionalProgram:
     #: that records history (`r[functionalize.epilogue.version]`, `r[autograd.input-writes]`).
     written: frozenset[int] = frozenset()
     written_with_grad: frozenset[int] = frozenset()
+    #: Caller storages of `written` that the program wrote only through writes that advance no
+    #: version in eager: their versions stay (`r[ops.aten-mutations.versions]`).
+    written_quietly: frozenset[int] = frozenset()
     #: Caller storages (by first input) whose reads send their gradient to the input they read
     #: through: several input objects requiring grad read them, or one in another dtype than the
     #: storage's (`r[autograd.no-grad-input-writes.identity]`).
@@ -444,9 +447,10 @@ class FunctionalProgram:
 
     @cached_property
     def inputs_on_written(self) -> dict[int, tuple[int, ...]]:
-        """Per storage of `written`, the flat inputs on it: the caller's tensors whose versions a
-        call advances (`r[functionalize.epilogue.version]`)."""
-        on_storage: dict[int, list[int]] = {storage: [] for storage in self.written}
+        """Per storage of `written` but not `written_quietly`, the flat inputs on it: the
+        caller's tensors whose versions a call advances (`r[functionalize.epilogue.version]`)."""
+        advanced = self.written - self.written_quietly  # r[ops.aten-mutations.versions]
+        on_storage: dict[int, list[int]] = {storage: [] for storage in advanced}
         for i, meta in enumerate(self.inputs):
             if meta.storage in on_storage:
                 on_storage[meta.storage].append(i)

@@ -28,6 +28,7 @@ from attrs import define, field
 
 from aotspec.errors import InternalError, UnsupportedError
 
+from .aten import advances_version
 from .aten_autograd import output_gradients
 from .boundary import Boundary, bytes_of, grad_on_recording_nothing
 from .capture import grad_enabled
@@ -226,6 +227,9 @@ class Tape:
             if bumps_version(node, entry):
                 self._bump(bound[0].storage)
             return result
+        if node.target is aten.copy_.default and not advances_version(node):
+            # r[ops.aten-mutations.versions]: eager's kernel writes out of autograd's sight
+            return call_op(node, entry, env, ledger)
         if entry.kind is OpKind.INPLACE or node.target is aten.copy_.default:
             return self._mutation(node, entry, bound, env, ledger)
         if entry.kind is OpKind.EFFECT:
@@ -525,7 +529,10 @@ class Crossing:
 
 def bumps_version(node: torch.fx.Node, entry) -> bool:
     """In-place ops, copy_ and set_ advance a tensor's version; resize_storage_bytes_ does not
-    (r[resize.eager.version])."""
+    (r[resize.eager.version]), nor a write eager's op makes without advancing it
+    (r[ops.aten-mutations.versions])."""
     if node.target is torch.ops.inductor.resize_storage_bytes_.default:
         return False
-    return entry.kind in (OpKind.INPLACE, OpKind.EFFECT) or node.target is aten.copy_.default
+    if node.target is aten.copy_.default:
+        return advances_version(node)  # r[ops.aten-mutations.versions]
+    return entry.kind in (OpKind.INPLACE, OpKind.EFFECT)

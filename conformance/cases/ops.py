@@ -23,6 +23,7 @@ from ..case import (
     SparseValues,
     StorageBytes,
     Values,
+    Version,
     eager_only,
 )
 
@@ -486,6 +487,26 @@ def _batch_norm_in_eval(x, weight, bias, running_mean, running_var):
 
 
 _BATCH_NORM_IN_EVAL = _eager(_batch_norm_in_eval, _batch_norm_world(), _BATCH_NORM_NAMES)
+
+
+def _statistics_read_then_updated(x, weight, bias, running_mean, running_var):
+    before = weight * running_mean  # autograd saves running_mean for weight's gradient
+    normalized = _batch_norm(x, weight, bias, running_mean, running_var)
+    return normalized.sum(dim=(0, 2, 3)) + before
+
+
+_STATISTICS_READ = _eager(_statistics_read_then_updated, _batch_norm_world(), _BATCH_NORM_NAMES)
+
+
+def _rrelu_noise_world():
+    return {"x": torch.tensor([-1.0, 2.0, -3.0, 4.0]).requires_grad_(), "noise": torch.zeros(4)}
+
+
+def _rrelu_into_noise(x, noise):
+    return torch.ops.aten.rrelu_with_noise(x, noise, 0.25, 0.25, True)  # one slope: no draw
+
+
+_RRELU_NOISE = _eager(_rrelu_into_noise, _rrelu_noise_world(), ["x", "noise"])
 
 
 def _observe_per_channel(x, running_min, running_max, scale, zero_point):
@@ -1164,6 +1185,36 @@ CASES = [
         expect=[
             Values(name, _BATCH_NORM_IN_EVAL[name])
             for name in ["out0", "running_mean", "running_var", "x.grad", "weight.grad"]
+        ],
+    ),
+    Case(
+        name="ops.aten-batch-norm-statistics-keep-their-versions",
+        rules=["ops.aten-mutations.versions", "autograd.saved-inputs"],
+        setup=_batch_norm_world,
+        args=_BATCH_NORM_NAMES,
+        program=_statistics_read_then_updated,
+        backward=True,
+        # eager's batch norm updates the statistics without advancing their versions, so the
+        # backward passes its check and reads the updated running_mean for weight's gradient
+        expect=[
+            *[
+                Values(name, _STATISTICS_READ[name])
+                for name in ["out0", "running_mean", "running_var", "x.grad", "weight.grad"]
+            ],
+            Version("running_mean", _STATISTICS_READ["running_mean"]._version),
+            Version("running_var", _STATISTICS_READ["running_var"]._version),
+        ],
+    ),
+    Case(
+        name="ops.aten-rrelu-noise-keeps-its-version",
+        rules=["ops.aten-mutations.versions", "ops.aten-mutations.state"],
+        setup=_rrelu_noise_world,
+        args=["x", "noise"],
+        program=_rrelu_into_noise,
+        backward=True,
+        expect=[
+            *[Values(name, _RRELU_NOISE[name]) for name in ["out0", "noise", "x.grad"]],
+            Version("noise", _RRELU_NOISE["noise"]._version),
         ],
     ),
     Case(

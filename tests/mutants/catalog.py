@@ -452,6 +452,15 @@ MUTANTS: tuple[Mutant, ...] = (
         ON_SHARED,
     ),
     Mutant(
+        "epilogue.quiet-writes-advance-versions",
+        "reference/program_records.py",
+        "        advanced = self.written - self.written_quietly",
+        "        advanced = self.written",
+        "Batch norm's update of its running statistics advances their versions, which eager's "
+        "kernel leaves alone: a backward that saved them fails its version check.",
+        ("tests/test_write_versions.py",),
+    ),
+    Mutant(
         "epilogue.views-under-caller-grad-mode",
         "reference/epilogue.py",
         "            if output.made_with_grad == grad_enabled\n",
