@@ -8,7 +8,9 @@ compiled, and what a user sees must agree. This module does the same for aotspec
 1. the outputs: pytree structure, dtype, shape, strides, values (`torch.testing.assert_close`
    defaults; integers and booleans exactly; not the values of the `empty` family, which the
    spec leaves unspecified), `requires_grad`; or the error, of the same type;
-2. the inputs after the call (a sample may write into them): shape, strides, values;
+2. the inputs after the call (a sample may write into them): shape, strides, values, and
+   version counters (what autograd's check of saved tensors reads: batch norm's running
+   statistics keep theirs, `r[ops.aten-mutations.versions]`);
 3. the gradients: `torch.autograd.grad` of the outputs that require grad, with random
    cotangents drawn from a fixed seed, against every input that requires grad (their values:
    their strides are no contract, as `.grad` takes its leaf's layout); or the error;
@@ -219,6 +221,8 @@ class Observation:
     inputs_after: tuple
     grads: tuple | None  # None: no gradient asked for
     grad_error: BaseException | None
+    #: The inputs' version counters after the call (when it returned).
+    versions: tuple = ()
 
 
 def observe(
@@ -238,6 +242,7 @@ def observe(
     flat = [leaf for leaf in pytree.tree_leaves(outputs) if isinstance(leaf, torch.Tensor)]
     requires_grad = tuple(t.requires_grad for t in flat)
     inputs_after = _snapshot(tensors)
+    versions = tuple(t._version for t in tensors)
     grads, grad_error = None, None
     differentiable = [t for t in flat if t.requires_grad]
     wrt = [t for t in tensors if t.requires_grad]
@@ -256,7 +261,7 @@ def observe(
         except Exception as error:
             grad_error = error
     detached = pytree.tree_map_only(torch.Tensor, torch.Tensor.detach, outputs)
-    return Observation(detached, requires_grad, None, inputs_after, grads, grad_error)
+    return Observation(detached, requires_grad, None, inputs_after, grads, grad_error, versions)
 
 
 def _snapshot(tensors: list[torch.Tensor]) -> tuple:
@@ -327,6 +332,11 @@ def differences(
         "input after the call",
         exact=exact.inputs_after,
     )
+    if expected.versions != actual.versions:
+        found.append(
+            f"inputs' versions after the call: eager {expected.versions}, "
+            f"compiled {actual.versions}"
+        )
     if (expected.grad_error is None) != (actual.grad_error is None):
         found.append(
             f"backward: eager raised {_short(expected.grad_error)}, "

@@ -160,6 +160,13 @@ def test_harness_sees_wrong_values_requires_grad_writes_and_a_second_call():
 
         return call
 
+    def advancing_a_version(fn):
+        def call(*tensors):
+            torch.autograd.graph.increment_version(tensors[0])  # values untouched
+            return fn(*tensors)
+
+        return call
+
     def remembering_its_first_call(fn):
         first = []
 
@@ -177,6 +184,7 @@ def test_harness_sees_wrong_values_requires_grad_writes_and_a_second_call():
             ("values", off_by_a_little),
             ("requires_grad", without_history),
             ("input after the call", writing_into_its_input),
+            ("versions", advancing_a_version),
             ("second call", remembering_its_first_call),
         ]
     }
