@@ -35,6 +35,7 @@ from aotspec.api import compile
 from aotspec.program_file import training_roots
 from aotspec.reference.graph import GraphProgram, output_node, placeholders
 from aotspec.reference.ledger import Ledger
+from aotspec.reference.lift import lift
 from aotspec.reference.plan_records import Placement, Plan
 from aotspec.reference.program_records import (
     CallerStorage,
@@ -196,7 +197,8 @@ def explain(
         if before_backward is not None:
             before_backward(*args)
         torch.autograd.backward(roots)
-    names = input_names(fn, args)
+    # r[capture.lift]: the tensors the function reaches come first
+    names = [slots[0].short_name() for slots in lift(fn).reaches()] + input_names(fn, args)
     explanation = _Explainer(plan, names, Placement(placement)).explain(
         name or getattr(fn, "__qualname__", repr(fn)),
         run.ledger,
@@ -292,6 +294,13 @@ class _Explainer:
                 meta.storage_nbytes,
                 meta.requires_grad,
             )
+
+    @property
+    def differentiable_outputs(self) -> tuple[int, ...]:
+        """The forward's outputs that carry a gradient: a write-back of one is a copy_ autograd
+        records (`r[autograd.input-writes]`)."""
+        differentiated = self.plan.differentiated
+        return () if differentiated is None else differentiated.differentiable_outputs
 
     def name_of_input(self, i: int) -> str:
         return self.names[i] if i < len(self.names) else f"input {i}"
@@ -459,6 +468,7 @@ class _Explainer:
                 how = (
                     " by a copy_ autograd records"
                     if step.input_index in functional.written_with_grad
+                    and step.output_index in self.differentiable_outputs
                     else ""
                 )
                 yield EpilogueStep(

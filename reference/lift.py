@@ -1,11 +1,12 @@
 """Lifting: tensors a function reads without taking them as arguments become inputs.
 
-`r[capture.lift]`: a compiled function's inputs are its flat tensor arguments, then the tensors
-it reaches from its code: through a closure cell, through a global name its code uses, or as a
-parameter, buffer or tensor attribute of a module reached that way (or of the module compiled,
-or of a bound method's module). Functions reached the same way are followed, so a helper that
-reads a global module lifts that module's tensors too. Each call looks them up again, so the
-tensors a call uses are the ones in place at that call, and a tensor reached twice is one input.
+`r[capture.lift]`: a compiled function's inputs are the tensors it reaches from its code, then
+its flat tensor arguments. It reaches them through a closure cell, through a global name its
+code uses, or as a parameter, buffer or tensor attribute of a module reached that way (or of
+the module compiled, or of a bound method's module). Functions reached the same way are
+followed, so a helper that reads a global module lifts that module's tensors too. Each call
+looks them up again, so the tensors a call uses are the ones in place at that call, and a tensor
+reached twice is one input.
 """
 
 from __future__ import annotations
@@ -50,6 +51,12 @@ class Reach:
             self.owner._buffers[self.name] = value
         else:
             self.owner.__dict__[self.name] = value
+
+    def short_name(self) -> str:
+        """The name the function's code reads it by: `w`, or `BatchNorm1d.running_mean`."""
+        if self.kind in ("cell", "global"):
+            return self.name
+        return f"{type(self.owner).__name__}.{self.name}"
 
     def describe(self) -> str:
         if self.kind == "cell":

@@ -169,6 +169,31 @@ def test_epilogue_resize_write_back_and_rebinding_and_outputs_aliasing_inputs():
     ]
 
 
+def test_lifted_tensors_are_named_and_batch_norm_statistics_keep_their_versions():
+    """r[capture.lift]: the tensors a closure reaches come first, named as its code reads them;
+    r[ops.aten-mutations.versions]: batch norm's update is written back without a version, the
+    program's own in-place op on running_var advances it, and neither write carries history."""
+    norm = torch.nn.BatchNorm1d(3)
+    scale = torch.ones(3, requires_grad=True)
+
+    def forward(x):
+        norm.running_var.add_(0.0)
+        return (scale * norm.running_mean).sum() + norm(x).sum()
+
+    explanation = aotspec.explain(forward, torch.randn(4, 3), show=False)
+    lifted = ["BatchNorm1d.weight", "BatchNorm1d.bias", "BatchNorm1d.running_mean"]
+    assert lifted == [explanation.inputs[k].name for k in range(3)]
+    assert ["scale", "x"] == [i.name for i in explanation.inputs[-2:]]
+    epilogue = {(e.action, e.input): e.detail for e in explanation.epilogue}
+    writes = [i for action, i in epilogue if action == "write-back"]
+    assert ["running_mean", "running_var", "num_batches_tracked"] == [
+        name.removeprefix("BatchNorm1d.") for name in writes
+    ]
+    assert not any("autograd records" in epilogue[("write-back", i)] for i in writes)
+    versions = [i for action, i in epilogue if action == "version"]
+    assert ["BatchNorm1d.running_var", "BatchNorm1d.num_batches_tracked"] == versions
+
+
 PROGRAM = f"{__file__}:two_layers"
 
 
