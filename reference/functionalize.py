@@ -942,25 +942,30 @@ class _Replay:
     def epilogue(self) -> list[WriteBack | Resize | Relayout | Rebind]:
         """What the runtime does to the caller's tensors after the graph, in order."""
         epilogue: list[WriteBack | Resize | Relayout | Rebind] = []
-        for storage in self.caller_storages:
-            if storage.nbytes != storage.entry_nbytes:
-                # r[resize.compiled.epilogue]: resized up or down overall: the caller's storage
-                # follows.
-                epilogue.append(Resize(storage.caller, storage.nbytes))
         objects = list({id(cell): cell for cell in self.placeholder_cells}.values())
+        # r[sizes.symbolic.decisions]: comparing sizes decides the records (a guard where they
+        # are symbols); the tracer records no graph node for it
+        with disable_proxy_modes_tracing():
+            resized = [s for s in self.caller_storages if s.nbytes != s.entry_nbytes]
+            written = [s for s in self.caller_storages if s.nbytes > 0 and s.written]
+            moved = [cell for cell in objects if cell.rebound and self._moved(cell)]
+        for storage in resized:
+            # r[resize.compiled.epilogue]: resized up or down overall: the caller's storage
+            # follows.
+            epilogue.append(Resize(storage.caller, storage.nbytes))
         for cell in objects:
             if not cell.rebound:  # r[functionalize.epilogue.metadata]: before the writes
                 epilogue += cell.relayouts
-        for storage in self.caller_storages:
-            if storage.nbytes > 0 and storage.written:
-                epilogue.append(WriteBack(storage.caller, self.graph_storage(storage)))
-        for cell in objects:
-            i = cell.input_index
-            entry = self.inputs[i]
-            moved = cell.storage.caller != entry.storage or cell.layout != entry.layout
-            if cell.rebound and moved:
-                epilogue.append(Rebind(i, self.where(cell.storage), cell.layout))
+        for storage in written:
+            epilogue.append(WriteBack(storage.caller, self.graph_storage(storage)))
+        for cell in moved:
+            epilogue.append(Rebind(cell.input_index, self.where(cell.storage), cell.layout))
         return epilogue
+
+    def _moved(self, cell: _Cell) -> bool:
+        """Whether an argument object ends on another storage or layout than it came with."""
+        entry = self.inputs[cell.input_index]
+        return cell.storage.caller != entry.storage or cell.layout != entry.layout
 
     def output_records(self, output_cells: list[_Cell]) -> list[OutputIsInput | OutputView]:
         """How the runtime makes each of the program's outputs from the graph's."""

@@ -117,6 +117,28 @@ def test_a_relation_tracing_decided_makes_another_plan_where_it_fails():
         assert compiled.compilations == plans, f"at size {n}"
 
 
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_a_cube_whose_sides_are_one_symbol_gets_one_plan(backend):
+    """r[sizes.symbolic.decisions]: the sides of an n x n x n input are one symbol (duck
+    sizing), so its storage's bytes are a cubic expression of it; functionalization compares
+    them with the bytes at entry to decide the epilogue, a decision and not a graph node. The
+    tracer recorded the comparison, failed on the untracked expression, and every size got a
+    plan of its own."""
+
+    def scaled(x, w):
+        return (x.exp() * w).sum()
+
+    compiled = aotspec.compile(scaled, backend=backend, dynamic=True)
+    for n in (2, 3, 4):
+        x = torch.linspace(-1.0, 1.0, n**3).reshape(n, n, n)
+        w = torch.linspace(0.5, 1.5, n, requires_grad=True)
+        loss = compiled(x, w)
+        loss.backward()
+        torch.testing.assert_close(loss, (x.exp() * w).sum())
+        torch.testing.assert_close(w.grad, x.exp().sum(dim=(0, 1)))
+    assert compiled.compilations == 1
+
+
 def test_an_activation_and_a_slice_of_a_larger_storage_as_inputs():
     """Inputs a symbolic plan is traced on keep their facts: a non-leaf that requires grad, and
     a view of part of a storage (whose bytes are then no expression of its sizes, so each size
