@@ -130,6 +130,25 @@ MUTANTS: tuple[Mutant, ...] = (
         "Non-finite constants handled as infinities only: nan renders as -inf.",
         ON_FAST,
     ),
+    Mutant(
+        "codegen.bindings-under-torch-function",
+        "fast/codegen.py",
+        "        if _has_torch_function(arguments):\n",
+        "        if False:\n",
+        "Torch's bindings of the ops called under a __torch_function__ mode: the mode sees "
+        "torch functions where it saw aten overloads (and torch.device's would move factories).",
+        (CODEGEN, FAST, FUSION, COMPILE),
+    ),
+    Mutant(
+        "entries.overloads-only",
+        "fast/entries.py",
+        "seen = (func, _compared(args, self.stand_ins), _compared(kwargs, self.stand_ins))",
+        "seen = (func,)",
+        "A trial that compares only which overloads a binding reaches: torch._C._nn.mse_loss "
+        "without a reduction reaches mse_loss too, with reduction 'none' where the overload's "
+        "default is 'mean'.",
+        (CODEGEN, FAST, FUSION, COMPILE),
+    ),
     # ------------------------------------------------------------ the fast runtime
     Mutant(
         "fast-runtime.fusion-never-requested",
