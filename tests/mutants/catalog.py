@@ -522,6 +522,19 @@ MUTANTS: tuple[Mutant, ...] = (
         ON_GUARDS,
     ),
     Mutant(
+        "lift.empty-slot-dicts-unwatched",
+        "reference/lift.py",
+        "        if any(self._empty):\n",
+        "        if False:\n",
+        "Only the versions of the dicts that held something are compared: a buffer registered "
+        "on a module that had none changes no version, and the walk misses it.",
+        (
+            f"{CALLING_PATTERNS}::"
+            "test_a_buffer_registered_on_a_module_that_had_none_is_read_at_the_next_call",
+            *ON_GUARDS,
+        ),
+    ),
+    Mutant(
         "guard.hooks",
         "aotspec/api.py",
         "            None if hooks is None else hooks.key,\n            static,\n",
