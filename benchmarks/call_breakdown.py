@@ -113,6 +113,10 @@ def _bench(name: str, model: torch.nn.Module, x: torch.Tensor, rounds: int) -> N
     def step(x):
         return model(x).pow(2).mean()
 
+    # Every step shares this function's code, on which Dynamo keeps its compiles: a step compiled
+    # after another would find the first's entry, recompile, and mark its sizes dynamic
+    # (`automatic_dynamic_shapes`), which a user compiling one step never sees.
+    torch._dynamo.reset()
     contenders = {
         "eager": step,
         "aot_eager": torch.compile(step, backend="aot_eager"),

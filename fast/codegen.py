@@ -13,6 +13,12 @@ The function takes one list and clears it on entry (`r[boxed.args-cleared]`), so
 longer holds the inputs; each value is deleted right after the node that reads it last, so a
 tensor dies there unless the caller or a graph output still holds it. The code is a plain
 function: no module call and no wrapper holding arguments or results.
+
+`aten.mm.default` reads as in PyTorch, but is bound to the quickest entry that calls that very
+overload with the same arguments (`fast/entries.py`: the overload's own C entry, or torch's
+binding `torch.mm` where a trial shows it equal). A torch function honours `__torch_function__`
+where the overload's entry would not, so a call whose arguments, or whose mode, have a torch
+function to honour runs the same code bound to the overloads' own entries (`GeneratedCode`).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import math
 import operator
+import types
 from collections.abc import Callable
 from types import SimpleNamespace
 
@@ -28,7 +35,7 @@ import sympy
 import torch
 import torch.fx
 from attrs import frozen
-from torch._C import _len_torch_dispatch_stack
+from torch._C import _has_torch_function, _len_torch_dispatch_stack
 from torch._ops import _len_torch_dispatch_stack_pre_dispatch
 from torch.utils._python_dispatch import _disable_current_modes
 from torch.utils._sympy.printers import PythonPrinter
@@ -38,6 +45,8 @@ from aotspec.reference.collectives import COLLECTIVES, on_group
 from aotspec.reference.lifetimes import last_uses
 from aotspec.reference.optable import CLONES_STORAGE, OpKind, lookup
 from aotspec.reference.symbols import SizeBinding, is_symbolic, settled
+
+from .entries import quickest_entry
 
 
 def _modes_off() -> contextlib.AbstractContextManager:
@@ -96,24 +105,33 @@ _BUILTIN_NAMES = {
 
 @frozen
 class GeneratedCode:
-    """A graph's generated function, its source, and the graph it came from. The code of a
-    symbolic plan's graph is a function of the sizes its layout lines read (`symbols`, in the
-    order `sized` takes their numbers); `at` makes its function for a call's sizes."""
+    """A graph's generated function, its source, and the graph it came from. The function calls
+    the quickest entries of its ops; `exact`, the same code, their own entries, for a call with a
+    torch function to honour. The code of a symbolic plan's graph is a function of the sizes its
+    layout lines read (`symbols`, in the order `sized` and `exact_sized` take their numbers);
+    `at` makes its functions for a call's sizes."""
 
     graph: torch.fx.Graph
     code: str
     function: Callable[[list], list] | None
+    exact: Callable[[list], list] | None
     symbols: tuple[sympy.Symbol, ...] = ()
     sized: Callable[..., Callable[[list], list]] | None = None
+    exact_sized: Callable[..., Callable[[list], list]] | None = None
 
     def __call__(self, arguments: list) -> list:
+        # A `__torch_function__` mode, or an argument of a subclass that has its own: the
+        # overloads' own entries, which it sees as it did before any binding was chosen
+        if _has_torch_function(arguments):
+            return self.exact(arguments)
         return self.function(arguments)
 
     def at(self, binding: SizeBinding) -> GeneratedCode:
         """r[sizes.symbolic.per-call]: this code at a call's sizes; no code is generated again."""
         if self.sized is None:
             return self
-        return attrs.evolve(self, function=self.sized(*(binding[s] for s in self.symbols)))
+        numbers = [binding[s] for s in self.symbols]
+        return attrs.evolve(self, function=self.sized(*numbers), exact=self.exact_sized(*numbers))
 
 
 def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> GeneratedCode:
@@ -123,7 +141,8 @@ def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> Gener
     for a call's sizes (`GeneratedCode.at`)."""
     graph = graph_module.graph
     _check_names(graph)
-    names = dict(_BUILTIN_NAMES, aten=SimpleNamespace())
+    names = dict(_BUILTIN_NAMES)
+    ops = _Ops()
     names.update({node.name: None for node in graph.nodes})  # taken: globals never get these names
     sizes = _SizeNames(names)
     lines = [f"def {name}(arguments):"]
@@ -142,7 +161,7 @@ def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> Gener
             names[constant] = getattr(graph_module, node.target)
             lines.append(f"    {node.name} = {constant}")
         elif node.op == "call_function":
-            lines.append(f"    {node.name} = {_call(node, names)}")
+            lines.append(f"    {node.name} = {_call(node, names, ops)}")
             lines += _meta_layout(node, sizes.spelled)  # r[ops.fresh-output.meta-layout]
         elif node.op == "output":
             results = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
@@ -158,11 +177,14 @@ def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> Gener
         lines = [f"def sized({parameters}):", *(f"    {line}" for line in lines)]
         lines.append(f"    return {name}")
     code = "\n".join(lines) + "\n"
-    namespace = dict(names)
+    namespace = dict(names, aten=ops.quickest())
     exec(compile(code, f"<aotspec.fast {name}>", "exec"), namespace)  # noqa: S102 (our own source)
+    defined = namespace["sized" if sizes.symbols else name]
+    exact_names = dict(namespace, aten=ops.exact())
+    exact = types.FunctionType(defined.__code__, exact_names, defined.__name__)
     if sizes.symbols:
-        return GeneratedCode(graph, code, None, tuple(sizes.symbols), namespace["sized"])
-    return GeneratedCode(graph, code, namespace[name])
+        return GeneratedCode(graph, code, None, None, tuple(sizes.symbols), defined, exact)
+    return GeneratedCode(graph, code, defined, exact)
 
 
 class _SizeNames(PythonPrinter):
@@ -235,22 +257,52 @@ def _meta_layout(node: torch.fx.Node, spelled: Callable[[object], str]) -> list[
     return []
 
 
-def _call(node: torch.fx.Node, names: dict) -> str:
+def _call(node: torch.fx.Node, names: dict, ops: _Ops) -> str:
     if node.target is operator.getitem:
         source, index = node.args
         return f"{source.name}[{index}]"
     arguments = [_render(a, names) for a in node.args]
     arguments += [f"{key}={_render(value, names)}" for key, value in node.kwargs.items()]
-    return f"{_function_name(node.target, names)}({', '.join(arguments)})"
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload) and target.namespace == "aten":
+        function = ops.called_by(node)
+    else:
+        function = _function_name(target, names)
+    return f"{function}({', '.join(arguments)})"
+
+
+class _Ops:
+    """The aten overloads a function calls, each bound, as `aten.mm.default`, to its own C entry
+    (`_op`, all that OpOverload.__call__ calls: one Python frame less per op), or to the
+    quickest entry that calls it as that entry does at every call site (`fast/entries.py`)."""
+
+    def __init__(self) -> None:
+        self._quickest: dict[torch._ops.OpOverload, Callable] = {}
+
+    def called_by(self, node: torch.fx.Node) -> str:
+        """The name `node`'s overload is called by."""
+        overload = node.target
+        quickest = quickest_entry(node)
+        if self._quickest.setdefault(overload, quickest) is not quickest:
+            self._quickest[overload] = overload._op  # call sites that need different ones
+        return f"aten.{overload._opname}.{overload._overloadname}"
+
+    def quickest(self) -> SimpleNamespace:
+        return self._namespace(self._quickest)
+
+    def exact(self) -> SimpleNamespace:
+        return self._namespace({overload: overload._op for overload in self._quickest})
+
+    @staticmethod
+    def _namespace(entries: dict) -> SimpleNamespace:
+        aten = SimpleNamespace()
+        for overload, entry in entries.items():
+            packet = aten.__dict__.setdefault(overload._opname, SimpleNamespace())
+            setattr(packet, overload._overloadname, entry)
+        return aten
 
 
 def _function_name(target, names: dict) -> str:
-    if isinstance(target, torch._ops.OpOverload) and target.namespace == "aten":
-        # `aten.mm.default` reads as in PyTorch but is the op's C++ entry point, which is all
-        # OpOverload.__call__ calls: one Python frame less per op.
-        packet = names["aten"].__dict__.setdefault(target._opname, SimpleNamespace())
-        setattr(packet, target._overloadname, target._op)
-        return f"aten.{target._opname}.{target._overloadname}"
     name = _fresh_name(
         getattr(target, "__name__", None) or getattr(target, "name", None) or "function", names
     )

@@ -20,6 +20,7 @@ from itertools import chain
 
 import torch
 from attrs import Factory, define, frozen
+from torch._C._dynamo.guards import dict_version
 
 #: Modules whose functions are library code, not the user's: they are not followed.
 _LIBRARY_PREFIXES = ("torch", "numpy", "builtins", "functools", "typing")
@@ -162,7 +163,13 @@ class _Walk:
     attributes, and parameters, buffers and submodules with their names; `readers[k]` of the
     functions followed), as the objects' ids in order. What the walk found is held by weak
     reference where it can be; when one of those dies (its id may go to another object), the
-    walk is stale and lets go of the rest. Reading is C-level iteration: it runs at each call."""
+    walk is stale and lets go of the rest. Reading is C-level iteration: it runs at each call.
+
+    What the modules hold is read only where one of their dicts may have changed: a dict's
+    version (PEP 509, as Dynamo's guards read it) changes whenever a key is set to another
+    value, added or deleted, so where the modules' attribute dicts and their slot dicts that
+    held anything keep their versions, and those that held nothing are still empty, the
+    modules hold what they held (their classes and the functions' reads are read anyway)."""
 
     def __init__(self, reaches: tuple, modules: tuple, reads: _Reads) -> None:
         self._stale = False
@@ -179,8 +186,11 @@ class _Walk:
         self._slot_dicts = [*chain.from_iterable(map(read, modules) for read in _SLOT_DICTS)]
         self._slot_lengths = list(map(len, self._slot_dicts))
         self._filled = [slots for slots in self._slot_dicts if slots]
+        self._empty = [slots for slots in self._slot_dicts if not slots]
         values = list(self._read(list(modules), reads.functions))
         self._ids = list(map(id, values))
+        self._versions = self._versions_of(list(modules))
+        self._unversioned_ids = list(map(id, self._unversioned(list(modules), reads.functions)))
         #: What the walk read that takes no weak reference (cells, dicts, numbers...).
         self._kept: list = []
         #: What takes one, watched (a tensor is read from its slot anew at each call).
@@ -194,10 +204,13 @@ class _Walk:
         )
         self._modules = [self._hold(module) for module in modules]
         self._first_slots = [slots[0] for slots in self._reaches]
-        self._slots_key = tuple(
+        slots_key = tuple(
             tuple((reach.kind, id(reach.owner), reach.name) for reach in slots)
             for slots in reaches
         )
+        #: What the guard keeps (`Lifted.key`): it holds while `changed()` says no, as the
+        #: modules' `training` flags are among their attributes read.
+        self._key = (slots_key, tuple(map(_TRAINING, modules)))
 
     def _read(self, modules: list, functions) -> Iterator:
         if not modules:  # a function reaching no module (a Dynamo graph's): its reads alone
@@ -207,6 +220,21 @@ class _Walk:
             chain.from_iterable(map(operator.call, self._attributes, map(vars, modules))),
             chain.from_iterable(map(dict.keys, self._filled)),
             chain.from_iterable(map(dict.values, self._filled)),
+            chain.from_iterable(map(operator.call, self._readers, functions)),
+        )
+
+    def _versions_of(self, modules: list) -> list[int] | None:
+        """The versions of the modules' attribute dicts and of their slot dicts that held
+        anything; None where one that held nothing holds something now."""
+        if any(self._empty):
+            return None
+        return [*map(dict_version, map(vars, modules)), *map(dict_version, self._filled)]
+
+    def _unversioned(self, modules: list, functions) -> Iterator:
+        """What the walk reads that no dict version watches: the modules' classes, and what the
+        functions read (their code, closure cells and globals)."""
+        return chain(
+            map(type, modules),
             chain.from_iterable(map(operator.call, self._readers, functions)),
         )
 
@@ -222,28 +250,33 @@ class _Walk:
         self._stale = True
         self._kept, self._watched, self._functions, self._modules = [], [], [], []
         self._reaches, self._first_slots, self._attributes = (), [], []
-        self._slot_dicts, self._filled = [], []
+        self._slot_dicts, self._filled, self._empty = [], [], []
 
     def changed(self) -> bool:
         if self._stale:
             return True
         modules = list(map(operator.call, self._modules))
+        functions = list(map(operator.call, self._functions))
+        versions = self._versions_of(modules)
+        if versions == self._versions:  # the modules hold what they held
+            return list(map(id, self._unversioned(modules, functions))) != self._unversioned_ids
         if list(map(len, map(vars, modules))) != self._lengths:  # an attribute added
             return True
         if list(map(len, self._slot_dicts)) != self._slot_lengths:
             return True
         try:
-            read = self._read(modules, map(operator.call, self._functions))
-            return list(map(id, read)) != self._ids
+            if list(map(id, self._read(modules, functions))) != self._ids:
+                return True
         except KeyError:  # an attribute deleted
             return True
+        self._versions = versions  # set again to what it held
+        return False
 
     def lifted(self) -> Lifted:
         tensors = tuple(
-            _slot_value(kind, owner(), name) for kind, owner, name in self._first_slots
+            [_slot_value(kind, owner(), name) for kind, owner, name in self._first_slots]
         )
-        modules = map(operator.call, self._modules)
-        return Lifted(tensors, (self._slots_key, tuple(map(_TRAINING, modules))), self.reaches)
+        return Lifted(tensors, self._key, self.reaches)
 
     def reaches(self) -> tuple[tuple[Reach, ...], ...]:
         return tuple(

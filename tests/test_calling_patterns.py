@@ -368,3 +368,23 @@ def test_a_module_swapped_out_between_calls_dies_when_the_caller_drops_it():
     gc.collect()
     assert old_layer() is None and old_weight() is None
     torch.testing.assert_close(compiled(x), model(x).sum())
+
+
+def test_a_buffer_registered_on_a_module_that_had_none_is_read_at_the_next_call():
+    """r[capture.lift]: registering a buffer sets none of the module's attributes, only a key of
+    its `_buffers`, empty until then: the next call lifts the buffer and reads it, as eager
+    does (a check of the versions of the dicts that held something would miss it)."""
+    layer = torch.nn.Linear(3, 3)
+
+    def step(x):
+        y = layer(x)
+        if "extra" in layer._buffers:
+            y = y + layer.extra
+        return y
+
+    compiled = aotspec.compile(step, backend="fast")
+    x = torch.randn(2, 3)
+    for _ in range(2):  # the trace puts stand-ins in the slots: the second call's walk is kept
+        torch.testing.assert_close(compiled(x), step(x))
+    layer.register_buffer("extra", torch.full((3,), 5.0))
+    torch.testing.assert_close(compiled(x), step(x))

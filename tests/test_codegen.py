@@ -84,3 +84,70 @@ def test_multi_output_ops_are_read_by_subscript():
     x = torch.randn(4, 3)
     for got, want in zip(code([x]), module(x), strict=True):
         torch.testing.assert_close(got, want)
+
+
+def _dispatched(function, arguments: list) -> list[tuple]:
+    """The ops `function(arguments)` dispatches, each with its arguments (tensors by dtype,
+    sizes and strides)."""
+
+    def seen(value):
+        if isinstance(value, torch.Tensor):
+            return ("tensor", value.dtype, tuple(value.shape), value.stride())
+        if isinstance(value, (list, tuple)):
+            return tuple(map(seen, value))
+        if isinstance(value, dict):
+            return tuple((name, seen(item)) for name, item in value.items())
+        return (type(value), repr(value))
+
+    dispatched = []
+
+    class Recording(torch.utils._python_dispatch.TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            dispatched.append((func, seen(args), seen(kwargs or {})))
+            return func(*args, **(kwargs or {}))
+
+    with Recording():
+        function(arguments)
+    return dispatched
+
+
+def _program(x, w):
+    y = torch.empty_like(x, dtype=torch.float64).fill_(2) * x.t().mm(w).relu().sum(0, True)
+    scalars = torch.ops.aten.mul.Scalar(x, 2).sum() + torch.ops.aten.mse_loss.default(x, w)
+    return torch.full((9,), 0.5) + (y / 3).view(-1).mul(2.0) + scalars
+
+
+def test_bound_entries_dispatch_what_the_overloads_own_entries_dispatch():
+    """Where a call site calls a torch binding (`Tensor.mm`) in place of the overload's own
+    entry, the binding reaches the same overloads with the same arguments: a binding that fills
+    in an argument otherwise (`torch._C._nn.mse_loss` without a reduction would pass `none`, the
+    overload's default is `mean`) or picks another overload (`Tensor.mul` with a number is
+    `mul.Tensor`, not `mul.Scalar`) is not used."""
+    x, w = torch.randn(3, 3), torch.randn(3, 3)
+    code = generate(_traced(_program, x, w))
+    bound = code.function.__globals__["aten"]
+    assert bound.mm.default is not torch.ops.aten.mm.default._op, "no binding used"
+    assert bound.mul.Scalar is torch.ops.aten.mul.Scalar._op
+    assert bound.mse_loss.default is torch.ops.aten.mse_loss.default._op
+    assert _dispatched(code.function, [x, w]) == _dispatched(code.exact, [x, w])
+    torch.testing.assert_close(code([x, w])[0], _program(x, w))
+
+
+def test_a_torch_function_mode_sees_the_overloads_as_before():
+    """A binding is a torch function (`torch.device("meta")` would move `torch.empty`): a call
+    under a `__torch_function__` mode runs the overloads' own entries, which it sees as aten
+    overloads, as it saw them before any binding was chosen."""
+    x, w = torch.randn(3, 3), torch.randn(3, 3)
+    module = _traced(_program, x, w)
+    code = generate(module)
+    seen = []
+
+    class Watching(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    with Watching():
+        code([x, w])
+    overloads = [n.target for n in module.graph.nodes if n.op == "call_function"]
+    assert overloads == [func for func in seen if isinstance(func, torch._ops.OpOverload)]

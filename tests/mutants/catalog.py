@@ -130,6 +130,25 @@ MUTANTS: tuple[Mutant, ...] = (
         "Non-finite constants handled as infinities only: nan renders as -inf.",
         ON_FAST,
     ),
+    Mutant(
+        "codegen.bindings-under-torch-function",
+        "fast/codegen.py",
+        "        if _has_torch_function(arguments):\n",
+        "        if False:\n",
+        "Torch's bindings of the ops called under a __torch_function__ mode: the mode sees "
+        "torch functions where it saw aten overloads (and torch.device's would move factories).",
+        (CODEGEN, FAST, FUSION, COMPILE),
+    ),
+    Mutant(
+        "entries.overloads-only",
+        "fast/entries.py",
+        "seen = (func, _compared(args, self.stand_ins), _compared(kwargs, self.stand_ins))",
+        "seen = (func,)",
+        "A trial that compares only which overloads a binding reaches: torch._C._nn.mse_loss "
+        "without a reduction reaches mse_loss too, with reduction 'none' where the overload's "
+        "default is 'mean'.",
+        (CODEGEN, FAST, FUSION, COMPILE),
+    ),
     # ------------------------------------------------------------ the fast runtime
     Mutant(
         "fast-runtime.fusion-never-requested",
@@ -510,6 +529,19 @@ MUTANTS: tuple[Mutant, ...] = (
         "Training mode left out of the key: model.eval() reuses the training plan's dropout and "
         "batch norm.",
         ON_GUARDS,
+    ),
+    Mutant(
+        "lift.empty-slot-dicts-unwatched",
+        "reference/lift.py",
+        "        if any(self._empty):\n",
+        "        if False:\n",
+        "Only the versions of the dicts that held something are compared: a buffer registered "
+        "on a module that had none changes no version, and the walk misses it.",
+        (
+            f"{CALLING_PATTERNS}::"
+            "test_a_buffer_registered_on_a_module_that_had_none_is_read_at_the_next_call",
+            *ON_GUARDS,
+        ),
     ),
     Mutant(
         "guard.hooks",
