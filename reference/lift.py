@@ -85,7 +85,8 @@ class Lifted:
 
     tensors: tuple[torch.Tensor, ...]
     #: What the guard keeps: which slots hold which lifted input (not the tensors, which are
-    #: inputs and guarded as such), and which modules reached are in training mode
+    #: inputs and guarded as such), which modules reached are in training mode, and the code
+    #: the call runs: the modules' classes and the code of the functions followed
     #: (`r[capture.module-mode]`).
     key: tuple
     #: The slots of each tensor, looked up when the call compiles (`wrap`).
@@ -209,8 +210,14 @@ class _Walk:
             for slots in reaches
         )
         #: What the guard keeps (`Lifted.key`): it holds while `changed()` says no, as the
-        #: modules' `training` flags are among their attributes read.
-        self._key = (slots_key, tuple(map(_TRAINING, modules)))
+        #: modules' `training` flags and instance `forward`s are among their attributes read,
+        #: and their classes and the functions followed are read too (r[capture.module-mode]).
+        self._key = (
+            slots_key,
+            tuple(map(_TRAINING, modules)),
+            tuple(map(_code_run, modules)),
+            tuple(fn.__code__ for fn in reads.functions),
+        )
 
     def _read(self, modules: list, functions) -> Iterator:
         if not modules:  # a function reaching no module (a Dynamo graph's): its reads alone
@@ -283,6 +290,14 @@ class _Walk:
             tuple(Reach(kind, owner(), name) for kind, owner, name in slots)
             for slots in self._reaches
         )
+
+
+def _code_run(module: torch.nn.Module) -> tuple:
+    """What a module runs (`r[capture.module-mode]`): its class, and a `forward` set on the
+    instance, by its code where it has one."""
+    forward = vars(module).get("forward")
+    forward = getattr(forward, "__func__", forward)
+    return type(module), getattr(forward, "__code__", forward)
 
 
 def _same(value):

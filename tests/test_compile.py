@@ -295,6 +295,35 @@ def test_a_call_under_another_default_dtype_compiles_again(backend):
 
 
 @pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_a_module_running_other_code_compiles_again(backend):
+    """r[capture.module-mode]: a module whose class is reassigned, or whose forward is replaced
+    on the instance, runs its new code, as in eager; the plan of the old code served both,
+    silently."""
+
+    class Scales(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.tensor(3.0))
+
+        def forward(self, x):
+            return x * self.weight
+
+    class Shifts(Scales):
+        def forward(self, x):
+            return x + self.weight
+
+    model = Scales()
+    compiled = aotspec.compile(lambda x: model(x), backend=backend)
+    x = torch.arange(3.0)
+    torch.testing.assert_close(compiled(x), x * 3)
+    model.__class__ = Shifts
+    torch.testing.assert_close(compiled(x), x + 3)
+    model.forward = lambda x: x - model.weight
+    torch.testing.assert_close(compiled(x), x - 3)
+    assert 3 == compiled.compilations
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
 def test_model_eval_after_a_training_call_compiles_again(backend):
     """r[capture.module-mode]: after `model.eval()` the compiled model runs as eager's does in
     evaluation mode (no dropout, batch norm by its running statistics, which stay as they are);

@@ -10,11 +10,13 @@ from aotspec.errors import UnsupportedError
 from ..case import (
     COMPILED_ONLY,
     Absent,
+    AtSize,
     BackwardRaises,
     Case,
     Identical,
     Layout,
     Number,
+    PlansTraced,
     Raises,
     RequiresGrad,
     Separate,
@@ -580,6 +582,56 @@ CASES.append(
         args=["x"],
         program=_global_block,
         expect=[Values("out0", _EVALUATED), Values("mean", [0.5, -0.5])],
+    )
+)
+
+
+class _Scales(torch.nn.Module):
+    """Multiplies by its weight."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.tensor(3.0))
+
+    def forward(self, x):
+        return x * self.weight
+
+
+class _Shifts(_Scales):
+    """The same weight, added."""
+
+    def forward(self, x):
+        return x + self.weight
+
+
+_SWAPPED = _Scales()
+
+
+def _class_swapped_world(n: int):
+    """Length 3: the module scales; length 4: its class is reassigned, so it shifts."""
+    _SWAPPED.__class__ = _Scales if n == 3 else _Shifts
+    return {"x": torch.arange(float(n))}
+
+
+def _swapped_module(x):
+    return _SWAPPED(x)
+
+
+CASES.append(
+    Case(
+        name="capture.module-class-reassigned-compiles-again",
+        rules=["capture.module-mode", "sizes.symbolic.per-call"],
+        setup=_class_swapped_world,
+        args=["x"],
+        program=_swapped_module,
+        # one plan with a symbolic length would serve length 4; the class it traced does not
+        sizes=(3, 4),
+        dynamic=True,
+        expect=[
+            AtSize(3, Values("out0", [0.0, 3.0, 6.0])),
+            AtSize(4, Values("out0", [3.0, 4.0, 5.0, 6.0])),
+            AtSize(4, PlansTraced(2)),
+        ],
     )
 )
 
