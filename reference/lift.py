@@ -115,7 +115,7 @@ class Lifted:
 
 #: What a call of a function that reaches no tensor and no module from its code lifts: nothing,
 #: with the key a walk of it gives.
-NOTHING_LIFTED = Lifted((), ((), ()), tuple)
+NOTHING_LIFTED = Lifted((), ((), (), (), ()), tuple)
 
 
 def lift(fn) -> Lifted:
@@ -172,7 +172,7 @@ class _Walk:
     held anything keep their versions, and those that held nothing are still empty, the
     modules hold what they held (their classes and the functions' reads are read anyway)."""
 
-    def __init__(self, reaches: tuple, modules: tuple, reads: _Reads) -> None:
+    def __init__(self, reaches: tuple, modules: tuple, reads: _Reads, root) -> None:
         self._stale = False
         self._readers = reads.readers
         #: Per module, the names of its attributes that are not nn.Module's bookkeeping.
@@ -211,12 +211,13 @@ class _Walk:
         )
         #: What the guard keeps (`Lifted.key`): it holds while `changed()` says no, as the
         #: modules' `training` flags and instance `forward`s are among their attributes read,
-        #: and their classes and the functions followed are read too (r[capture.module-mode]).
+        #: and their classes and the functions followed are read too (r[capture.module-mode];
+        #: the compiled function's own code is the compiled function's).
         self._key = (
             slots_key,
             tuple(map(_TRAINING, modules)),
             tuple(map(_code_run, modules)),
-            tuple(fn.__code__ for fn in reads.functions),
+            tuple(fn.__code__ for fn in reads.functions if fn is not root),
         )
 
     def _read(self, modules: list, functions) -> Iterator:
@@ -328,7 +329,7 @@ def _walk(fn) -> _Walk:
             tensors.append(tensor)
         by_tensor[id(tensor)].append(reach)
     reaches = tuple(tuple(by_tensor[id(t)]) for t in tensors)
-    return _Walk(reaches, tuple(modules), reads)
+    return _Walk(reaches, tuple(modules), reads, getattr(fn, "__func__", fn))
 
 
 def _reaches(value, seen: set[int], modules: list, reads: _Reads) -> Iterator[Reach]:

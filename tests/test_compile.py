@@ -323,6 +323,26 @@ def test_a_module_running_other_code_compiles_again(backend):
     assert 3 == compiled.compilations
 
 
+def _activation(x):
+    return x.relu()
+
+
+def _uses_the_global_activation(x):
+    return _activation(x) * 2
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_a_global_helper_rebound_to_other_code_compiles_again(backend, monkeypatch):
+    """r[capture.module-mode]: the code of the functions a compiled function follows is part of
+    what it assumes, as a module's class is."""
+    compiled = aotspec.compile(_uses_the_global_activation, backend=backend)
+    x = torch.tensor([-1.0, 2.0])
+    torch.testing.assert_close(compiled(x), torch.tensor([0.0, 4.0]))
+    monkeypatch.setitem(globals(), "_activation", lambda x: x.abs())
+    torch.testing.assert_close(compiled(x), torch.tensor([2.0, 4.0]))
+    assert 2 == compiled.compilations
+
+
 @pytest.mark.parametrize("backend", ["reference", "fast"])
 def test_model_eval_after_a_training_call_compiles_again(backend):
     """r[capture.module-mode]: after `model.eval()` the compiled model runs as eager's does in
