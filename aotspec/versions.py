@@ -18,6 +18,7 @@ import contextlib
 import functools
 import operator
 import re
+import sys
 import traceback
 from collections.abc import Callable, Generator, Iterator
 
@@ -76,7 +77,8 @@ def stack_traces_of(fn: Callable) -> Iterator[None]:
     register = getattr(torch.fx.proxy, "_register_stack_trace_anchor", None)
     if register is not None:
         register(fn)
-        yield
+        with _anchored_frames_only():
+            yield
         return
     code = getattr(fn, "__code__", None)
     tracer = torch.fx.proxy.TracerBase
@@ -97,6 +99,52 @@ def stack_traces_of(fn: Callable) -> Iterator[None]:
     finally:
         tracer._filter_traceback_frames = original
 
+
+
+@contextlib.contextmanager
+def _anchored_frames_only() -> Iterator[None]:
+    """make_fx's tracer builds each node's stack trace from `CapturedTraceback.extract()`'s
+    summary, every frame of the stack with its source line read, and then keeps those of user
+    code: frames of functions named `forward`, of torch/__init__.py or registered as anchors
+    (`_STACK_TRACE_ANCHORS`), a tenth of a capture. Inside, a tracer that keeps only those
+    (`_record_forward_stack_traces_only`) is given only those frames, summarized as the full
+    summary has them (file, line number, function name, source line): it keeps the same."""
+    full = torch.fx.proxy.CapturedTraceback
+    anchors = torch.fx.proxy._STACK_TRACE_ANCHORS
+
+    class AnchoredFrames:
+        __slots__ = ("frame",)
+
+        def __init__(self, frame):
+            self.frame = frame
+
+        @staticmethod
+        def extract(*, script=False, cpp=False, skip=0):
+            caller = sys._getframe(1)
+            filters = getattr(caller.f_locals.get("self"), "_record_forward_stack_traces_only", 0)
+            if script or cpp or skip or not filters:
+                return full.extract(script=script, cpp=cpp, skip=skip + 1)
+            return AnchoredFrames(caller)
+
+        def summary(self) -> traceback.StackSummary:
+            kept, frame = [], self.frame
+            while frame is not None:
+                code = frame.f_code
+                name, filename = code.co_name, code.co_filename
+                if (
+                    name == "forward"
+                    or filename.endswith("torch/__init__.py")
+                    or (filename, name) in anchors
+                ):
+                    kept.append(traceback.FrameSummary(filename, frame.f_lineno, name))
+                frame = frame.f_back
+            return traceback.StackSummary.from_list(kept[::-1])
+
+    torch.fx.proxy.CapturedTraceback = AnchoredFrames
+    try:
+        yield
+    finally:
+        torch.fx.proxy.CapturedTraceback = full
 
 
 @functools.cache
