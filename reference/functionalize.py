@@ -24,6 +24,7 @@ import torch.fx
 import torch.fx.traceback as fx_traceback
 import torch.utils._pytree as pytree
 from attrs import define, field
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import (
     disable_proxy_modes_tracing,
     get_proxy_mode,
@@ -43,7 +44,7 @@ from .capture import (
 )
 from .collectives import is_impure
 from .custom_functions import CustomFunction, custom_function_call
-from .graph import traced_from
+from .graph import placeholders, traced_from
 from .optable import (
     NONDIFFERENTIABLE,
     OpEntry,
@@ -67,6 +68,7 @@ from .program_records import (
     Resize,
     StandIns,
     WriteBack,
+    input_facts,
 )
 from .storage import Layout, numpy_dtype
 
@@ -1062,7 +1064,7 @@ def functionalize(
     with fx_traceback.preserve_node_meta():  # the user's source lines, for `aotspec explain`
         graph_module = make_fx_keeping_detach(
             replay, tracing_mode="fake", _allow_non_fake_inputs=True
-        )(*tensors)
+        )(*_traced_as_captured(program, tensors))
     grad_modes.annotate(graph_module.graph)
     regions.annotate(graph_module.graph)
     # the graph is functional: unused values go, but collectives run (r[collectives.program-order])
@@ -1102,6 +1104,26 @@ def functionalize(
         output_values=replayed.output_values,
         relocated=frozenset(state.relocated),
     )
+
+
+def _traced_as_captured(program: CapturedProgram, tensors: list[torch.Tensor]) -> list:
+    """The tensors to trace the replay on: the fake tensors capture traced `tensors` as, in its
+    fake tensor mode (now taking real constants too), where the program left them as converting
+    `tensors` again would make them: the same facts (layout, storages, grad flags), and no
+    history a write could have replaced (a write of a tensor without one moves only its
+    version, which no trace reads); else `tensors`, which make_fx converts in a mode of its
+    own. Converting the inputs is a good part of a trace's fixed cost."""
+    if any(isinstance(t, FakeTensor) for t in tensors):
+        return tensors  # traced symbolically: make_fx traces in their mode
+    fakes = [node.meta.get("val") for node in placeholders(program.graph)]
+    if not fakes or not all(
+        isinstance(t, FakeTensor) and (t._version == 0 or t.grad_fn is None) for t in fakes
+    ):
+        return tensors
+    if input_facts(fakes) != input_facts(tensors):
+        return tensors
+    fakes[0].fake_mode.allow_non_fake_inputs = True
+    return fakes
 
 
 def _gradient_carrier(
