@@ -18,6 +18,7 @@ import contextlib
 import functools
 import operator
 import re
+import sys
 import traceback
 from collections.abc import Callable, Generator, Iterator
 
@@ -29,6 +30,7 @@ import torch.utils.checkpoint
 from torch.autograd.function import _SingleLevelFunction
 from torch.fx.experimental import proxy_tensor
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.fx.passes.shape_prop import TensorMetadata
 
 #: The torch releases aotspec supports, as pyproject.toml's dependency says: 2.11 up to 2.15.
 SUPPORTED_TORCH = ">=2.11,<2.16"
@@ -76,7 +78,8 @@ def stack_traces_of(fn: Callable) -> Iterator[None]:
     register = getattr(torch.fx.proxy, "_register_stack_trace_anchor", None)
     if register is not None:
         register(fn)
-        yield
+        with _anchored_frames_only():
+            yield
         return
     code = getattr(fn, "__code__", None)
     tracer = torch.fx.proxy.TracerBase
@@ -97,6 +100,52 @@ def stack_traces_of(fn: Callable) -> Iterator[None]:
     finally:
         tracer._filter_traceback_frames = original
 
+
+
+@contextlib.contextmanager
+def _anchored_frames_only() -> Iterator[None]:
+    """make_fx's tracer builds each node's stack trace from `CapturedTraceback.extract()`'s
+    summary, every frame of the stack with its source line read, and then keeps those of user
+    code: frames of functions named `forward`, of torch/__init__.py or registered as anchors
+    (`_STACK_TRACE_ANCHORS`), a tenth of a capture. Inside, a tracer that keeps only those
+    (`_record_forward_stack_traces_only`) is given only those frames, summarized as the full
+    summary has them (file, line number, function name, source line): it keeps the same."""
+    full = torch.fx.proxy.CapturedTraceback
+    anchors = torch.fx.proxy._STACK_TRACE_ANCHORS
+
+    class AnchoredFrames:
+        __slots__ = ("frame",)
+
+        def __init__(self, frame):
+            self.frame = frame
+
+        @staticmethod
+        def extract(*, script=False, cpp=False, skip=0):
+            caller = sys._getframe(1)
+            filters = getattr(caller.f_locals.get("self"), "_record_forward_stack_traces_only", 0)
+            if script or cpp or skip or not filters:
+                return full.extract(script=script, cpp=cpp, skip=skip + 1)
+            return AnchoredFrames(caller)
+
+        def summary(self) -> traceback.StackSummary:
+            kept, frame = [], self.frame
+            while frame is not None:
+                code = frame.f_code
+                name, filename = code.co_name, code.co_filename
+                if (
+                    name == "forward"
+                    or filename.endswith("torch/__init__.py")
+                    or (filename, name) in anchors
+                ):
+                    kept.append(traceback.FrameSummary(filename, frame.f_lineno, name))
+                frame = frame.f_back
+            return traceback.StackSummary.from_list(kept[::-1])
+
+    torch.fx.proxy.CapturedTraceback = AnchoredFrames
+    try:
+        yield
+    finally:
+        torch.fx.proxy.CapturedTraceback = full
 
 
 @functools.cache
@@ -139,10 +188,52 @@ def make_fx_keeping_detach(fn: Callable, **options) -> Callable[..., torch.fx.Gr
 
     @functools.wraps(traced)
     def tracing(*args):
-        with _sums_and_products_in_pairs(), _module_methods_kept():
+        with _sums_and_products_in_pairs(), _module_methods_kept(), _memory_formats_remembered():
             return traced(*args)
 
     return tracing
+
+
+@contextlib.contextmanager
+def _memory_formats_remembered() -> Iterator[None]:
+    """make_fx records each value's `tensor_meta` (`_extract_tensor_metadata`), whose memory
+    format it finds by testing the value's contiguity in three formats, in Python: 4% of a
+    fuzz program's CPU time. The format depends on sizes and strides alone; inside, it is found
+    once for each sizes and strides that are integers (`_MEMORY_FORMATS`), the rest of the
+    record as before, and symbolic sizes, sparse and quantized tensors as before."""
+    original = getattr(proxy_tensor, "_extract_tensor_metadata", None)
+    if original is None:
+        yield
+        return
+
+    def extract(result: torch.Tensor, include_contiguity: bool = True):
+        if not include_contiguity or result.layout != torch.strided or result.is_quantized:
+            return original(result, include_contiguity)
+        shape, stride = result.shape, result.stride()
+        if not all(type(n) is int for n in (*shape, *stride)):
+            return original(result, include_contiguity)
+        key = (tuple(shape), stride)
+        memory_format = _MEMORY_FORMATS.get(key, _UNKNOWN)
+        if memory_format is _UNKNOWN:
+            found = original(result, include_contiguity)
+            if len(_MEMORY_FORMATS) >= 4096:
+                _MEMORY_FORMATS.clear()
+            _MEMORY_FORMATS[key] = found.memory_format
+            return found
+        return TensorMetadata(
+            shape, result.dtype, result.requires_grad, stride, memory_format, False, {}
+        )
+
+    proxy_tensor._extract_tensor_metadata = extract
+    try:
+        yield
+    finally:
+        proxy_tensor._extract_tensor_metadata = original
+
+
+#: The memory format `_extract_tensor_metadata` finds, by sizes and strides.
+_MEMORY_FORMATS: dict[tuple, torch.memory_format | None] = {}
+_UNKNOWN = object()
 
 
 @contextlib.contextmanager

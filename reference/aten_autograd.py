@@ -108,7 +108,7 @@ def _asked_of_eager(
     with (
         _disable_current_modes(),
         shapes_from_arguments(),  # r[capture.data-dependent.shapes-from-arguments]
-        FakeTensorMode(),
+        _question_mode(),
         torch.enable_grad(),
         _hooks_silenced(),
     ):
@@ -120,6 +120,14 @@ def _asked_of_eager(
     return tuple(
         isinstance(leaf, torch.Tensor) and leaf.requires_grad for leaf in pytree.tree_leaves(out)
     )
+
+
+@functools.cache
+def _question_mode() -> FakeTensorMode:
+    """The fake tensor mode `_asked_of_eager` asks its questions in: one for them all, as the
+    answers read no state of it (its examples are made inside), and making a mode takes a stack
+    trace."""
+    return FakeTensorMode()
 
 
 @contextlib.contextmanager

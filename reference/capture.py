@@ -755,10 +755,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     leaves, in_spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
     in_leaves = tuple(TENSOR if _is_tensor(leaf) else leaf for leaf in leaves)
     tensors = [leaf for leaf in leaves if _is_tensor(leaf)]
-    for i, t in enumerate(tensors):
-        if t.layout != torch.strided:
-            refuse_layout(f"flat input {i}", f"has layout {t.layout}")
-        refuse_lazy_bits(i, t)
+    _refuse_unlaid_out(tensors)
     on_cuda = any(t.is_cuda for t in tensors)
     returned = _Returned()
     grad_modes = GradModes()
@@ -766,6 +763,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     requires_grad_calls: list[_RequiresGradCall] = []
     requires_grad_inputs: set[int] = set()
     requires_grad_outputs: set[int] = set()
+    traced_inputs: list[torch.Tensor] = []
     watch = _WatchGradMode(grad_modes, requires_grad_calls)
     interception = Interception(grad_modes, watch.pausing)
     # r[collectives.derivatives]: the collectives' library autograd is the table's to replace
@@ -776,6 +774,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
         rebuilt = [next(it) if leaf is TENSOR else leaf for leaf in in_leaves]
         call_args, call_kwargs = pytree.tree_unflatten(rebuilt, in_spec)
         histories_before = [_history(t) for t in flat_tensors]
+        traced_inputs.extend(flat_tensors)
         watch.callers = _caller_inputs(flat_tensors, tensors)
         with (
             watch,
@@ -826,7 +825,17 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
         custom_functions=tuple(interception.functions),
         values_read=frozenset(watch.values_read),
         checks=_return_checks(graph_module, watch.checks),
+        traced_inputs=tuple(traced_inputs),
     )
+
+
+def _refuse_unlaid_out(tensors: list[torch.Tensor]) -> None:
+    """Refuse flat inputs that are not strided tensors (`r[memory.layout.strided-only]`) or
+    carry a lazy conjugate or negative bit."""
+    for i, t in enumerate(tensors):
+        if t.layout != torch.strided:
+            refuse_layout(f"flat input {i}", f"has layout {t.layout}")
+        refuse_lazy_bits(i, t)
 
 
 def _holds_values(t: torch.Tensor) -> bool:

@@ -15,6 +15,7 @@ Conventions: a `_Cell` is a tensor object of the program (`set_` rebinds it in p
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from operator import getitem
 from typing import Any
 
@@ -24,6 +25,7 @@ import torch.fx
 import torch.fx.traceback as fx_traceback
 import torch.utils._pytree as pytree
 from attrs import define, field
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import (
     disable_proxy_modes_tracing,
     get_proxy_mode,
@@ -44,7 +46,7 @@ from .capture import (
 )
 from .collectives import is_impure
 from .custom_functions import CustomFunction, custom_function_call
-from .graph import traced_from
+from .graph import placeholders, traced_from
 from .optable import (
     NONDIFFERENTIABLE,
     OpEntry,
@@ -68,6 +70,7 @@ from .program_records import (
     Resize,
     StandIns,
     WriteBack,
+    input_facts,
 )
 from .storage import Layout, numpy_dtype
 
@@ -1077,12 +1080,7 @@ def functionalize(
         }
         return state.graph_outputs
 
-    # r[capture.constants]: the program's constants are real tensors; the functional graph
-    # reads them as constants too.
-    with fx_traceback.preserve_node_meta():  # the user's source lines, for `aotspec explain`
-        graph_module = make_fx_keeping_detach(
-            replay, tracing_mode="fake", _allow_non_fake_inputs=True
-        )(*tensors)
+    graph_module = _trace(replay, program, tensors)
     grad_modes.annotate(graph_module.graph)
     regions.annotate(graph_module.graph)
     # the graph is functional: unused values go, but collectives run (r[collectives.program-order])
@@ -1133,6 +1131,53 @@ def _caller_storages_changed(storages) -> dict[str, frozenset[int]]:
         ),
         "written_with_grad": frozenset(s.caller for s in storages if s.written_with_grad),
     }
+
+
+def _trace(replay: Callable, program: CapturedProgram, tensors: list) -> torch.fx.GraphModule:
+    """The graph `make_fx` records of `replay` run on fakes of `tensors`: capture's, in its fake
+    tensor mode and as they are (as the joint trace takes functionalize's), where they serve."""
+    traced = _traced_as_captured(program, tensors)
+    # r[capture.constants]: the program's constants are real tensors; the functional graph
+    # reads them as constants too.
+    with fx_traceback.preserve_node_meta():  # the user's source lines, for `aotspec explain`
+        if traced is None:
+            return make_fx_keeping_detach(
+                replay, tracing_mode="fake", _allow_non_fake_inputs=True
+            )(*tensors)
+        with traced[0].fake_mode:
+            return make_fx_keeping_detach(replay)(*traced)
+
+
+def _traced_as_captured(program: CapturedProgram, tensors: list[torch.Tensor]) -> list | None:
+    """Fake tensors capture traced `tensors` as, to trace the replay on in capture's fake tensor
+    mode (now taking real constants too), where they are as converting `tensors` again would
+    make them: the same facts (layout, storages, grad flags), and autograd state. Either the
+    tensors the program ran on, none written but tensors that are no view and have no history
+    (a write moves only their version, which no trace reads; a view's autograd state changes
+    with its base's); or, where no input requires grad, the graph's placeholders' values, copies
+    detached before the program ran. None where make_fx converts `tensors` in a mode of its
+    own; converting them is a good part of a trace's fixed cost."""
+    if any(isinstance(t, FakeTensor) for t in tensors):
+        return None  # traced symbolically: make_fx traces in their mode
+    facts = input_facts(tensors)
+    traced = list(program.traced_inputs)
+    if not all(isinstance(t, FakeTensor) and _as_converted(t) for t in traced):
+        traced = []
+    if not (traced and input_facts(traced) == facts):
+        traced = [node.meta.get("val") for node in placeholders(program.graph)]
+        no_grad = not any(t.requires_grad for t in tensors)
+        if not (traced and no_grad and all(isinstance(t, FakeTensor) for t in traced)):
+            return None
+        if input_facts(traced) != facts:
+            return None
+    traced[0].fake_mode.allow_non_fake_inputs = True
+    return traced
+
+
+def _as_converted(t: torch.Tensor) -> bool:
+    """Whether the traced input `t` has the autograd state converting its caller's tensor gives
+    (its facts aside): unwritten, or written but neither a view nor a tensor with a history."""
+    return t._version == 0 or (not t._is_view() and t.grad_fn is None)
 
 
 def _gradient_carrier(

@@ -103,6 +103,10 @@ class CapturedProgram:
     #: The value checks whose outcome only decides whether the function raises, in the order it
     #: makes them; their graph outputs come last (`r[capture.data-dependent.checks]`).
     checks: tuple[ValueCheck, ...] = ()
+    #: The fake tensors the function was traced on, as it left them (its graph's placeholders
+    #: hold detached copies taken before it ran): functionalization traces on them again where
+    #: they are as converting its inputs would make them.
+    traced_inputs: tuple[torch.Tensor, ...] = field(default=(), eq=False, repr=False)
 
     @property
     def graph(self) -> torch.fx.Graph:

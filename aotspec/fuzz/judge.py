@@ -21,6 +21,7 @@ ordinary code, each program with a code object of its own.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 import warnings
@@ -188,8 +189,15 @@ def _error_line(error: BaseException) -> str:
 def _functions(subject) -> dict:
     """The subject's rendered Python, executed: its `make_inputs`, `program` and friends."""
     namespace = {"torch": torch, "__name__": "aotspec_fuzz_program"}
-    exec(compile(subject_source(subject), "<fuzz program>", "exec"), namespace)  # noqa: S102
+    exec(_compiled(subject_source(subject)), namespace)  # noqa: S102
     return namespace
+
+
+@functools.lru_cache(maxsize=4)
+def _compiled(source: str):
+    """A subject's rendered Python, compiled once: each subject runs more than once (eager,
+    then the backend), each time in a namespace of its own."""
+    return compile(source, "<fuzz program>", "exec")
 
 
 def _eager(subject):

@@ -178,28 +178,52 @@ def _compute(model: Model, op: str, args: tuple, positive: bool = False) -> Inst
     """A fresh output of `op`: its layout from the meta kernel; it requires grad when a tensor
     argument does; storages autograd saves are marked."""
     tensors = [a.name for a in args if isinstance(a, Var)]
-
-    def meta(a):
-        if not isinstance(a, Var):
-            return a
-        if a.name in model.masks:
-            return torch.empty(model.masks[a.name], dtype=torch.bool, device="meta")
-        return model.lay(a.name).meta()
-
-    result = OPS[op].run(*map(meta, args))
+    nbytes, lay = _result_layout(op, tuple(map(model.masks.get, tensors)), args, model)
     differentiable = [v for v in tensors if v not in model.masks]
     requires_grad = any(_requires_grad(model, v) for v in differentiable)
     out = model.new_name()
-    storage = model.new_storage(
-        result.untyped_storage().nbytes(), requires_grad=requires_grad, positive=positive
-    )
-    model.bind(out, storage, Strided.of(result))
+    storage = model.new_storage(nbytes, requires_grad=requires_grad, positive=positive)
+    model.bind(out, storage, lay)
     if requires_grad and op in SAVES_INPUTS:
         for v in differentiable:
             model.storage(v).saved = True
     if requires_grad and op in SAVES_RESULT:
         model.storage(out).saved = True
     return Instr(op, (out,), args)
+
+
+def _result_layout(op: str, masks: tuple, args: tuple, model: Model) -> tuple[int, Strided]:
+    """The storage bytes and layout of `op`'s fresh result on `args` (`masks`: the mask sizes
+    of its tensor arguments, None for a float tensor), by PyTorch's meta kernel; remembered by
+    the arguments' layouts and the constants' exact values, which are all the kernel reads."""
+    key = (op, masks, tuple(_layout_key(a, model) for a in args))
+    known = _RESULT_LAYOUTS.get(key)
+    if known is None:
+
+        def meta(a):
+            if not isinstance(a, Var):
+                return a
+            if a.name in model.masks:
+                return torch.empty(model.masks[a.name], dtype=torch.bool, device="meta")
+            return model.lay(a.name).meta()
+
+        result = OPS[op].run(*map(meta, args))
+        if len(_RESULT_LAYOUTS) >= 4096:
+            _RESULT_LAYOUTS.clear()
+        known = _RESULT_LAYOUTS[key] = (result.untyped_storage().nbytes(), Strided.of(result))
+    return known
+
+
+#: `_result_layout`'s answers, by op, masks, argument layouts and constants.
+_RESULT_LAYOUTS: dict[tuple, tuple[int, Strided]] = {}
+
+
+def _layout_key(a, model: Model) -> tuple:
+    """What of argument `a` a meta kernel reads: a tensor's layout, a constant's type and exact
+    value (its repr tells 0.0 from -0.0)."""
+    if isinstance(a, Var):
+        return (Var, None if a.name in model.masks else model.lay(a.name))
+    return (type(a), repr(a))
 
 
 def _recent(draw, names: list[str]) -> str:

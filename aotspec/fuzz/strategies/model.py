@@ -310,9 +310,17 @@ def draw_view_args(draw, op: str, lay: Strided, may_copy: bool) -> tuple:
 
 
 def apply_view(op: str, lay: Strided, args: tuple) -> list[Strided]:
+    return list(_view_layouts(op, lay, args))
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _view_layouts(op: str, lay: Strided, args: tuple) -> tuple[Strided, ...]:
+    """The layouts of the results of view op `op` on a tensor laid out as `lay`, by PyTorch's
+    meta kernels; remembered, as programs take the same views of a few layouts again and again
+    (and the same layout objects make the same `sampled_from` strategy)."""
     result = OPS[op].run(lay.meta(), *args)
     results = result if isinstance(result, tuple) else (result,)
-    return [Strided.of(t) for t in results]
+    return tuple(Strided.of(t) for t in results)
 
 
 def draw_view(draw, lay: Strided, in_bounds: bool, may_copy: bool):
