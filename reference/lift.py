@@ -114,8 +114,9 @@ class Lifted:
 
 
 #: What a call of a function that reaches no tensor and no module from its code lifts: nothing,
-#: with the key a walk of it gives.
-NOTHING_LIFTED = Lifted((), ((), ()), tuple)
+#: with the key a walk of it gives but for the code it follows, which its caller vouches for
+#: (the Dynamo backend's graph runner, `_FlatGraph.run`, runs the same code for every graph).
+NOTHING_LIFTED = Lifted((), ((), (), (), ()), tuple)
 
 
 def lift(fn) -> Lifted:
