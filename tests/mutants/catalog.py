@@ -617,11 +617,20 @@ MUTANTS: tuple[Mutant, ...] = (
         ON_FACTS_GUARD,
     ),
     Mutant(
-        "guard.generated-requires-grad",
+        "guard.generated-metadata",
         "aotspec/guard.py",
-        'f"and t{i}.requires_grad is grad{i} and t{i}.is_leaf is leaf{i} "',
-        'f"and t{i}.is_leaf is leaf{i} "',
-        "The generated check of the latest key leaves requires_grad out.",
+        'tests = [f"metadata_holds({objects})"]',
+        "tests = []",
+        "The generated check of the latest key leaves out the tensors' dtypes, sizes, strides "
+        "and requires_grad (Dynamo's tensor check).",
+        ON_FACTS_GUARD,
+    ),
+    Mutant(
+        "guard.generated-leaf",
+        "aotspec/guard.py",
+        'f"t{i}.storage_offset() == offset{i} and t{i}.is_leaf is leaf{i} "',
+        'f"t{i}.storage_offset() == offset{i} "',
+        "The generated check of the latest key leaves out whether each tensor is a leaf.",
         ON_FACTS_GUARD,
     ),
     Mutant(
