@@ -19,7 +19,7 @@ import torch.utils._pytree as pytree
 from attrs import define
 
 from aotspec.errors import UnsupportedError
-from aotspec.guard import facts_guard
+from aotspec.guard import facts_guard, metadata_check
 from aotspec.reference.boundary import autocast_state, refuse_transformed
 from aotspec.reference.compiled import run_compiled
 from aotspec.reference.dynamic import at_sizes, size_binding
@@ -349,7 +349,8 @@ class CompiledFunction:
         if reads:
             self._latest = None  # r[capture.data-dependent.input-values]: values, not facts
         else:
-            self._latest = _Latest(context, key, self._guards, compiled)
+            metadata = None if key in self._guards else metadata_check(tensors)
+            self._latest = _Latest(context, key, self._guards, compiled, metadata)
         return compiled
 
     def _keep_at_sizes(self, key) -> None:
@@ -436,12 +437,15 @@ class _Latest:
     """The specialization the latest call ran: the non-tensor part of its key, its whole key
     and what the backend runs. The check of its tensor facts (`aotspec.guard.facts_guard`) is
     generated when a call first asks it, once per key (`guards`, the compiled function's): a
-    function called once, as the fuzzer calls each, does without."""
+    function called once, as the fuzzer calls each, does without. Until then it keeps the
+    check of the metadata of the tensors that made the key (`metadata_check`), where the
+    key's check is not made yet."""
 
     context: tuple
     key: tuple
     guards: dict
     compiled: object
+    metadata_holds: Callable[..., bool] | None
     facts_hold: Callable[[list], bool] | None = None
 
     def holds(self, context: tuple, tensors: list) -> bool:
@@ -450,7 +454,8 @@ class _Latest:
             return False
         if self.facts_hold is None:
             if self.key not in self.guards:
-                self.guards[self.key] = facts_guard(*self.key[1:])
+                self.guards[self.key] = facts_guard(*self.key[1:], self.metadata_holds)
+            self.metadata_holds = None
             self.facts_hold = self.guards[self.key]
         return self.facts_hold(tensors)
 

@@ -371,6 +371,67 @@ def interpreter_fma_rounds_once() -> bool:
     return bool(fused.data[0] == np.float32(2**-24))
 
 
+# ---------------------------------------------------------------- Dynamo's C entry points
+
+
+def _dynamo_frame_api():
+    """Dynamo's frame hook and per-code strategies (`torch._C._dynamo.eval_frame`), or None on
+    a release without them as named here: private, checked on 2.13 only."""
+    try:
+        from torch._C._dynamo import eval_frame
+
+        return (
+            eval_frame.set_eval_frame,
+            eval_frame.set_code_exec_strategy,
+            eval_frame._FrameExecStrategy(
+                eval_frame._FrameAction.SKIP, eval_frame._FrameAction.DEFAULT
+            ),
+        )
+    except (ImportError, AttributeError, TypeError):
+        return None
+
+
+DYNAMO_FRAME_API = _dynamo_frame_api()
+
+
+def untraced_by_dynamo(fn: Callable) -> Callable:
+    """`fn` as `torch._disable_dynamo` leaves it (Dynamo traces neither it nor what it runs),
+    without its Python frames at each call where this torch has Dynamo's frame hook in C: its
+    code is marked skipped, and the hook is off while it runs. Importing Dynamo waits, either
+    way, until something compiles."""
+    if DYNAMO_FRAME_API is None:
+        return torch._disable_dynamo(fn)
+    set_eval_frame, set_code_exec_strategy, skipped = DYNAMO_FRAME_API
+
+    @functools.wraps(fn)
+    def untraced(*args):
+        hook = set_eval_frame(None)
+        try:
+            return fn(*args)
+        finally:
+            set_eval_frame(hook)
+
+    set_code_exec_strategy(untraced.__code__, skipped)
+    untraced._torchdynamo_disable = True
+    return untraced
+
+
+def _tensor_guards():
+    """Dynamo's C++ check of tensors' metadata (`torch._C._dynamo.guards.TensorGuards`), or None
+    on a release without it as used here: private, checked on 2.13 only."""
+    try:
+        from torch._C._dynamo.guards import TensorGuards
+
+        probe = torch.zeros(1)
+        TensorGuards(probe, dynamic_dims_sizes=[[1]], dynamic_dims_strides=[[1]]).check(probe)
+        return TensorGuards
+    except (ImportError, AttributeError, TypeError, RuntimeError):
+        return None
+
+
+TENSOR_GUARDS = _tensor_guards()
+
+
 # ---------------------------------------------------------------- Python releases
 
 

@@ -31,6 +31,7 @@ import torch
 from attrs import define, field
 
 from aotspec.errors import SECOND_BACKWARD, SpecViolation, UnsupportedError
+from aotspec.versions import untraced_by_dynamo
 
 from .boundary import NOTHING_TO_DO, autocast_off, grad_on_recording_nothing
 from .epilogue import (
@@ -119,17 +120,21 @@ def _forward_recorded(
     # forward's list holds its last reference and frees it at its last use; one that
     # requires grad is passed to apply as a stand-in of one element that carries its
     # history.
-    handed_over = {i: inputs[i] for i in stolen}
+    handed_over = {i: inputs[i] for i in stolen} if stolen else {}
     # r[autograd.custom-function.backward-writes]: the caller's tensors the backward writes
     writes = plan.differentiated.backward_writes
-    targets = {write.input_index: tensors[write.input_index] for write in writes}
+    targets = {write.input_index: tensors[write.input_index] for write in writes} if writes else {}
     call = _Call(plan, graphs, handed_over, targets)
     # r[autograd.grad-mode-inside]: the node records what the program's ops under
     # torch.enable_grad() computed, even when the call is made under torch.no_grad()
-    with torch.enable_grad():
+    grad_enabled = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(True)  # (`torch.enable_grad()` is two Python calls more)
+    try:
         for i in handed_over:
             inputs[i] = tensors[i] = _stand_in(inputs[i])
         return call, list(_apply_forward(call, *inputs))
+    finally:
+        torch._C._set_grad_enabled(grad_enabled)
 
 
 @define
@@ -204,11 +209,14 @@ class _Forward(torch.autograd.Function):
         flats, saved = results[:n_outputs], results[n_outputs:]
         del results
         on_saved = call.graphs.outputs_on_saved(flats, saved)
-        call.outputs_saved = [(flats[k].detach(), flats[k]._version) for k in on_saved]
+        if on_saved:
+            call.outputs_saved = [(flats[k].detach(), flats[k]._version) for k in on_saved]
         returned = {id(flat) for flat in flats}
         # r[autograd.saved-freed-in-backward]: handed over whole to the backward; an output is
         # saved as an alias without history, which does not hold this node in a cycle
-        call.saved = [t.detach() if id(t) in returned else t for t in saved]
+        if not returned.isdisjoint(map(id, saved)):
+            saved = [t.detach() if id(t) in returned else t for t in saved]
+        call.saved = saved
         del saved
         ctx.call = call
         # r[autograd.double-backward]: what a gradient of a gradient would be taken for, weakly
@@ -224,44 +232,52 @@ class _Forward(torch.autograd.Function):
         return tuple(flats)
 
     @staticmethod
-    @torch._disable_dynamo  # r[capture.backward-inside]: Dynamo never traces it
+    @untraced_by_dynamo  # r[capture.backward-inside]: Dynamo never traces it, nor what it runs
     def backward(ctx, *grads):
-        call: _Call = ctx.call
-        plan = call.plan
-        retain = torch._C._autograd._get_current_graph_task_keep_graph()
-        saved, saved_inputs = call.take_saved(retain)
-        saved_inputs.check()
-        saved_input_tensors = dict(saved_inputs.tensors)  # a retained node keeps its own
-        arguments = saved + tangents_as_traced(plan, grads, ctx.tangent_shapes)
-        # r[autograd.saved-freed-in-backward]: unless the graph is retained, the list is the only
-        # holder of the saved values, and the backward graph clears it, so each dies at its last
-        # use (r[boxed.steal.freed-at-last-use]: a stolen saved input too).
-        del saved, saved_inputs
-        create_graph = torch.is_grad_enabled()
-        # r[autograd.double-backward]: no partial history is recorded; r[capture.autocast]
-        # r[autograd.unreached-outputs.terms]: the backward graph drops their terms
-        differentiated = plan.differentiated
-        reached = tuple([grads[k] is not None for k in differentiated.differentiable_outputs])
-        # (grad mode is off already unless the backward creates a graph)
-        with torch.no_grad() if create_graph else NOTHING_TO_DO, autocast_off():
-            # clears both
-            results = call.graphs.backward(arguments, saved_input_tensors, retain, reached)
-        input_grads: list = [None] * len(plan.functional.inputs)
-        if differentiated.backward_writes:
-            written = results[len(differentiated.grad_inputs) :]
-            del results[len(differentiated.grad_inputs) :]
-            apply_backward_writes(plan, call.targets, written, reached)
+        return _backward(ctx, grads)
+
+
+def _backward(ctx, grads: tuple) -> tuple:
+    """`_Forward.backward`: the backward graph run for one node."""
+    call: _Call = ctx.call
+    plan = call.plan
+    retain = torch._C._autograd._get_current_graph_task_keep_graph()
+    saved, saved_inputs = call.take_saved(retain)
+    saved_inputs.check()
+    saved_input_tensors = dict(saved_inputs.tensors)  # a retained node keeps its own
+    arguments = saved + tangents_as_traced(plan, grads, ctx.tangent_shapes)
+    # r[autograd.saved-freed-in-backward]: unless the graph is retained, the list is the only
+    # holder of the saved values, and the backward graph clears it, so each dies at its last
+    # use (r[boxed.steal.freed-at-last-use]: a stolen saved input too).
+    del saved, saved_inputs
+    create_graph = torch.is_grad_enabled()
+    # r[autograd.double-backward]: no partial history is recorded; r[capture.autocast]
+    # r[autograd.unreached-outputs.terms]: the backward graph drops their terms
+    differentiated = plan.differentiated
+    reached = tuple([grads[k] is not None for k in differentiated.differentiable_outputs])
+    # (grad mode is off already unless the backward creates a graph)
+    with torch.no_grad() if create_graph else NOTHING_TO_DO, autocast_off():
+        # clears both
+        results = call.graphs.backward(arguments, saved_input_tensors, retain, reached)
+    input_grads: list = [None] * len(plan.functional.inputs)
+    if differentiated.backward_writes:
+        written = results[len(differentiated.grad_inputs) :]
+        del results[len(differentiated.grad_inputs) :]
+        apply_backward_writes(plan, call.targets, written, reached)
+    if all(reached):
+        for i, grad in zip(differentiated.grad_inputs, results, strict=True):
+            input_grads[i] = grad
+    else:
         grads_and_tangents = zip(
             differentiated.grad_inputs, results, differentiated.grad_tangents, strict=True
         )
-        every_output_reached = all(reached)
         for i, grad, tangents in grads_and_tangents:
             # r[autograd.unreached-outputs]: from unreached outputs only, no gradient at all.
-            if every_output_reached or not tangents or any(reached[j] for j in tangents):
+            if not tangents or any(reached[j] for j in tangents):
                 input_grads[i] = grad
-        if create_graph:
-            _give_first_order_histories(ctx, plan, grads, input_grads)
-        return (None, *input_grads)
+    if create_graph:
+        _give_first_order_histories(ctx, plan, grads, input_grads)
+    return (None, *input_grads)
 
 
 #: `_Forward.apply` without the Python layer of `torch.autograd.Function.apply`, which binds
@@ -334,7 +350,7 @@ class SavedInputs:
         tensors = {k: arguments[i] for k, i in plan.saved_inputs.items()}
         noted = [
             (t, t._version, t.untyped_storage().nbytes(), False)
-            for t in [tensors[k] for k, _ in plan.saved_inputs_by_time[False]]
+            for t in [arguments[i] for _, i in plan.saved_inputs_by_time[False]]
         ]
         return cls(plan, tensors, noted)
 

@@ -8,6 +8,7 @@ import importlib.metadata
 import pytest
 import torch
 
+import aotspec
 from aotspec.dynamo import aotspec_backend
 from aotspec.reference.lift import NOTHING_LIFTED, lift
 
@@ -245,3 +246,29 @@ def test_a_graph_that_calls_modules_lifts_their_tensors():
     torch.testing.assert_close(compiled(x), expected)
     for p, g in zip(model.parameters(), expected_grads, strict=True):
         torch.testing.assert_close(p.grad, g)
+
+
+def test_dynamo_traces_no_frame_of_a_compiled_functions_backward():
+    """r[capture.backward-inside]: a `.backward()` that a function under torch.compile runs
+    (Dynamo splits the function there) runs the compiled function's backward untraced: Dynamo
+    compiles the step's own two graphs only, and the gradients are eager's."""
+    graphs = []
+
+    def recording(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    compiled = torch._dynamo.disable(
+        aotspec.compile(lambda x, w: (x @ w).relu().sum(), backend="fast")
+    )
+
+    def step(x, w):
+        compiled(x.cos(), w).backward()
+        return w.grad.exp()
+
+    x, w = torch.randn(3, 3), torch.randn(3, 3, requires_grad=True)
+    out = torch.compile(step, backend=recording)(x, w)
+    assert 2 == len(graphs)  # x.cos() and w.grad.exp()
+    eager_w = w.detach().clone().requires_grad_()
+    (x.cos() @ eager_w).relu().sum().backward()
+    torch.testing.assert_close(out, eager_w.grad.exp())

@@ -13,7 +13,7 @@ import torch
 
 import aotspec
 from aotspec.errors import UnsupportedError
-from aotspec.guard import facts_guard
+from aotspec.guard import facts_guard, metadata_check
 from aotspec.reference.program_records import input_facts
 from aotspec.reference.synthetic_bases import bases_key
 
@@ -78,7 +78,7 @@ CALLERS = _callers()
 @pytest.mark.parametrize("keyed", [name for name in CALLERS if _key(CALLERS[name])])
 def test_the_check_holds_exactly_where_the_key_is_the_same(keyed):
     key = _key(CALLERS[keyed])
-    check = facts_guard(*key)
+    check = facts_guard(*key, metadata_check(CALLERS[keyed]))
     for name, tensors in CALLERS.items():
         assert (_key(tensors) == key) == check(tensors), f"key of {keyed!r}, called on {name!r}"
 

@@ -235,3 +235,50 @@ def test_a_product_of_three_sizes_the_trace_did_not_make_is_rebuilt():
 
     graph = versions.make_fx_keeping_detach(zeros_like_storage)(_fake_of_rows_and_columns(3, 5))
     assert graph(torch.zeros(2, 7, 4)).shape == (2 * 7 * 4 * 4,)
+
+
+def test_dynamos_c_entry_points_are_found_on_this_torch():
+    """2.13 has Dynamo's frame hook and its C++ tensor check under the names aotspec uses; a
+    release without them gets `torch._disable_dynamo` and a check in Python instead."""
+    assert versions.DYNAMO_FRAME_API is not None
+    assert versions.TENSOR_GUARDS is not None
+
+
+def test_the_python_metadata_check_answers_as_dynamos():
+    from aotspec import guard
+
+    base = torch.arange(6.0).reshape(2, 3)
+    others = [
+        base.clone(),
+        base.t().contiguous().t(),  # other strides
+        base.double(),
+        base.clone().requires_grad_(),
+        base.reshape(3, 2),
+        torch.complex(base, base).conj().real,  # same facts, through a view
+    ]
+    in_cpp = guard.metadata_check([base])
+    in_python = guard._metadata_check_in_python([base])
+    assert [in_cpp(t) for t in others] == [in_python(t) for t in others]
+    assert [True, False, False, False, False] == [in_python(t) for t in others[:5]]
+
+
+@pytest.mark.parametrize("frame_api", [True, False], ids=["frame-hook", "disable_dynamo"])
+def test_untraced_by_dynamo_keeps_dynamo_out(frame_api, monkeypatch):
+    """Dynamo traces nothing of a function so marked, with the frame hook in C or, without it,
+    through `torch._disable_dynamo`: the graphs it compiles around it hold no multiplication."""
+    if not frame_api:
+        monkeypatch.setattr(versions, "DYNAMO_FRAME_API", None)
+    untraced = versions.untraced_by_dynamo(lambda x: x * 2)
+    graphs = []
+
+    def recording(graph_module, example_inputs):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: untraced(x.sin()) + 1, backend=recording)
+    x = torch.tensor([1.0, 2.0])
+    torch.testing.assert_close(compiled(x), x.sin() * 2 + 1)
+    targets = [str(node.target) for g in graphs for node in g.graph.nodes]
+    assert graphs and any("sin" in t for t in targets)
+    assert not any("mul" in t for t in targets), targets

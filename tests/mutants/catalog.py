@@ -396,8 +396,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "runtime.call-under-caller-grad-mode",
         "reference/runtime.py",
-        "with torch.enable_grad():\n        for i in handed_over:\n",
-        "if True:\n        for i in handed_over:\n",
+        "torch._C._set_grad_enabled(True)  # (",
+        "torch._C._set_grad_enabled(grad_enabled)  # (",
         "The node applied under the caller's grad mode: under torch.no_grad() no output records "
         "what the program computed under enable_grad().",
         ON_SHARED,
@@ -432,8 +432,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "runtime.saved-outputs-held-with-history",
         "reference/runtime.py",
-        "        call.saved = [t.detach() if id(t) in returned else t for t in saved]\n",
-        "        call.saved = list(saved)\n",
+        "            saved = [t.detach() if id(t) in returned else t for t in saved]\n",
+        "            saved = list(saved)\n",
         "An output saved as the object itself: it holds its own grad_fn in a cycle, and a forward "
         "dropped without a backward keeps its saved values until the garbage collector runs.",
         ON_SHARED,
@@ -441,8 +441,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "runtime.backward-records-history",
         "reference/runtime.py",
-        "        with torch.no_grad() if create_graph else NOTHING_TO_DO, autocast_off():\n",
-        "        with autocast_off():\n",
+        "    with torch.no_grad() if create_graph else NOTHING_TO_DO, autocast_off():\n",
+        "    with autocast_off():\n",
         "The backward graph recorded under create_graph=True: a second derivative through it "
         "misses the saved values' terms.",
         ON_SHARED,
@@ -617,11 +617,20 @@ MUTANTS: tuple[Mutant, ...] = (
         ON_FACTS_GUARD,
     ),
     Mutant(
-        "guard.generated-requires-grad",
+        "guard.generated-metadata",
         "aotspec/guard.py",
-        'f"and t{i}.requires_grad is grad{i} and t{i}.is_leaf is leaf{i} "',
-        'f"and t{i}.is_leaf is leaf{i} "',
-        "The generated check of the latest key leaves requires_grad out.",
+        'tests = [f"metadata_holds({objects})"]',
+        "tests = []",
+        "The generated check of the latest key leaves out the tensors' dtypes, sizes, strides "
+        "and requires_grad (Dynamo's tensor check).",
+        ON_FACTS_GUARD,
+    ),
+    Mutant(
+        "guard.generated-leaf",
+        "aotspec/guard.py",
+        'f"t{i}.storage_offset() == offset{i} and t{i}.is_leaf is leaf{i} "',
+        'f"t{i}.storage_offset() == offset{i} "',
+        "The generated check of the latest key leaves out whether each tensor is a leaf.",
         ON_FACTS_GUARD,
     ),
     Mutant(
