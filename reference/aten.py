@@ -32,7 +32,7 @@ from torch._subclasses import fake_impls
 from torch._subclasses.fake_tensor import in_kernel_invocation_manager
 from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
-from aotspec.errors import UnsupportedError
+from aotspec.errors import InternalError, UnsupportedError
 
 from .boundary import bytes_of, new_torch_storage, tensor_on
 from .optable import (
@@ -278,7 +278,8 @@ def mark_quiet_write() -> None:
     """Marks the `copy_` just traced as a write that advances no version
     (`r[ops.aten-mutations.versions]`): functionalization and the eager interpreter read it."""
     node = next(reversed(get_proxy_mode().tracer.graph.nodes))
-    assert node.target is aten.copy_.default, node
+    if node.target is not aten.copy_.default:
+        raise InternalError(f"the last node traced is {node.format_node()}, not the copy_")
     node.meta[QUIET_WRITE] = True
 
 
