@@ -41,6 +41,7 @@ from aotspec.reference.program_records import (
     CallerStorage,
     OutputIsInput,
     Rebind,
+    Relayout,
     Resize,
     WriteBack,
 )
@@ -489,15 +490,33 @@ class _Explainer:
                     f"{name}.set_({where}) as {_layout(step.layout)}",
                     "functionalize.epilogue.set",
                 )
-        for storage in sorted(functional.inputs_on_written):  # r[ops.aten-mutations.versions]
-            on_it = [
-                self.name_of_input(i)
-                for i, meta in enumerate(self.inputs)
-                if meta.storage == storage and meta.same_object == i
-            ]
-            detail = f"version advanced on {', '.join(on_it)}"
-            if storage not in written_back:
+        yield from self._versions_advanced(written_back)
+
+    def _versions_advanced(self, written_back: set[int]):
+        """r[functionalize.epilogue.version]: the counters the epilogue advances after its steps,
+        by storage, each object once; not those a step's own op advances (a rebinding set_, an
+        in-place metadata op, a write-back autograd records)."""
+        functional = self.plan.functional
+        by_steps = {
+            step.input_index
+            for step in functional.epilogue
+            if isinstance(step, (Rebind, Relayout))
+            or (
+                isinstance(step, WriteBack)
+                and step.input_index in functional.written_with_grad
+                and step.output_index in self.differentiable_outputs
+            )
+        }
+        advanced: dict[int, list[str]] = {}
+        for i in functional.captured.advanced_inputs:
+            if self.inputs[i].same_object == i and i not in by_steps:
+                advanced.setdefault(self.inputs[i].storage, []).append(self.name_of_input(i))
+        for storage, on_it in advanced.items():
+            detail = f"version advanced on {', '.join(on_it)}, as eager's ops advance it"
+            if storage in functional.touched_storages - written_back:
                 detail += " (the storage ends at 0 bytes: no bytes to write back)"
+            elif storage not in written_back:
+                detail += " (no byte written: an in-place metadata op or a set_)"
             yield EpilogueStep("version", on_it[0], detail, "functionalize.epilogue.version")
 
     def outputs(self):

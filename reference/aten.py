@@ -247,6 +247,7 @@ def _write_back(overload, functional, *args, **kwargs):
     results = list(results) if len(functional._schema.returns) > 1 else [results]
     fresh = iter(results[: len(results) - len(written)])
     news = results[len(results) - len(written) :]
+    foreach = schema.name.startswith("aten::_foreach_")
     for (argument, target), new in zip(written, news, strict=True):
         quiet = not _advances_version(schema, argument)
         for t, value in zip(pytree.tree_leaves(target), pytree.tree_leaves(new), strict=True):
@@ -254,6 +255,10 @@ def _write_back(overload, functional, *args, **kwargs):
             t.copy_(value)
             if quiet:
                 mark_quiet_write()  # r[ops.aten-mutations.versions]
+            elif foreach:
+                # r[functionalize.epilogue.version]: eager's kernel advances each tensor of the
+                # list it writes; traced, this copy_ runs below autograd and advances none
+                torch.autograd.graph.increment_version(t)
     by_alias = {frozenset(a.alias_info.before_set): value for a, value in written}
     returns = [
         next(fresh) if r.alias_info is None else by_alias[frozenset(r.alias_info.before_set)]

@@ -533,6 +533,26 @@ def program_of_graph(graph_module: torch.fx.GraphModule, name: str) -> CapturedP
 
 
 @define
+class _TracedInputs:
+    """The fake tensors the function is traced on, with their version counters before it ran."""
+
+    tensors: list[torch.Tensor] = field(factory=list)
+    versions: list[int] = field(factory=list)
+
+    def note(self, tensors) -> None:
+        self.tensors.extend(tensors)
+        self.versions.extend(t._version for t in tensors)
+
+    def advanced(self) -> tuple[int, ...]:
+        """r[functionalize.epilogue.version]: the flat inputs whose counters the function's ops
+        advanced. A fake's counter moves as eager's ops move the caller's; a write an op makes
+        without advancing it (`r[ops.aten-mutations.versions]`) is traced below autograd and
+        moves none."""
+        pairs = zip(self.tensors, self.versions, strict=True)
+        return tuple(i for i, (t, version) in enumerate(pairs) if t._version != version)
+
+
+@define
 class _Returned:
     """How the traced function's return value is built from its tensors, found while tracing."""
 
@@ -763,7 +783,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
     requires_grad_calls: list[_RequiresGradCall] = []
     requires_grad_inputs: set[int] = set()
     requires_grad_outputs: set[int] = set()
-    traced_inputs: list[torch.Tensor] = []
+    traced = _TracedInputs()
     watch = _WatchGradMode(grad_modes, requires_grad_calls)
     interception = Interception(grad_modes, watch.pausing)
     # r[collectives.derivatives]: the collectives' library autograd is the table's to replace
@@ -774,7 +794,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
         rebuilt = [next(it) if leaf is TENSOR else leaf for leaf in in_leaves]
         call_args, call_kwargs = pytree.tree_unflatten(rebuilt, in_spec)
         histories_before = [_history(t) for t in flat_tensors]
-        traced_inputs.extend(flat_tensors)
+        traced.note(flat_tensors)
         watch.callers = _caller_inputs(flat_tensors, tensors)
         with (
             watch,
@@ -825,7 +845,8 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
         custom_functions=tuple(interception.functions),
         values_read=frozenset(watch.values_read),
         checks=_return_checks(graph_module, watch.checks),
-        traced_inputs=tuple(traced_inputs),
+        advanced_inputs=traced.advanced(),
+        traced_inputs=tuple(traced.tensors),
     )
 
 

@@ -43,7 +43,8 @@ def raise_failed_check(program: FunctionalProgram, flats: list[torch.Tensor]) ->
 def apply_epilogue(
     program: FunctionalProgram, tensors, caller_storages, flats: list[torch.Tensor]
 ) -> None:
-    with_history = set()
+    advanced = program.captured.advanced_inputs
+    versions = [None if tensors[i] is None else tensors[i]._version for i in advanced]
     for step in program.epilogue:
         if isinstance(step, Resize):
             caller_storages[step.input_index].resize_(step.nbytes)
@@ -52,7 +53,6 @@ def apply_epilogue(
         elif isinstance(step, WriteBack):
             flat, storage = flats[step.output_index], caller_storages[step.input_index]
             if flat.requires_grad and step.input_index in program.written_with_grad:
-                with_history.add(step.input_index)
                 _write_with_history(tensors[step.input_index], storage, flat)
             else:
                 _write_bytes(storage, flat)
@@ -60,8 +60,7 @@ def apply_epilogue(
             storage = _storage_of(step.storage, caller_storages, flats)
             with torch.no_grad():
                 set_within(tensors[step.input_index], storage, step.layout)
-    for storage in program.inputs_on_written.keys() - with_history:
-        _advance_versions(program, tensors, storage)
+    _advance_versions(tensors, advanced, versions)
 
 
 def _write_bytes(storage: torch.UntypedStorage, flat: torch.Tensor) -> None:
@@ -128,19 +127,17 @@ def _covers(layout: Layout, storage: torch.UntypedStorage) -> bool:
     return layout.numel * layout.itemsize == storage.nbytes() and layout.addresses_like(whole)
 
 
-def _advance_versions(program: FunctionalProgram, tensors, storage: int) -> None:
-    """r[functionalize.epilogue.version]: the caller's tensors on a storage the program wrote see
-    a new version, as after an eager in-place op (even when the storage ends at 0 bytes and
-    nothing is written back), so autograd's checks of saved tensors see the write."""
-    on_storage = [tensors[i] for i in program.inputs_on_written[storage]]
-    on_storage = [t for t in on_storage if t is not None]
-    if len(on_storage) == 1:  # one counter (a buffer's, at every training step)
-        torch.autograd.graph.increment_version(on_storage[0])
-        return
-    versions = [t._version for t in on_storage]
-    for t, version in zip(on_storage, versions, strict=True):
-        # each counter once: an object passed twice, a view and its base share one
-        if t._version == version:
+def _advance_versions(tensors, advanced: tuple[int, ...], versions: list) -> None:
+    """r[functionalize.epilogue.version]: the caller's tensors whose counters eager's ops would
+    have advanced (`advanced`, by flat index, with `versions` as the epilogue began) see a new
+    version once, so autograd's checks of saved tensors see the write, even when nothing is
+    written back (a storage that ends at 0 bytes, an in-place metadata op through a detached
+    alias): a counter the epilogue's own ops moved (the metadata op itself, a write autograd
+    records, a rebinding `set_`), or that the advance of a tensor sharing it moved (a view, a
+    detach()), is not advanced again."""
+    for i, version in zip(advanced, versions, strict=True):
+        t = tensors[i]
+        if t is not None and t._version == version:
             torch.autograd.graph.increment_version(t)
 
 

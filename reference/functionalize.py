@@ -92,8 +92,6 @@ class _Storage:
     flat: torch.Tensor | None = None
     version: int = 0
     written: bool = False
-    #: A write advanced eager's version counter (`r[ops.aten-mutations.versions]`).
-    version_advanced: bool = False
     written_with_grad: bool = False
     resized: bool = False
     #: The last contents a write or resize gave it (kept when a resize to 0 drops `flat`).
@@ -344,7 +342,6 @@ def _write(
     storage.version += 1
     storage.writes[storage.version] = layout
     storage.written = True
-    storage.version_advanced |= advances_version
     # r[autograd.input-writes]; a write under torch.no_grad() gives the input no history
     # (r[autograd.no-grad-input-writes])
     storage.written_with_grad |= with_grad
@@ -1121,14 +1118,10 @@ def functionalize(
 
 
 def _caller_storages_changed(storages) -> dict[str, frozenset[int]]:
-    """The caller storages the program touched, wrote, wrote only through writes that advance no
-    version (`r[ops.aten-mutations.versions]`) and wrote with history, by first input."""
+    """The caller storages the program touched, wrote and wrote with history, by first input."""
     return {
         "touched_storages": frozenset(s.caller for s in storages if s.written or s.resized),
         "written": frozenset(s.caller for s in storages if s.written),
-        "written_quietly": frozenset(
-            s.caller for s in storages if s.written and not s.version_advanced
-        ),
         "written_with_grad": frozenset(s.caller for s in storages if s.written_with_grad),
     }
 

@@ -103,6 +103,9 @@ class CapturedProgram:
     #: The value checks whose outcome only decides whether the function raises, in the order it
     #: makes them; their graph outputs come last (`r[capture.data-dependent.checks]`).
     checks: tuple[ValueCheck, ...] = ()
+    #: Flat inputs whose version counter the function's ops advanced as they traced, as
+    #: eager's advance the caller's (`r[functionalize.epilogue.version]`).
+    advanced_inputs: tuple[int, ...] = ()
     #: The fake tensors the function was traced on, as it left them (its graph's placeholders
     #: hold detached copies taken before it ran): functionalization traces on them again where
     #: they are as converting its inputs would make them.
@@ -423,13 +426,11 @@ class FunctionalProgram:
     stand_ins: StandIns
     #: Caller storages (by first input) the program wrote or resized at some point.
     touched_storages: frozenset[int] = frozenset()
-    #: Caller storages the program wrote, and those it wrote with grad mode on, through a tensor
-    #: that records history (`r[functionalize.epilogue.version]`, `r[autograd.input-writes]`).
+    #: Caller storages the program wrote (a custom Function's backward: the saved values it
+    #: writes, `r[autograd.custom-function.backward-writes]`), and those it wrote with grad mode
+    #: on, through a tensor that records history (`r[autograd.input-writes]`).
     written: frozenset[int] = frozenset()
     written_with_grad: frozenset[int] = frozenset()
-    #: Caller storages of `written` that the program wrote only through writes that advance no
-    #: version in eager: their versions stay (`r[ops.aten-mutations.versions]`).
-    written_quietly: frozenset[int] = frozenset()
     #: Caller storages (by first input) whose reads send their gradient to the input they read
     #: through: several input objects requiring grad read them, or one in another dtype than the
     #: storage's (`r[autograd.no-grad-input-writes.identity]`).
@@ -448,17 +449,6 @@ class FunctionalProgram:
     @property
     def graph(self) -> torch.fx.Graph:
         return self.graph_module.graph
-
-    @cached_property
-    def inputs_on_written(self) -> dict[int, tuple[int, ...]]:
-        """Per storage of `written` but not `written_quietly`, the flat inputs on it: the
-        caller's tensors whose versions a call advances (`r[functionalize.epilogue.version]`)."""
-        advanced = self.written - self.written_quietly  # r[ops.aten-mutations.versions]
-        on_storage: dict[int, list[int]] = {storage: [] for storage in advanced}
-        for i, meta in enumerate(self.inputs):
-            if meta.storage in on_storage:
-                on_storage[meta.storage].append(i)
-        return {storage: tuple(inputs) for storage, inputs in on_storage.items()}
 
     @cached_property
     def caller_storages_read(self) -> tuple[int, ...]:

@@ -97,7 +97,7 @@ def run_plan(
         call, flats = _forward_recorded(plan, graphs, tensors, stolen)
     if program.captured.checks:
         raise_failed_check(program, flats)  # r[capture.data-dependent.checks]
-    if program.epilogue or program.written:
+    if program.epilogue or program.captured.advanced_inputs:
         apply_epilogue(program, tensors, caller_storages, flats)
     # r[autograd.input-writes.synthetic-base.metadata]: before the versions are noted
     plan.bases.relayout_callers(callers)

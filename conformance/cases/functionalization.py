@@ -434,6 +434,103 @@ CASES.append(
 )
 
 
+def _transposes_a_detached_alias(x):
+    alias = x.detach()
+    alias.t_()
+    return x * 2
+
+
+CASES.append(
+    Case(
+        name="functionalize.metadata-op-through-a-detached-alias-advances-the-version",
+        rules=["functionalize.epilogue.version"],
+        setup=lambda: {"x": torch.arange(6.0).reshape(2, 3)},
+        args=["x"],
+        program=_transposes_a_detached_alias,
+        # eager: detach() shares x's version counter, and transpose_ advances it; x keeps its
+        # layout and bytes (only the alias was relaid out)
+        expect=[
+            Values("out0", torch.arange(0.0, 12.0, 2.0).reshape(2, 3)),
+            Layout("x", shape=(2, 3), strides=(3, 1), offset=0),
+            Version("x", 1),
+        ],
+    )
+)
+
+
+def _sets_itself(y):
+    y.set_(y)
+    return y + 1
+
+
+CASES.append(
+    Case(
+        name="functionalize.set-to-itself-advances-the-version",
+        rules=["functionalize.epilogue.version", "functionalize.epilogue.set"],
+        setup=lambda: {"y": torch.arange(3.0)},
+        args=["y"],
+        program=_sets_itself,
+        # eager: set_ advances y's counter, though y keeps its storage, layout and bytes
+        expect=[Values("y", [0.0, 1.0, 2.0]), Values("out0", [1.0, 2.0, 3.0]), Version("y", 1)],
+    )
+)
+
+
+def _writes_through_a_tensor_rebound_onto_base(base, other):
+    other.set_(base)
+    other.mul_(3)
+    return base + 1
+
+
+CASES.append(
+    Case(
+        name="functionalize.write-through-a-rebound-tensor-keeps-the-bases-version",
+        rules=["functionalize.epilogue.version", "functionalize.epilogue.set"],
+        setup=lambda: {"base": torch.ones(4), "other": torch.zeros(2)},
+        args=["base", "other"],
+        program=_writes_through_a_tensor_rebound_onto_base,
+        # eager: set_ gives other base's storage but not base's counter, which is not a view's;
+        # mul_ through other triples base's bytes and advances other's counter only
+        expect=[
+            Values("base", [3.0, 3.0, 3.0, 3.0]),
+            Values("other", [3.0, 3.0, 3.0, 3.0]),
+            Values("out0", [4.0, 4.0, 4.0, 4.0]),
+            Shares("base", "other"),
+            Version("base", 0),
+        ],
+        skip={
+            "reference-eager": "the eager interpreter keeps one counter per storage "
+            "(r[boundary.export.versions])"
+        },
+    )
+)
+
+
+def _rebinds_an_expanded_view(x, src):
+    view = x.expand(2, 2)
+    view.set_(src)
+    return view * 1
+
+
+CASES.append(
+    Case(
+        name="functionalize.set-of-a-view-advances-its-bases-version",
+        rules=["functionalize.epilogue.version"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0]), "src": torch.full((2, 2), 5.0)},
+        args=["x", "src"],
+        program=_rebinds_an_expanded_view,
+        # eager: the view shares x's counter, which its set_ advances; x's bytes and layout stay
+        # and src, read only, keeps its counter
+        expect=[
+            Values("x", [1.0, 2.0]),
+            Values("out0", [[5.0, 5.0], [5.0, 5.0]]),
+            Version("x", 1),
+            Version("src", 0),
+        ],
+    )
+)
+
+
 def _three_writes_through_a_view_and_a_rebinding(base, view, other):
     view.mul_(2)
     base.add_(1)

@@ -464,19 +464,29 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "epilogue.versions-per-argument",
         "reference/epilogue.py",
-        "        if t._version == version:\n",
-        "        if True:\n",
+        "        if t is not None and t._version == version:\n",
+        "        if t is not None:\n",
         "One object passed twice, or a view passed with its base, gets their version counter "
         "advanced twice.",
         ON_SHARED,
     ),
     Mutant(
-        "epilogue.quiet-writes-advance-versions",
-        "reference/program_records.py",
-        "        advanced = self.written - self.written_quietly",
-        "        advanced = self.written",
+        "capture.quiet-writes-advance-versions",
+        "reference/aten.py",
+        "                mark_quiet_write()  # r[ops.aten-mutations.versions]\n",
+        "                mark_quiet_write()  # r[ops.aten-mutations.versions]\n"
+        "                torch.autograd.graph.increment_version(t)\n",
         "Batch norm's update of its running statistics advances their versions, which eager's "
         "kernel leaves alone: a backward that saved them fails its version check.",
+        ("tests/test_write_versions.py",),
+    ),
+    Mutant(
+        "capture.foreach-writes-keep-versions",
+        "reference/aten.py",
+        "                torch.autograd.graph.increment_version(t)\n",
+        "                pass\n",
+        "A _foreach_ op's writes leave the versions of the list's tensors, which eager's kernel "
+        "advances: a backward that saved one misses the write.",
         ("tests/test_write_versions.py",),
     ),
     Mutant(
