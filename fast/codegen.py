@@ -47,6 +47,7 @@ from aotspec.reference.optable import CLONES_STORAGE, OpKind, lookup
 from aotspec.reference.symbols import SizeBinding, is_symbolic, settled
 
 from .entries import quickest_entry
+from .peephole import views_undone
 
 
 def _modes_off() -> contextlib.AbstractContextManager:
@@ -105,7 +106,8 @@ _BUILTIN_NAMES = {
 
 @frozen
 class GeneratedCode:
-    """A graph's generated function, its source, and the graph it came from. The function calls
+    """A graph's generated function, its source, and the graph it runs (the plan's, with the
+    views it need not make left out, `fast/peephole.py`). The function calls
     the quickest entries of its ops; `exact`, the same code, their own entries, for a call with a
     torch function to honour. The code of a symbolic plan's graph is a function of the sizes its
     layout lines read (`symbols`, in the order `sized` and `exact_sized` take their numbers);
@@ -139,7 +141,7 @@ def generate(graph_module: torch.fx.GraphModule, name: str = "forward") -> Gener
     read their sizes from their inputs, and the lines laying outputs out as traced compute their
     numbers from the sizes' symbols, the parameters of a function that makes the code's function
     for a call's sizes (`GeneratedCode.at`)."""
-    graph = graph_module.graph
+    graph = views_undone(graph_module.graph)
     _check_names(graph)
     names = dict(_BUILTIN_NAMES)
     ops = _Ops()

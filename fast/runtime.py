@@ -18,6 +18,7 @@ import weakref
 from functools import cached_property
 
 import torch
+import torch.autograd.forward_ad as forward_ad
 import torch.fx
 from attrs import define, field
 
@@ -194,4 +195,12 @@ class _FastGraphs:
         # A saved input is the caller's tensor object itself, already in `arguments`, which
         # then holds it alone (a stolen one dies at its last use)
         saved_inputs.clear()
-        return self.fast.backward_reaching(reached)(arguments)
+        code = self.fast.backward_reaching(reached)
+        if forward_ad._current_level >= 0:  # autograd's kernels carry forward-mode tangents
+            return code(arguments)
+        # The runtime runs the backward with grad mode off, so autograd's kernels record nothing
+        # and only pass each op on: skipped, as the forward skips them (a tenth of the backward
+        # graph's time); the views' kernels (ADInplaceOrView) still run, so a gradient that is
+        # a view is one, sharing its base's version counter.
+        with torch._C._AutoDispatchBelowAutograd():
+            return code(arguments)

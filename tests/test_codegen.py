@@ -151,3 +151,39 @@ def test_a_torch_function_mode_sees_the_overloads_as_before():
         code([x, w])
     overloads = [n.target for n in module.graph.nodes if n.op == "call_function"]
     assert overloads == [func for func in seen if isinstance(func, torch._ops.OpOverload)]
+
+
+def _views_undone_program(x, w, b):
+    y = w.clone()
+    return (
+        x.t().t().mm(w),  # t of t, read by mm: x itself
+        b.transpose(0, 2).transpose(-1, 0).exp(),  # the same dims, spelled otherwise: b itself
+        b.transpose(0, 1).transpose(1, 2).exp(),  # other dims: a permutation, made
+        x.expand(3, 4) + x[:1].expand(3, 4),  # to its own sizes: x itself; to others: made
+        x.t().t(),  # returned: the view, made
+        y.t().t().mul_(2),  # written and returned by mul_: the view, made
+    )
+
+
+def test_views_laid_out_as_their_source_are_passed_as_the_source():
+    """fast/peephole.py: an op's argument that is a view laid out as a value it views (t of t,
+    a transpose of the same transpose, expand to its own sizes) is passed as that value, and
+    the views no longer used are not made; a returned view, and one an op writes and returns,
+    are made. Every output is what the graph's own run gives: values, strides, view or not,
+    and the storage it lies on (an input's, or a fresh one)."""
+    examples = (torch.randn(3, 4), torch.randn(4, 4), torch.randn(2, 3, 4))
+    module = _traced(_views_undone_program, *examples)
+    code = generate(module)
+    called = re.findall(r"= aten\.(\w+)\.", code.code)
+    assert 4 == called.count("t"), code.code  # x.t().t() and y.t().t(), returned
+    assert 2 == called.count("transpose"), code.code
+    assert 1 == called.count("expand"), code.code
+    inputs = [torch.randn(3, 4), torch.randn(4, 4), torch.randn(2, 3, 4)]
+    expected = module(*inputs)
+    storages = {t.untyped_storage()._cdata: k for k, t in enumerate(inputs)}
+    results = code(list(inputs))
+    for got, want in zip(results, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert (want.stride(), want._is_view()) == (got.stride(), got._is_view())
+        on = storages.get(want.untyped_storage()._cdata)
+        assert on == storages.get(got.untyped_storage()._cdata)

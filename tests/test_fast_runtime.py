@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.autograd.forward_ad as forward_ad
 
 import aotspec
 from aotspec.errors import SpecViolation
@@ -36,3 +37,51 @@ def test_an_output_on_a_saved_values_storage_written_before_the_backward_raises(
     with pytest.raises(SpecViolation, match="modified by an inplace operation"):
         out.sum().backward()
     assert x.grad is None
+
+
+def _linear_relu(x, w, b):
+    return torch.nn.functional.linear(x, w, b).relu()
+
+
+def _linear_inputs() -> tuple[torch.Tensor, ...]:
+    torch.manual_seed(0)
+    return tuple(torch.randn(*shape, requires_grad=True) for shape in [(5, 4), (3, 4), (3,)])
+
+
+def _facts(t: torch.Tensor) -> tuple:
+    return t.stride(), t._is_view(), t.requires_grad, t.grad_fn is None
+
+
+def test_gradients_are_the_views_eager_returns():
+    """The backward graph's ops run with autograd's kernels skipped, yet a gradient that eager
+    returns as a view (a weight's, the transpose of a transpose of mm's result; a bias's, sum's
+    keepdim result viewed) is a view, of eager's strides, without history, sharing its base's
+    version counter. (The reference computes its gradients on bytes: none is a view.)"""
+    inputs = _linear_inputs()
+    expected = torch.autograd.grad(_linear_relu(*inputs).sum(), inputs)
+    compiled = aotspec.compile(_linear_relu, backend="fast")
+    grads = torch.autograd.grad(compiled(*inputs).sum(), inputs)
+    assert [_facts(g) for g in expected] == [_facts(g) for g in grads]
+    for grad, eager in zip(grads, expected, strict=True):
+        torch.testing.assert_close(grad, eager, rtol=0, atol=0)
+        if grad._is_view():
+            version = grad._base._version
+            grad.mul_(1)
+            assert version + 1 == grad._base._version
+
+
+def test_forward_mode_tangents_of_incoming_gradients_reach_the_gradients():
+    """A backward whose incoming gradient carries a forward-mode tangent (forward over reverse)
+    gives gradients whose tangents are eager's: the backward graph's ops, on torch tensors, run
+    through autograd's kernels, which carry it. (The reference's graph, on bytes, drops it.)"""
+    inputs = _linear_inputs()
+    compiled = aotspec.compile(_linear_relu, backend="fast")
+    tangents = []
+    for function in (_linear_relu, compiled):
+        out = function(*inputs)
+        with forward_ad.dual_level():
+            incoming = forward_ad.make_dual(torch.ones(5, 3), torch.full((5, 3), 2.0))
+            grads = torch.autograd.grad(out, inputs, incoming)
+            tangents.append([forward_ad.unpack_dual(g).tangent for g in grads])
+    for expected, got in zip(*tangents, strict=True):
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)

@@ -149,6 +149,24 @@ MUTANTS: tuple[Mutant, ...] = (
         "default is 'mean'.",
         (CODEGEN, FAST, FUSION, COMPILE),
     ),
+    Mutant(
+        "peephole.written-argument-passed",
+        "fast/peephole.py",
+        "(value, schema[name].alias_info is None) for",
+        "(value, True) for",
+        "A view laid out as its source passed to every op, an in-place one too: the write lands "
+        "in the same elements, but the op returns the source where the graph returns the view.",
+        (CODEGEN, "tests/test_fast_runtime.py"),
+    ),
+    Mutant(
+        "peephole.returned-view-passed",
+        "fast/peephole.py",
+        "        return [(value, False) for value in values]\n",
+        "        return [(value, True) for value in values]\n",
+        "The graph's outputs passed as their sources too: a weight's gradient, t of t of mm's "
+        "result, is no longer the view eager returns to torch.autograd.grad and tensor hooks.",
+        ("tests/test_fast_runtime.py", CODEGEN),
+    ),
     # ------------------------------------------------------------ the fast runtime
     Mutant(
         "fast-runtime.fusion-never-requested",
@@ -166,6 +184,15 @@ MUTANTS: tuple[Mutant, ...] = (
         "fuse_pointwise(graph_module)",
         "The pass's default is `use_triton=False`: groups are fused but run as torch ops.",
         ON_FUSION,
+    ),
+    Mutant(
+        "fast-runtime.backward-below-autograd-under-forward-ad",
+        "fast/runtime.py",
+        "        if forward_ad._current_level >= 0:",
+        "        if False:",
+        "The backward graph run below autograd's kernels always, as they record nothing in it: "
+        "they also carry an incoming gradient's forward-mode tangent, which is then dropped.",
+        ("tests/test_fast_runtime.py", FAST),
     ),
     # ------------------------------------------------------------ fusion
     Mutant(
