@@ -482,8 +482,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "epilogue.views-under-caller-grad-mode",
         "reference/epilogue.py",
-        "            if output.made_with_grad == grad_enabled\n",
-        "            if True\n",
+        "        if output.made_with_grad == grad_enabled:\n",
+        "        if True:\n",
         "Output views built under the caller's grad mode, not the program's.",
         ON_SHARED,
     ),
