@@ -305,7 +305,7 @@ def _reinterpretable(dtype: torch.dtype, other: torch.dtype) -> bool:
 def _laid_out_like(t: torch.Tensor, layout) -> bool:
     return (
         t.dtype == layout.dtype
-        and tuple(t.shape) == layout.sizes
+        and t.shape == layout.sizes  # (a torch.Size equals the tuple of its sizes)
         and t.stride() == layout.strides
         and t.storage_offset() == layout.offset
         and (t.is_conj(), t.is_neg()) == (layout.conj, layout.neg)
