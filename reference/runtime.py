@@ -353,8 +353,13 @@ class SavedInputs:
         began noted."""
         tensors = {k: arguments[i] for k, i in plan.saved_inputs.items()}
         noted = [
-            (t, t._version, t.untyped_storage().nbytes(), False)
-            for t in [arguments[i] for _, i in plan.saved_inputs_by_time[False]]
+            (
+                t := arguments[i],
+                t._version,
+                t.untyped_storage().nbytes() if nbytes is None else nbytes,  # as the key holds
+                False,
+            )
+            for i, nbytes in plan.saved_inputs_at_call
         ]
         return cls(plan, tensors, noted)
 
