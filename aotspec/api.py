@@ -158,6 +158,10 @@ def _flatten(args: tuple, kwargs: dict):
     return pytree.tree_flatten((tuple(args), dict(kwargs)))
 
 
+#: A call that steals no input, and the static inputs of a call without `no_static` hooks.
+_NONE_STOLEN = _NONE_STATIC = frozenset()
+
+
 def _constant_key(leaf):
     try:
         hash(leaf)
@@ -271,7 +275,7 @@ class CompiledFunction:
         call.clear()
         tensors = leaves if not constants else [t for t in leaves if isinstance(t, torch.Tensor)]
         refuse_transformed(tensors)
-        stolen = self._stolen_indices(leaves, stolen_lists)
+        stolen = self._stolen_indices(leaves, stolen_lists) if stolen_lists else _NONE_STOLEN
         grad_enabled = torch.is_grad_enabled()
         autocast = autocast_state()  # r[capture.autocast]: casts are recorded at capture
         default_dtype = torch.get_default_dtype()  # r[capture.default-dtype]
@@ -282,7 +286,7 @@ class CompiledFunction:
         static = (
             _static_inputs(tensors)
             if hooks is not None and self.hooks_filter == "no_static"
-            else frozenset()
+            else _NONE_STATIC
         )
         context = (
             structure,
@@ -425,8 +429,6 @@ class CompiledFunction:
 
     @staticmethod
     def _stolen_indices(leaves, stolen_lists) -> frozenset[int]:
-        if not stolen_lists:
-            return frozenset()
         stolen_ids = {id(t) for stolen_list in stolen_lists for t in stolen_list}
         tensor_leaves = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
         return frozenset(i for i, t in enumerate(tensor_leaves) if id(t) in stolen_ids)

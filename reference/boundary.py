@@ -29,7 +29,10 @@ AUTOCAST_DEVICES = ("cpu", "cuda")
 def autocast_state() -> tuple:
     """r[capture.autocast]: whether autocast is on, and its dtype, per device type: part of what
     a compiled program assumes, since capture records the casts autocast makes."""
-    enabled, dtype = torch.is_autocast_enabled, torch.get_autocast_dtype
+    dtype = torch.get_autocast_dtype
+    if not torch._C._is_any_autocast_enabled():  # one question for every device type
+        return tuple([(False, dtype(device)) for device in AUTOCAST_DEVICES])
+    enabled = torch.is_autocast_enabled
     return tuple([(enabled(device), dtype(device)) for device in AUTOCAST_DEVICES])
 
 

@@ -12,8 +12,6 @@ backend uses this module as it is.
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 
 from .boundary import set_within, tensor_on
@@ -184,11 +182,12 @@ def build_outputs(
             continue
         # r[autograd.grad-mode-inside.views]: an output view is built under the grad mode the
         # program took it in, whatever the mode of the call (no switch when they agree)
-        with (
-            contextlib.nullcontext()
-            if output.made_with_grad == grad_enabled
-            else torch.set_grad_enabled(output.made_with_grad)
-        ):
+        if output.made_with_grad == grad_enabled:
+            outputs.append(
+                _output_view(output, tensors, on_storage, caller_storages, flats, returned)
+            )
+            continue
+        with torch.set_grad_enabled(output.made_with_grad):
             outputs.append(
                 _output_view(output, tensors, on_storage, caller_storages, flats, returned)
             )
@@ -303,7 +302,7 @@ def _reinterpretable(dtype: torch.dtype, other: torch.dtype) -> bool:
 def _laid_out_like(t: torch.Tensor, layout) -> bool:
     return (
         t.dtype == layout.dtype
-        and tuple(t.shape) == layout.sizes
+        and t.shape == layout.sizes  # (a torch.Size equals the tuple of its sizes)
         and t.stride() == layout.strides
         and t.storage_offset() == layout.offset
         and (t.is_conj(), t.is_neg()) == (layout.conj, layout.neg)

@@ -157,6 +157,8 @@ _SLOT_DICTS = (
     operator.attrgetter("_modules"),
 )
 _TRAINING = operator.attrgetter("training")
+#: The dict of a module that holds a slot of each kind it has.
+_SLOT_DICT = {"parameter": _SLOT_DICTS[0], "buffer": _SLOT_DICTS[1]}
 
 
 class _Walk:
@@ -205,6 +207,13 @@ class _Walk:
         )
         self._modules = [self._hold(module) for module in modules]
         self._first_slots = [slots[0] for slots in self._reaches]
+        #: Where each tensor's first slot is a module's parameter or buffer: those dicts (held
+        #: already in `_slot_dicts`; one replaced is an attribute `changed()` sees) and names.
+        first = [slots[0] for slots in reaches]
+        self._first_in_dicts = None
+        if all(reach.kind in _SLOT_DICT for reach in first):
+            dicts = [_SLOT_DICT[reach.kind](reach.owner) for reach in first]
+            self._first_in_dicts = (dicts, [reach.name for reach in first])
         slots_key = tuple(
             tuple((reach.kind, id(reach.owner), reach.name) for reach in slots)
             for slots in reaches
@@ -258,6 +267,7 @@ class _Walk:
         self._stale = True
         self._kept, self._watched, self._functions, self._modules = [], [], [], []
         self._reaches, self._first_slots, self._attributes = (), [], []
+        self._first_in_dicts = None
         self._slot_dicts, self._filled, self._empty = [], [], []
 
     def changed(self) -> bool:
@@ -281,9 +291,12 @@ class _Walk:
         return False
 
     def lifted(self) -> Lifted:
-        tensors = tuple(
-            [_slot_value(kind, owner(), name) for kind, owner, name in self._first_slots]
-        )
+        if self._first_in_dicts is not None:  # the tensors read in one pass
+            tensors = tuple(map(dict.__getitem__, *self._first_in_dicts))
+        else:
+            tensors = tuple(
+                [_slot_value(kind, owner(), name) for kind, owner, name in self._first_slots]
+            )
         return Lifted(tensors, self._key, self.reaches)
 
     def reaches(self) -> tuple[tuple[Reach, ...], ...]:

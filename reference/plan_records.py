@@ -183,6 +183,18 @@ class Plan:
             tuple((k, i) for k, i in pairs if i in after),
         )
 
+    @cached_property
+    def saved_inputs_at_call(self) -> tuple[tuple[int, int | None], ...]:
+        """The saved inputs the backward reads as the call began (`saved_inputs_by_time[0]`),
+        each as (flat input index, the bytes of its storage at the call): every call this plan
+        serves has those bytes, as its guard key holds them (`InputMeta.storage_nbytes`), so a
+        call reads them only where they depend on its sizes (None)."""
+        inputs = self.functional.inputs
+        return tuple(
+            (i, nbytes if type(nbytes := inputs[i].storage_nbytes) is int else None)
+            for _, i in self.saved_inputs_by_time[False]
+        )
+
     def backward_reaching(self, reached: tuple[bool, ...]) -> GraphProgram:
         """The backward graph for a backward that reached the differentiable outputs `reached`
         says (`r[autograd.unreached-outputs.terms]`); made once per such set."""

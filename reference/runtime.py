@@ -33,7 +33,7 @@ from attrs import define, field
 from aotspec.errors import SECOND_BACKWARD, SpecViolation, UnsupportedError
 from aotspec.versions import untraced_by_dynamo
 
-from .boundary import NOTHING_TO_DO, autocast_off, grad_on_recording_nothing
+from .boundary import NOTHING_TO_DO, autocast_off
 from .epilogue import (
     apply_backward_writes,
     apply_epilogue,
@@ -202,9 +202,13 @@ class _Forward(torch.autograd.Function):
         # r[autograd.saved-inputs]: a saved input is the caller's tensor (not a copy), read when
         # the backward runs; its version is noted now.
         call.saved_inputs = SavedInputs.at_call(plan, arguments)
-        # the kernels run as eager's run where autograd records; r[capture.autocast]
-        with grad_on_recording_nothing(), autocast_off():  # r[ops.aten-values.grad-mode]
+        # r[ops.aten-values.grad-mode]: the kernels run as eager's run where autograd records,
+        # grad mode on and autograd's kernels skipped (`grad_on_recording_nothing`, inlined:
+        # apply runs this function with grad mode off, and its guard restores the mode after)
+        torch._C._set_grad_enabled(True)
+        with torch._C._AutoDispatchBelowAutograd(), autocast_off():  # r[capture.autocast]
             results = call.graphs.forward(arguments)  # clears `arguments`
+        torch._C._set_grad_enabled(False)
         n_outputs = len(results) - plan.num_saved
         flats, saved = results[:n_outputs], results[n_outputs:]
         del results
@@ -349,8 +353,13 @@ class SavedInputs:
         began noted."""
         tensors = {k: arguments[i] for k, i in plan.saved_inputs.items()}
         noted = [
-            (t, t._version, t.untyped_storage().nbytes(), False)
-            for t in [arguments[i] for _, i in plan.saved_inputs_by_time[False]]
+            (
+                t := arguments[i],
+                t._version,
+                t.untyped_storage().nbytes() if nbytes is None else nbytes,  # as the key holds
+                False,
+            )
+            for i, nbytes in plan.saved_inputs_at_call
         ]
         return cls(plan, tensors, noted)
 

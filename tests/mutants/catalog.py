@@ -439,6 +439,15 @@ MUTANTS: tuple[Mutant, ...] = (
         ON_SHARED,
     ),
     Mutant(
+        "runtime.saved-input-bytes-not-the-keys",
+        "reference/plan_records.py",
+        "            (i, nbytes if type(nbytes := inputs[i].storage_nbytes) is int else None)\n",
+        "            (i, 0)\n",
+        "The bytes a saved input's storage held at the call taken as none: a backward after the "
+        "storage was resized down reads past its end unchecked.",
+        (CONFORMANCE,),
+    ),
+    Mutant(
         "runtime.saved-input-version-unchecked",
         "reference/runtime.py",
         "-> None:\n    if t._version != version:\n",
@@ -519,8 +528,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         "epilogue.views-under-caller-grad-mode",
         "reference/epilogue.py",
-        "            if output.made_with_grad == grad_enabled\n",
-        "            if True\n",
+        "        if output.made_with_grad == grad_enabled:\n",
+        "        if True:\n",
         "Output views built under the caller's grad mode, not the program's.",
         ON_SHARED,
     ),
