@@ -387,6 +387,8 @@ def _resize_(self, size, memory_format=None):
     `memory_format`) at its storage offset, on its own storage, which first grows to the new
     layout's extent where it is smaller (`r[aliasing.resize.grows-storage]`), as eager's kernel
     grows the storage and then restrides: a storage resize and `as_strided_`."""
+    if memory_format is None and tuple(size) == tuple(self.shape):
+        return self  # r[aliasing.resize.same-sizes]
     if memory_format in (torch.channels_last, torch.channels_last_3d):
         strides = torch._prims_common.make_channels_last_strides_for(size)
     else:

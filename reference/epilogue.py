@@ -47,7 +47,8 @@ def apply_epilogue(
         if isinstance(step, Resize):
             caller_storages[step.input_index].resize_(step.nbytes)
         elif isinstance(step, Relayout):
-            _relayout(tensors[step.input_index], caller_storages[step.input_index], step)
+            storage = caller_storages[step.input_index]
+            _relayout(tensors[step.input_index], storage, step, step.input_index in advanced)
         elif isinstance(step, WriteBack):
             flat, storage = flats[step.output_index], caller_storages[step.input_index]
             if flat.requires_grad and step.input_index in program.written_with_grad:
@@ -80,7 +81,9 @@ def _write_bytes(storage: torch.UntypedStorage, flat: torch.Tensor) -> None:
         torch.empty(0, dtype=flat.dtype, device=storage.device).set_(storage).copy_(flat)
 
 
-def _relayout(tensor: torch.Tensor, storage: torch.UntypedStorage, step: Relayout) -> None:
+def _relayout(
+    tensor: torch.Tensor, storage: torch.UntypedStorage, step: Relayout, advances: bool
+) -> None:
     """r[functionalize.epilogue.metadata]: the op itself on the caller's object, under the grad
     mode it ran under in the program, leaves eager's layout, version and autograd history. The
     op checks the layout against the storage's size, which it held when the program ran it: a
@@ -90,8 +93,13 @@ def _relayout(tensor: torch.Tensor, storage: torch.UntypedStorage, step: Relayou
     needed = step.layout.extent_bytes()
     if nbytes < needed:
         storage.resize_(needed)
+    version = tensor._version
     with torch.set_grad_enabled(step.grad_enabled):
         step.op(tensor, *step.args)
+    if not advances:
+        # r[functionalize.epilogue.version]: the op eager ran left the counter (a resize_ to
+        # the sizes the tensor has), where the one replayed (its as_strided_) advances it
+        torch._C._autograd._unsafe_set_version_counter((tensor,), (version,))
     if nbytes < needed:
         storage.resize_(nbytes)
 

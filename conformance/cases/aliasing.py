@@ -17,6 +17,7 @@ from ..case import (
     Shares,
     StorageBytes,
     Values,
+    Version,
     eager_only,
 )
 from ._autograd_common import (
@@ -302,6 +303,55 @@ def _grow_a_detached_alias(w, d):
     d.resize_(3, 3)
     return w * 2
 
+
+def _resize_all_to_their_own_sizes(x, element, y):
+    x.resize_(4, 3)
+    element.resize_(())
+    y.resize_(4, 3, memory_format=torch.contiguous_format)
+    return x + 1, element * 2
+
+
+def _transposed_and_an_element():
+    base = torch.arange(4.0)
+    return {
+        "matrix": (matrix := torch.arange(12.0).reshape(3, 4)),
+        "x": matrix.t(),
+        "base": base,
+        "element": base.as_strided((), (), 2),
+        "y": torch.arange(12.0).reshape(3, 4).t(),
+    }
+
+
+CASES.append(
+    Case(
+        name="aliasing.resize-to-its-own-sizes-changes-nothing",
+        rules=["aliasing.resize.same-sizes", "functionalize.epilogue.version"],
+        setup=_transposed_and_an_element,
+        args=["x", "element", "y"],
+        program=_resize_all_to_their_own_sizes,
+        # eager: the first two resize_ calls return at once: x stays transposed (so does x + 1,
+        # which follows its layout); the memory format relays y out contiguously, reading
+        # its storage in order; no counter advances
+        expect=[
+            Layout("x", shape=(4, 3), strides=(1, 4), offset=0),
+            Layout("out0", shape=(4, 3), strides=(1, 4), offset=0),
+            Values("out0", torch.arange(1.0, 13.0).reshape(3, 4).t()),
+            Values("out1", 4.0),
+            Layout("element", shape=(), strides=(), offset=2),
+            Version("x", 0),
+            Version("matrix", 0),
+            Version("element", 0),
+            Version("base", 0),
+            Layout("y", shape=(4, 3), strides=(3, 1), offset=0),
+            Values("y", torch.arange(12.0).reshape(4, 3)),
+            Version("y", 0),
+        ],
+        skip={
+            "reference-eager": "the eager interpreter advances a counter for the as_strided_ "
+            "a resize_ in a memory format is traced as (r[boundary.export.versions])"
+        },
+    )
+)
 
 CASES += [
     Case(
