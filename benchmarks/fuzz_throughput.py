@@ -13,7 +13,8 @@ machine the rate counts other processes' turns on the core too); per-kind counts
 `--phases` says where the time goes instead: the same programs judged in this process, with
 the CPU time of each stage of the pipeline (drawing, the eager oracle, the reference's capture,
 functionalization, autograd and hooks passes, its run, the fast backend's code and run, the
-comparisons), per program, largest first.
+comparisons) and of the garbage collector's passes, per program, largest first; what the
+warm-up left is frozen out of the collector's way first, as a worker does after its first task.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
+import gc
 import json
 import os
 import statistics
@@ -116,6 +118,7 @@ class _Stages:
     def __init__(self):
         self.seconds: collections.Counter[str] = collections.Counter()
         self._inner: list[float] = []
+        self._collection_start = 0.0
 
     def wrap(self, owner, attribute: str, stage: str) -> None:
         original = getattr(owner, attribute)
@@ -133,6 +136,17 @@ class _Stages:
                     self._inner[-1] += spent
 
         setattr(owner, attribute, timed)
+
+    def collection(self, phase: str, info: dict) -> None:
+        """A `gc.callbacks` entry: a collection's time is a stage of its own, not part of the
+        stage it interrupted."""
+        if phase == "start":
+            self._collection_start = time.thread_time()
+            return
+        spent = time.thread_time() - self._collection_start
+        self.seconds["garbage collection"] += spent
+        if self._inner:
+            self._inner[-1] += spent
 
 
 def phases(backend: str, programs: int) -> None:
@@ -161,6 +175,9 @@ def phases(backend: str, programs: int) -> None:
         stages.wrap(owner, attribute, stage)
     for index in range(WARM_UP):
         judge.check_index(backend, 0, index)
+    gc.collect()
+    gc.freeze()  # as aotspec/workers.py does after a worker's first task
+    gc.callbacks.append(stages.collection)
     stages.seconds.clear()
     start = time.thread_time()
     for index in range(WARM_UP, WARM_UP + programs):

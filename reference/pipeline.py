@@ -13,7 +13,10 @@ reference's (`compiled.py`) and the fast backend's (`aotspec.fast`), through one
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
+from collections.abc import Iterator
 
 import torch
 import torch.utils._pytree as pytree
@@ -68,12 +71,30 @@ def build_plan(
             # r[capture.data-dependent.shapes-from-arguments]: every pass traces on fakes.
             # Graph modules generate their Python code when it is first read or run, not at
             # every trace and graph edit (as under Dynamo): the passes read nodes, not code.
-            with shapes_from_arguments(), _use_lazy_graph_module(True):
+            with shapes_from_arguments(), _use_lazy_graph_module(True), _collected_after():
                 return _build_plan(fn, args, kwargs, tensors, stolen, hooks, bases)
         except AliasedInputsWritten as written:
             # r[autograd.input-writes.synthetic-base]: compile them as views of their base; each
             # round merges a group (or raises), so the loop ends.
             bases = bases.merged(written.inputs, tensors)
+
+
+@contextlib.contextmanager
+def _collected_after() -> Iterator[None]:
+    """Inside, the garbage collector does not run: tracing makes thousands of objects in
+    reference cycles (fx nodes and their graph, fake tensors and their mode), and each of the
+    collector's passes while the passes trace walks again those still in use. What they leave
+    is collected at the collector's next pass, after (a fuzz program's collections: 2.3 ms of
+    CPU, 1.6 after). No tensor the caller can observe is freed later for it: the caller holds
+    every one it passed while the plan is built, and the plan's are made after."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def trace_symbolically(

@@ -49,9 +49,10 @@ class RuleProgram:
     gives: tuple[int, ...]
 
 
-def example(layout: Layout) -> torch.Tensor:
-    """A tensor with exactly this layout, for tracing (its values are never read)."""
-    storage = torch.empty(layout.extent_elements(), dtype=layout.dtype)
+def example(layout: Layout, device: torch.device | str | None = None) -> torch.Tensor:
+    """A tensor with exactly this layout, for tracing (its values are never read), on `device`
+    (None: the default device)."""
+    storage = torch.empty(layout.extent_elements(), dtype=layout.dtype, device=device)
     return storage.as_strided(layout.sizes, layout.strides, layout.offset)
 
 

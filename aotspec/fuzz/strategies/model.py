@@ -59,11 +59,12 @@ class Strided:
     def of(cls, t: torch.Tensor) -> Strided:
         return cls(tuple(t.shape), tuple(t.stride()), t.storage_offset())
 
-    @property
+    # cached: the draws ask them of the same layouts again and again
+    @functools.cached_property
     def numel(self) -> int:
         return math.prod(self.sizes)
 
-    @property
+    @functools.cached_property
     def extent_bytes(self) -> int:
         if self.numel == 0:
             return 0
