@@ -202,6 +202,22 @@ class _RequiresGradCall:
 _BACKWARD_CALLS = (torch.Tensor.backward, torch.autograd.backward)
 
 
+def _accumulated_leaves(roots: tuple) -> list[torch.Tensor]:
+    """The leaves whose `.grad` a backward from `roots` accumulates into."""
+    leaves = [t for t in roots if t.grad_fn is None and t.requires_grad]
+    seen: set = set()
+    pending = [t.grad_fn for t in roots if t.grad_fn is not None]
+    while pending:
+        node = pending.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if hasattr(node, "variable"):  # AccumulateGrad
+            leaves.append(node.variable)
+        pending.extend(next_node for next_node, _ in node.next_functions)
+    return leaves
+
+
 class _WatchGradMode(TorchFunctionMode):
     """Notes the user function's grad-mode changes (`torch.no_grad()`, `set_grad_enabled`), and
     the `requires_grad_()` calls that change a tensor's flag (`r[autograd.requires-grad-inside]`);
@@ -213,8 +229,10 @@ class _WatchGradMode(TorchFunctionMode):
         self.modes = modes
         self.requires_grad_calls = requires_grad_calls
         #: While a custom Function's backward is traced into a graph of its own, nothing it does
-        #: belongs to the captured graph.
-        self.paused = False
+        #: belongs to the captured graph: the Function's name, else None.
+        self.paused: str | None = None
+        #: The ids of the tensors that backward made so far.
+        self.made_while_paused: set[int] = set()
         #: Storages of tensors that an in-place metadata op relaid out while they required grad
         #: or were views (whose own replay starts from their base).
         self.relaid: set[int] = set()
@@ -228,17 +246,25 @@ class _WatchGradMode(TorchFunctionMode):
         self.checks: list[tuple[torch.fx.Node, _RaisingBranch]] = []
 
     @contextlib.contextmanager
-    def pausing(self):
-        self.paused = True
+    def pausing(self, function: str):
+        """While the backward of the custom Function named `function` is traced."""
+        self.paused = function
+        self.made_while_paused = set()
         try:
             yield
         finally:
-            self.paused = False
+            self.paused = None
+            self.made_while_paused = set()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self.paused:
-            return func(*args, **kwargs)
+        if self.paused is not None:
+            if func in _BACKWARD_CALLS:
+                self._refuse_outside_accumulation(func, args, kwargs)
+            result = func(*args, **kwargs)
+            made = pytree.tree_leaves(result)
+            self.made_while_paused.update(id(t) for t in made if isinstance(t, torch.Tensor))
+            return result
         self._note(func, args, kwargs)
         if func in _VALUE_COMPARISONS:
             return _VALUE_COMPARISONS[func](*args, **kwargs)
@@ -288,6 +314,28 @@ class _WatchGradMode(TorchFunctionMode):
                 position = len(get_proxy_mode().tracer.graph.nodes)
                 self.requires_grad_calls.append(_RequiresGradCall(args[0], flag, position))
 
+    def _refuse_outside_accumulation(self, func, args, kwargs) -> None:
+        """r[capture.custom-function.backward-accumulates]: the traced backward of a custom
+        Function may run autograd's backward only into leaves it made itself."""
+        roots = args[0] if func is torch.autograd.backward else args[:1]
+        roots = (roots,) if isinstance(roots, torch.Tensor) else tuple(roots)
+        given = kwargs.get("inputs")
+        if given is not None:
+            leaves = [given] if isinstance(given, torch.Tensor) else list(given)
+        else:
+            leaves = _accumulated_leaves(roots)
+        if all(id(leaf) in self.made_while_paused for leaf in leaves):
+            return
+        raise UnsupportedError(
+            f"the backward of the custom autograd.Function {self.paused} calls "
+            f"{func.__qualname__}(), which accumulates gradients into the .grad of tensors it "
+            "did not make (parameters it closes over, as checkpoint(use_reentrant=True) does); "
+            "the compiled backward would compute them but never accumulate them",
+            rule="capture.custom-function.backward-accumulates",
+            fix="use torch.utils.checkpoint.checkpoint(..., use_reentrant=False), or return "
+            "those gradients from the backward as gradients of the Function's inputs",
+        )
+
     @contextlib.contextmanager
     def checking_values(self):
         """r[capture.data-dependent.checks]: while the function is traced, the bool of a traced
@@ -297,7 +345,7 @@ class _WatchGradMode(TorchFunctionMode):
         original = torch.Tensor.__bool__
 
         def checked_bool(t: torch.Tensor) -> bool:
-            if isinstance(t, FakeTensor) and not self.paused:
+            if isinstance(t, FakeTensor) and self.paused is None:
                 passing = self._value_check(t, sys._getframe(1))
                 if passing is not None:
                     return passing

@@ -75,10 +75,11 @@ class Interception:
     """The custom Functions one capture met, and what it needs to note them.
 
     `grad_modes` notes grad-mode changes (capture's `GradModes`); `watching_paused` suspends
-    capture's watch of grad-mode changes while the backward is traced into a graph of its own."""
+    capture's watch of grad-mode changes while the backward of the Function it names is traced
+    into a graph of its own."""
 
     grad_modes: object
-    watching_paused: Callable[[], contextlib.AbstractContextManager]
+    watching_paused: Callable[[str], contextlib.AbstractContextManager]
     functions: list[CustomFunction] = field(factory=list)
     #: The contexts (autograd nodes) of the calls turned into nodes.
     handled: set = field(factory=set)
@@ -198,7 +199,7 @@ class Interception:
         # backward, not here: the rest of the capture must not see their versions move.
         reachable = _reachable_tensors(ctx, inputs, returned)
         versions = [t._version for t in reachable]
-        with self.watching_paused():
+        with self.watching_paused(type(ctx)._forward_cls.__qualname__):
             graph_module = reenter_make_fx(backward)(*examples)
         torch._C._autograd._unsafe_set_version_counter(reachable, versions)
         saved = _lift_saved(graph_module, tracer)

@@ -228,6 +228,14 @@ _EAGER_INTERPRETER_REFUSES = {
 }
 
 
+def _reentrant_checkpoint_of_global_linear(x):
+    return torch.utils.checkpoint.checkpoint(_LINEAR, x, use_reentrant=True)
+
+
+def _reentrant_checkpoint_of_sin(x):
+    return torch.utils.checkpoint.checkpoint(torch.sin, x, use_reentrant=True) * 2
+
+
 def _return_argument(x):
     x.mul_(2)
     return x
@@ -389,6 +397,36 @@ CASES = [
             Raises(UnsupportedError, rule="capture.custom-function.refused", match="mark_dirty")
         ],
         skip={"torch-eager": "eager PyTorch runs it; the spec refuses it"},
+    ),
+    Case(
+        name="capture.reentrant-checkpoint-of-a-module-is-refused",
+        rules=["capture.custom-function.backward-accumulates", "boundary.failed-call"],
+        setup=lambda: {**_linear_world(), "x": torch.tensor([[3.0, 1.0]], requires_grad=True)},
+        args=["x"],
+        program=_reentrant_checkpoint_of_global_linear,
+        expect=[
+            Raises(
+                UnsupportedError,
+                rule="capture.custom-function.backward-accumulates",
+                match="CheckpointFunction",
+            )
+        ],
+        # eager: out0 = [[2.5]]; after its backward weight.grad = [[3, 1]], x.grad = [[1, -1]]
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.reentrant-checkpoint-backpropagating-into-its-own-leaves",
+        rules=["capture.custom-function.backward-accumulates", "capture.custom-function"],
+        setup=lambda: {"x": torch.tensor([0.0, 1.0], requires_grad=True)},
+        args=["x"],
+        program=_reentrant_checkpoint_of_sin,
+        backward=True,
+        # x.grad = 2 * cos(x), as eager's checkpoint reads it from its detached input's .grad
+        expect=[
+            Values("out0", [0.0, 2 * math.sin(1.0)]),
+            Values("x.grad", [2.0, 2 * math.cos(1.0)]),
+        ],
+        skip=_EAGER_INTERPRETER_REFUSES,
     ),
     Case(
         name="capture.custom-function-refused-by-the-eager-interpreter",
