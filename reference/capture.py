@@ -201,6 +201,13 @@ class _RequiresGradCall:
 #: What computes gradients (r[capture.backward-inside]).
 _BACKWARD_CALLS = (torch.Tensor.backward, torch.autograd.backward)
 
+#: What registers a hook on a tensor, or asks it to keep its gradient (r[capture.tensor-hooks]).
+_TENSOR_HOOK_CALLS = (
+    torch.Tensor.register_hook,
+    torch.Tensor.register_post_accumulate_grad_hook,
+    torch._C.TensorBase.retain_grad,
+)
+
 
 def _accumulated_leaves(roots: tuple) -> list[torch.Tensor]:
     """The leaves whose `.grad` a backward from `roots` accumulates into."""
@@ -307,6 +314,17 @@ class _WatchGradMode(TorchFunctionMode):
                 fix="call backward() on the compiled function's result after it returns, or "
                 "use torch.compile(fn, backend='aotspec'), which runs the backward between two "
                 "compiled graphs",
+            )
+        elif func in _TENSOR_HOOK_CALLS and args[0].requires_grad:
+            name = func.__name__
+            raise UnsupportedError(
+                f"the function calls Tensor.{name}() while it is captured; it would reach "
+                "capture's stand-in for the tensor, which the compiled backward never sees, so "
+                "the gradients would be computed as if it had not been called",
+                rule="capture.tensor-hooks",
+                fix=f"return the tensor from the function and call {name}() on the compiled "
+                "function's output after the call, or call it on the caller's tensor before the "
+                "call",
             )
         elif func is torch._C.TensorBase.requires_grad_:
             flag = bool(args[1] if len(args) > 1 else kwargs.get("requires_grad", True))

@@ -236,6 +236,18 @@ def _reentrant_checkpoint_of_sin(x):
     return torch.utils.checkpoint.checkpoint(torch.sin, x, use_reentrant=True) * 2
 
 
+def _hook_doubling_an_intermediate(x):
+    h = x * 3
+    h.register_hook(lambda grad: grad * 2)
+    return h.sum()
+
+
+def _retain_grad_of_an_output(x):
+    h = x * 3
+    h.retain_grad()
+    return h
+
+
 def _return_argument(x):
     x.mul_(2)
     return x
@@ -506,6 +518,34 @@ CASES = [
         expect=[Raises(UnsupportedError, rule="capture.backward-inside")],
         # eager: x.grad = [2, 2] after the call
         skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.hook-on-an-intermediate-is-refused",
+        rules=["capture.tensor-hooks", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0], requires_grad=True)},
+        args=["x"],
+        program=_hook_doubling_an_intermediate,
+        expect=[Raises(UnsupportedError, rule="capture.tensor-hooks", match="register_hook")],
+        # eager: after out0.backward(), x.grad = 3 * 2 = [6, 6]
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.retain-grad-inside-is-refused",
+        rules=["capture.tensor-hooks", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0], requires_grad=True)},
+        args=["x"],
+        program=_retain_grad_of_an_output,
+        expect=[Raises(UnsupportedError, rule="capture.tensor-hooks", match="retain_grad")],
+        # eager: after out0.sum().backward(), out0.grad = [1, 1]
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.hook-on-a-tensor-without-grad-raises-eagers-error",
+        rules=["capture.tensor-hooks", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0])},
+        args=["x"],
+        program=_hook_doubling_an_intermediate,
+        expect=[Raises(RuntimeError, match="doesn't require gradient")],
     ),
     Case(
         name="capture.constant-made-from-data",
