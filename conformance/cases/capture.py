@@ -248,6 +248,12 @@ def _retain_grad_of_an_output(x):
     return h
 
 
+def _hooked_linear_world():
+    world = _linear_world()
+    _LINEAR.register_full_backward_hook(lambda module, grad_in, grad_out: (grad_in[0] * 2,))
+    return {**world, "x": torch.tensor([[3.0, 1.0]], requires_grad=True)}
+
+
 def _return_argument(x):
     x.mul_(2)
     return x
@@ -439,6 +445,16 @@ CASES = [
             Values("x.grad", [2.0, 2 * math.cos(1.0)]),
         ],
         skip=_EAGER_INTERPRETER_REFUSES,
+    ),
+    Case(
+        name="capture.module-with-a-full-backward-hook-is-refused",
+        rules=["capture.module-backward-hooks", "boundary.failed-call"],
+        setup=_hooked_linear_world,
+        args=["x"],
+        program=_global_linear,
+        expect=[Raises(UnsupportedError, rule="capture.module-backward-hooks")],
+        # eager: out0 = [[2.5]]; after its backward the hook doubles x.grad to [[2, -2]]
+        skip=COMPILED_ONLY,
     ),
     Case(
         name="capture.custom-function-refused-by-the-eager-interpreter",
