@@ -372,6 +372,30 @@ class _WatchGradMode(TorchFunctionMode):
         with unittest.mock.patch.object(torch.Tensor, "__bool__", checked_bool):
             yield
 
+    @contextlib.contextmanager
+    def refusing_node_hooks(self):
+        """r[capture.tensor-hooks]: a hook registered on an autograd node (`grad_fn.register_hook`
+        or `register_prehook`, as `Module.register_backward_hook` does) while the function is
+        traced. Autograd registers every node's hook through `Function._register_hook`."""
+        original = torch.autograd.Function._register_hook
+
+        def refused(hooks, hook):
+            if self.paused is not None:
+                return original(hooks, hook)
+            raise UnsupportedError(
+                "the function registers a hook on an autograd node (grad_fn.register_hook or "
+                "register_prehook, as Module.register_backward_hook does) while it is captured; "
+                "it would reach a node of capture's stand-ins, which the compiled backward never "
+                "runs, so the gradients would be computed as if it had not been registered",
+                rule="capture.tensor-hooks",
+                fix="register the hook on the grad_fn of the compiled function's output after "
+                "the call, or use Module.register_full_backward_hook on a module you call the "
+                "compiled function from",
+            )
+
+        with unittest.mock.patch.object(torch.autograd.Function, "_register_hook", refused):
+            yield
+
     def _value_check(self, t: torch.Tensor, frame) -> bool | None:
         """r[capture.data-dependent.checks]: where `bool(t)` only decides whether the code of
         `frame` raises, the bool that does not raise, with a copy of `t` taken for the call to
@@ -865,6 +889,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
         with (
             watch,
             watch.checking_values(),
+            watch.refusing_node_hooks(),
             intercepting_apply(interception),
             _checkpoint_regions_noted(regions),
             _rng_state_recorded(),

@@ -242,6 +242,12 @@ def _hook_doubling_an_intermediate(x):
     return h.sum()
 
 
+def _hook_on_a_node(x):
+    h = x * 3
+    h.grad_fn.register_hook(lambda grad_in, grad_out: (grad_in[0] * 2, *grad_in[1:]))
+    return h.sum()
+
+
 def _retain_grad_of_an_output(x):
     h = x * 3
     h.retain_grad()
@@ -542,6 +548,16 @@ CASES = [
         args=["x"],
         program=_hook_doubling_an_intermediate,
         expect=[Raises(UnsupportedError, rule="capture.tensor-hooks", match="register_hook")],
+        # eager: after out0.backward(), x.grad = 3 * 2 = [6, 6]
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.hook-on-an-autograd-node-is-refused",
+        rules=["capture.tensor-hooks", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0], requires_grad=True)},
+        args=["x"],
+        program=_hook_on_a_node,
+        expect=[Raises(UnsupportedError, rule="capture.tensor-hooks", match="autograd node")],
         # eager: after out0.backward(), x.grad = 3 * 2 = [6, 6]
         skip=COMPILED_ONLY,
     ),
