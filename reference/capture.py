@@ -208,6 +208,17 @@ _TENSOR_HOOK_CALLS = (
     torch._C.TensorBase.retain_grad,
 )
 
+#: The `.grad` attribute of tensors, whose getter and setter reach torch-function modes.
+_GRAD_ATTRIBUTE = torch._C.TensorBase.__dict__["grad"]
+
+
+def _is_grad_attribute(func) -> bool:
+    return getattr(func, "__self__", None) is _GRAD_ATTRIBUTE
+
+
+def _grad_of(t: torch.Tensor) -> torch.Tensor | None:
+    return _GRAD_ATTRIBUTE.__get__(t)
+
 
 def _accumulated_leaves(roots: tuple) -> list[torch.Tensor]:
     """The leaves whose `.grad` a backward from `roots` accumulates into."""
@@ -315,6 +326,21 @@ class _WatchGradMode(TorchFunctionMode):
                 "use torch.compile(fn, backend='aotspec'), which runs the backward between two "
                 "compiled graphs",
             )
+        elif _is_grad_attribute(func) and (
+            func.__name__ == "__set__" or _grad_of(args[0]) is not None
+        ):
+            # r[capture.lift.grad]
+            access = "assigns" if func.__name__ == "__set__" else "reads"
+            raise UnsupportedError(
+                f"the function {access} the .grad of one of its inputs or of a tensor it reaches "
+                "(a module's parameter, as clip_grad_norm_, optimizer.step() and zero_grad() "
+                "do); capture lifts the tensors, not their gradients, so it would see a made-up "
+                "stand-in of the gradient and never the caller's",
+                rule="capture.lift.grad",
+                fix="pass the gradients as arguments ([p.grad for p in model.parameters()]) and "
+                "write into them in place, or compile the whole step with "
+                "torch.compile(step, backend='aotspec')",
+            )
         elif func in _TENSOR_HOOK_CALLS and args[0].requires_grad:
             name = func.__name__
             raise UnsupportedError(
@@ -370,6 +396,12 @@ class _WatchGradMode(TorchFunctionMode):
             return original(t)
 
         with unittest.mock.patch.object(torch.Tensor, "__bool__", checked_bool):
+            yield
+
+    @contextlib.contextmanager
+    def patching(self):
+        """The attributes of torch the mode replaces while the function is traced."""
+        with self.checking_values(), self.refusing_node_hooks():
             yield
 
     @contextlib.contextmanager
@@ -888,8 +920,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
         watch.callers = _caller_inputs(flat_tensors, tensors)
         with (
             watch,
-            watch.checking_values(),
-            watch.refusing_node_hooks(),
+            watch.patching(),
             intercepting_apply(interception),
             _checkpoint_regions_noted(regions),
             _rng_state_recorded(),

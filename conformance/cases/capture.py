@@ -260,6 +260,21 @@ def _hooked_linear_world():
     return {**world, "x": torch.tensor([[3.0, 1.0]], requires_grad=True)}
 
 
+def _linear_with_gradients_world():
+    world = _linear_world()
+    _LINEAR.weight.grad = torch.tensor([[3.0, 4.0]])
+    _LINEAR.bias.grad = torch.tensor([0.0])
+    return world
+
+
+def _clip_global_linear_gradients():
+    return torch.nn.utils.clip_grad_norm_(_LINEAR.parameters(), 1.0)
+
+
+def _doubled_unless_it_has_a_gradient(x):
+    return x * 2 if x.grad is None else x
+
+
 def _return_argument(x):
     x.mul_(2)
     return x
@@ -578,6 +593,25 @@ CASES = [
         args=["x"],
         program=_hook_doubling_an_intermediate,
         expect=[Raises(RuntimeError, match="doesn't require gradient")],
+    ),
+    Case(
+        name="capture.clipping-a-parameters-gradient-is-refused",
+        rules=["capture.lift.grad", "boundary.failed-call"],
+        setup=_linear_with_gradients_world,
+        args=[],
+        program=_clip_global_linear_gradients,
+        expect=[Raises(UnsupportedError, rule="capture.lift.grad", match="reads the .grad")],
+        # eager: out0 = 5.0 (the norm of [3, 4, 0]) and weight.grad becomes [[0.6, 0.8]]
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.reading-a-grad-that-is-none",
+        rules=["capture.lift.grad"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0])},
+        args=["x"],
+        program=_doubled_unless_it_has_a_gradient,
+        # x.grad is None, in eager and in the trace, so the function doubles x
+        expect=[Values("out0", [2.0, 4.0])],
     ),
     Case(
         name="capture.constant-made-from-data",
