@@ -34,6 +34,8 @@ import torch.fx
 import torch.utils._pytree as pytree
 import torch.utils.checkpoint
 from attrs import define, field, frozen
+from torch._C._functorch import TransformType
+from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
@@ -219,6 +221,17 @@ def _is_grad_attribute(func) -> bool:
 def _grad_of(t: torch.Tensor) -> torch.Tensor | None:
     return _GRAD_ATTRIBUTE.__get__(t)
 
+#: The functorch transforms that compute gradients (r[capture.gradient-transforms]).
+_GRADIENT_TRANSFORMS = (TransformType.Grad, TransformType.Jvp)
+
+
+def _gradient_transform_active() -> bool:
+    if torch._C._functorch.peek_interpreter_stack() is None:
+        return False
+    interpreters = retrieve_all_functorch_interpreters()
+    return any(level.key() in _GRADIENT_TRANSFORMS for level in interpreters)
+
+
 
 def _accumulated_leaves(roots: tuple) -> list[torch.Tensor]:
     """The leaves whose `.grad` a backward from `roots` accumulates into."""
@@ -312,6 +325,18 @@ class _WatchGradMode(TorchFunctionMode):
         return result
 
     def _note(self, func, args, kwargs) -> None:
+        if _gradient_transform_active():
+            # r[capture.gradient-transforms]
+            raise UnsupportedError(
+                "the function applies a functorch gradient transform (torch.func.grad, "
+                "grad_and_value, vjp, jacrev, jacfwd, hessian) while it is captured; capture "
+                "records the ops, not the transform's levels, so the transform's gradient would "
+                "not be computed",
+                rule="capture.gradient-transforms",
+                fix="compute the gradient with torch.autograd.grad(outputs, inputs, "
+                "create_graph=True) inside the function, which is captured like any op, or run "
+                "the transform eagerly",
+            )
         if getattr(func, "__name__", None) in _SPARSE_MAKERS:
             # r[memory.layout.strided-only]: other than by r[memory.layout.sparse-made-inside]
             refuse_layout(f"{func.__name__}()", "makes a sparse tensor")

@@ -275,6 +275,14 @@ def _doubled_unless_it_has_a_gradient(x):
     return x * 2 if x.grad is None else x
 
 
+def _func_grad_of_sin(x):
+    return torch.func.grad(lambda v: v.sin().sum())(x)
+
+
+def _batched_dot(x, y):
+    return torch.func.vmap(torch.dot)(x, y)
+
+
 def _return_argument(x):
     x.mul_(2)
     return x
@@ -612,6 +620,30 @@ CASES = [
         program=_doubled_unless_it_has_a_gradient,
         # x.grad is None, in eager and in the trace, so the function doubles x
         expect=[Values("out0", [2.0, 4.0])],
+    ),
+    Case(
+        name="capture.func-grad-inside-is-refused",
+        rules=["capture.gradient-transforms", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([0.0, 1.0])},
+        args=["x"],
+        program=_func_grad_of_sin,
+        expect=[Raises(UnsupportedError, rule="capture.gradient-transforms")],
+        # eager: out0 = cos(x) = [1, 0.5403]
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.vmap-inside-is-captured",
+        rules=["capture.gradient-transforms"],
+        setup=lambda: _leaves(x=torch.tensor([[1.0, 2.0], [3.0, 4.0]]), y=torch.ones(2, 2)),
+        args=["x", "y"],
+        program=_batched_dot,
+        backward=True,
+        # each row's dot with ones: [1 + 2, 3 + 4]; d/dx = y, d/dy = x
+        expect=[
+            Values("out0", [3.0, 7.0]),
+            Values("x.grad", torch.ones(2, 2)),
+            Values("y.grad", [[1.0, 2.0], [3.0, 4.0]]),
+        ],
     ),
     Case(
         name="capture.constant-made-from-data",
