@@ -283,6 +283,15 @@ def _batched_dot(x, y):
     return torch.func.vmap(torch.dot)(x, y)
 
 
+def _inference_world():
+    with torch.inference_mode():
+        return {"x": torch.tensor([1.0, 2.0])}
+
+
+def _doubled(x):
+    return x * 2
+
+
 def _return_argument(x):
     x.mul_(2)
     return x
@@ -644,6 +653,16 @@ CASES = [
             Values("x.grad", torch.ones(2, 2)),
             Values("y.grad", [[1.0, 2.0], [3.0, 4.0]]),
         ],
+    ),
+    Case(
+        name="boundary.inference-tensor-argument-is-refused",
+        rules=["boundary.inference-tensors", "boundary.failed-call"],
+        setup=_inference_world,
+        args=["x"],
+        program=_doubled,
+        expect=[Raises(UnsupportedError, rule="boundary.inference-tensors", match="argument 0")],
+        # eager: out0 = [2, 4], itself an inference tensor
+        skip={"torch-eager": "eager PyTorch runs it; the spec refuses it"},
     ),
     Case(
         name="capture.constant-made-from-data",
