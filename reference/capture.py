@@ -152,7 +152,10 @@ def _checkpoints_everything(context_fn) -> bool:
     checkpoint op wraps (`context_fn_with_graph_id`, around an always-recompute policy)."""
     if context_fn is torch.utils.checkpoint.noop_context_fn:
         return True
-    cells = zip(context_fn.__code__.co_freevars, context_fn.__closure__ or (), strict=True)
+    code = getattr(context_fn, "__code__", None)
+    if code is None:  # a callable other than a function: functools.partial(policy contexts)
+        return False
+    cells = zip(code.co_freevars, context_fn.__closure__ or (), strict=True)
     inner = {name: cell.cell_contents for name, cell in cells}.get("context_fn")
     return isinstance(inner, functools.partial) and inner.args[:1] == (
         torch._higher_order_ops.wrap._always_prefer_recompute,
