@@ -215,6 +215,8 @@ _TENSOR_HOOK_CALLS = (
 
 #: The `.grad` attribute of tensors, whose getter and setter reach torch-function modes.
 _GRAD_ATTRIBUTE = torch._C.TensorBase.__dict__["grad"]
+#: The `.data` attribute of tensors, whose setter reaches torch-function modes.
+_DATA_ATTRIBUTE = torch._C.TensorBase.__dict__["data"]
 
 
 def _is_grad_attribute(func) -> bool:
@@ -368,6 +370,17 @@ class _WatchGradMode(TorchFunctionMode):
                 fix="pass the gradients as arguments ([p.grad for p in model.parameters()]) and "
                 "write into them in place, or compile the whole step with "
                 "torch.compile(step, backend='aotspec')",
+            )
+        elif getattr(func, "__self__", None) is _DATA_ATTRIBUTE and func.__name__ == "__set__":
+            # r[capture.data-assignment]
+            raise UnsupportedError(
+                "the function assigns a tensor's .data while it is captured (t.data = ..., as "
+                "vector_to_parameters does); the assignment rebinds capture's stand-in, which no "
+                "op of the trace records, so neither the caller's tensor nor what the function "
+                "computes from it afterwards would see it",
+                rule="capture.data-assignment",
+                fix="write the new values in place under torch.no_grad() (t.copy_(new)), or "
+                "assign .data outside the compiled function",
             )
         elif func in _TENSOR_HOOK_CALLS and args[0].requires_grad:
             name = func.__name__

@@ -292,6 +292,11 @@ def _doubled(x):
     return x * 2
 
 
+def _data_doubled_then_plus_one(x):
+    x.data = x.data * 2
+    return x + 1
+
+
 def _return_argument(x):
     x.mul_(2)
     return x
@@ -663,6 +668,16 @@ CASES = [
         expect=[Raises(UnsupportedError, rule="boundary.inference-tensors", match="argument 0")],
         # eager: out0 = [2, 4], itself an inference tensor
         skip={"torch-eager": "eager PyTorch runs it; the spec refuses it"},
+    ),
+    Case(
+        name="capture.assigning-data-is-refused",
+        rules=["capture.data-assignment", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0])},
+        args=["x"],
+        program=_data_doubled_then_plus_one,
+        expect=[Raises(UnsupportedError, rule="capture.data-assignment")],
+        # eager: x becomes [2, 4] and out0 = [3, 5]
+        skip=COMPILED_ONLY,
     ),
     Case(
         name="capture.constant-made-from-data",
