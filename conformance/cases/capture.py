@@ -1108,6 +1108,47 @@ CASES.append(
     )
 )
 
+def _mean_ctc_loss(log_probs, targets, input_lengths, target_lengths):
+    return F.ctc_loss(log_probs, targets, input_lengths, target_lengths)
+
+
+def _mean_ctc_world():
+    return {
+        "log_probs": torch.tensor(
+            [
+                [[-1.0, -0.5, -2.0], [-0.4, -1.5, -1.8]],
+                [[-0.7, -1.2, -1.5], [-1.1, -0.9, -1.4]],
+                [[-2.0, -0.3, -1.0], [-0.6, -1.3, -1.6]],
+            ]
+        ).requires_grad_(),
+        "targets": torch.tensor([[1, 2], [1, 0]]),
+        "input_lengths": torch.tensor([3, 3]),
+        "target_lengths": torch.tensor([2, 0]),
+    }
+
+
+def _eager_mean_ctc_loss():
+    world = _mean_ctc_world()
+    loss = _mean_ctc_loss(*world.values())
+    loss.backward()
+    return {"out0": loss.detach(), "log_probs.grad": world["log_probs"].grad}
+
+
+CASES.append(
+    Case(
+        name="capture.ctc-loss-mean-divides-by-the-target-lengths-as-eager",
+        rules=["capture.data-dependent.decompositions", "capture.data-dependent.input-values"],
+        setup=_mean_ctc_world,
+        args=list(_mean_ctc_world()),
+        on_cpu=["input_lengths", "target_lengths"],
+        program=_mean_ctc_loss,
+        backward=True,
+        # eager's loss and gradient: the mean of each sequence's loss over its target length,
+        # the empty target's clamped to 1
+        expect=[Values(name, value) for name, value in _eager_mean_ctc_loss().items()],
+    )
+)
+
 CASES.append(
     Case(
         name="capture.lstsq-whose-residuals-depend-on-the-rank-raises",
