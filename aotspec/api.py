@@ -20,7 +20,11 @@ from attrs import define
 
 from aotspec.errors import UnsupportedError
 from aotspec.guard import facts_guard, metadata_check
-from aotspec.reference.boundary import autocast_state, refuse_transformed
+from aotspec.reference.boundary import (
+    autocast_state,
+    refuse_inference_tensors,
+    refuse_transformed,
+)
 from aotspec.reference.compiled import run_compiled
 from aotspec.reference.dynamic import at_sizes, size_binding
 from aotspec.reference.lift import NOTHING_LIFTED, Lifter, lift
@@ -275,6 +279,7 @@ class CompiledFunction:
         call.clear()
         tensors = leaves if not constants else [t for t in leaves if isinstance(t, torch.Tensor)]
         refuse_transformed(tensors)
+        refuse_inference_tensors(tensors, len(lifted.tensors))
         stolen = self._stolen_indices(leaves, stolen_lists) if stolen_lists else _NONE_STOLEN
         grad_enabled = torch.is_grad_enabled()
         autocast = autocast_state()  # r[capture.autocast]: casts are recorded at capture

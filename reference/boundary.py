@@ -95,6 +95,22 @@ def refuse_transformed(tensors: list[torch.Tensor]) -> None:
                 )
 
 
+def refuse_inference_tensors(tensors: list[torch.Tensor], lifted: int) -> None:
+    """r[boundary.inference-tensors]: none of the call's flat tensors, its `lifted` tensors
+    first, was made under torch.inference_mode(); checked before anything runs."""
+    for i, t in enumerate(tensors):
+        if t.is_inference():
+            which = f"lifted tensor {i}" if i < lifted else f"flat argument {i - lifted}"
+            raise UnsupportedError(
+                f"{which} is an inference tensor (made under torch.inference_mode()), which has "
+                "no version counter and which autograd cannot save, so a compiled call could "
+                "neither tell whether it was written nor differentiate through it",
+                rule="boundary.inference-tensors",
+                fix="make it under torch.no_grad() instead of torch.inference_mode(), or pass "
+                "t.clone() taken outside inference mode",
+            )
+
+
 def bytes_of(st: torch.UntypedStorage) -> np.ndarray:
     """A copy of a torch storage's bytes."""
     # .numpy() on the caller's storage would mark it non-resizable for good: copy first.

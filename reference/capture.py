@@ -34,6 +34,8 @@ import torch.fx
 import torch.utils._pytree as pytree
 import torch.utils.checkpoint
 from attrs import define, field, frozen
+from torch._C._functorch import TransformType
+from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
 from torch._subclasses.fake_tensor import (
     DataDependentOutputException,
     DynamicOutputShapeException,
@@ -150,7 +152,10 @@ def _checkpoints_everything(context_fn) -> bool:
     checkpoint op wraps (`context_fn_with_graph_id`, around an always-recompute policy)."""
     if context_fn is torch.utils.checkpoint.noop_context_fn:
         return True
-    cells = zip(context_fn.__code__.co_freevars, context_fn.__closure__ or (), strict=True)
+    code = getattr(context_fn, "__code__", None)
+    if code is None:  # a callable other than a function: functools.partial(policy contexts)
+        return False
+    cells = zip(code.co_freevars, context_fn.__closure__ or (), strict=True)
     inner = {name: cell.cell_contents for name, cell in cells}.get("context_fn")
     return isinstance(inner, functools.partial) and inner.args[:1] == (
         torch._higher_order_ops.wrap._always_prefer_recompute,
@@ -201,6 +206,53 @@ class _RequiresGradCall:
 #: What computes gradients (r[capture.backward-inside]).
 _BACKWARD_CALLS = (torch.Tensor.backward, torch.autograd.backward)
 
+#: What registers a hook on a tensor, or asks it to keep its gradient (r[capture.tensor-hooks]).
+_TENSOR_HOOK_CALLS = (
+    torch.Tensor.register_hook,
+    torch.Tensor.register_post_accumulate_grad_hook,
+    torch._C.TensorBase.retain_grad,
+)
+
+#: The `.grad` attribute of tensors, whose getter and setter reach torch-function modes.
+_GRAD_ATTRIBUTE = torch._C.TensorBase.__dict__["grad"]
+#: The `.data` attribute of tensors, whose setter reaches torch-function modes.
+_DATA_ATTRIBUTE = torch._C.TensorBase.__dict__["data"]
+
+
+def _is_grad_attribute(func) -> bool:
+    return getattr(func, "__self__", None) is _GRAD_ATTRIBUTE
+
+
+def _grad_of(t: torch.Tensor) -> torch.Tensor | None:
+    return _GRAD_ATTRIBUTE.__get__(t)
+
+#: The functorch transforms that compute gradients (r[capture.gradient-transforms]).
+_GRADIENT_TRANSFORMS = (TransformType.Grad, TransformType.Jvp)
+
+
+def _gradient_transform_active() -> bool:
+    if torch._C._functorch.peek_interpreter_stack() is None:
+        return False
+    interpreters = retrieve_all_functorch_interpreters()
+    return any(level.key() in _GRADIENT_TRANSFORMS for level in interpreters)
+
+
+
+def _accumulated_leaves(roots: tuple) -> list[torch.Tensor]:
+    """The leaves whose `.grad` a backward from `roots` accumulates into."""
+    leaves = [t for t in roots if t.grad_fn is None and t.requires_grad]
+    seen: set = set()
+    pending = [t.grad_fn for t in roots if t.grad_fn is not None]
+    while pending:
+        node = pending.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if hasattr(node, "variable"):  # AccumulateGrad
+            leaves.append(node.variable)
+        pending.extend(next_node for next_node, _ in node.next_functions)
+    return leaves
+
 
 class _WatchGradMode(TorchFunctionMode):
     """Notes the user function's grad-mode changes (`torch.no_grad()`, `set_grad_enabled`), and
@@ -213,8 +265,10 @@ class _WatchGradMode(TorchFunctionMode):
         self.modes = modes
         self.requires_grad_calls = requires_grad_calls
         #: While a custom Function's backward is traced into a graph of its own, nothing it does
-        #: belongs to the captured graph.
-        self.paused = False
+        #: belongs to the captured graph: the Function's name, else None.
+        self.paused: str | None = None
+        #: The ids of the tensors that backward made so far.
+        self.made_while_paused: set[int] = set()
         #: Storages of tensors that an in-place metadata op relaid out while they required grad
         #: or were views (whose own replay starts from their base).
         self.relaid: set[int] = set()
@@ -228,17 +282,25 @@ class _WatchGradMode(TorchFunctionMode):
         self.checks: list[tuple[torch.fx.Node, _RaisingBranch]] = []
 
     @contextlib.contextmanager
-    def pausing(self):
-        self.paused = True
+    def pausing(self, function: str):
+        """While the backward of the custom Function named `function` is traced."""
+        self.paused = function
+        self.made_while_paused = set()
         try:
             yield
         finally:
-            self.paused = False
+            self.paused = None
+            self.made_while_paused = set()
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if self.paused:
-            return func(*args, **kwargs)
+        if self.paused is not None:
+            if func in _BACKWARD_CALLS:
+                self._refuse_outside_accumulation(func, args, kwargs)
+            result = func(*args, **kwargs)
+            made = pytree.tree_leaves(result)
+            self.made_while_paused.update(id(t) for t in made if isinstance(t, torch.Tensor))
+            return result
         self._note(func, args, kwargs)
         if func in _VALUE_COMPARISONS:
             return _VALUE_COMPARISONS[func](*args, **kwargs)
@@ -268,6 +330,18 @@ class _WatchGradMode(TorchFunctionMode):
         return result
 
     def _note(self, func, args, kwargs) -> None:
+        if _gradient_transform_active():
+            # r[capture.gradient-transforms]
+            raise UnsupportedError(
+                "the function applies a functorch gradient transform (torch.func.grad, "
+                "grad_and_value, vjp, jacrev, jacfwd, hessian) while it is captured; capture "
+                "records the ops, not the transform's levels, so the transform's gradient would "
+                "not be computed",
+                rule="capture.gradient-transforms",
+                fix="compute the gradient with torch.autograd.grad(outputs, inputs, "
+                "create_graph=True) inside the function, which is captured like any op, or run "
+                "the transform eagerly",
+            )
         if getattr(func, "__name__", None) in _SPARSE_MAKERS:
             # r[memory.layout.strided-only]: other than by r[memory.layout.sparse-made-inside]
             refuse_layout(f"{func.__name__}()", "makes a sparse tensor")
@@ -282,11 +356,70 @@ class _WatchGradMode(TorchFunctionMode):
                 "use torch.compile(fn, backend='aotspec'), which runs the backward between two "
                 "compiled graphs",
             )
+        elif _is_grad_attribute(func) and (
+            func.__name__ == "__set__" or _grad_of(args[0]) is not None
+        ):
+            # r[capture.lift.grad]
+            access = "assigns" if func.__name__ == "__set__" else "reads"
+            raise UnsupportedError(
+                f"the function {access} the .grad of one of its inputs or of a tensor it reaches "
+                "(a module's parameter, as clip_grad_norm_, optimizer.step() and zero_grad() "
+                "do); capture lifts the tensors, not their gradients, so it would see a made-up "
+                "stand-in of the gradient and never the caller's",
+                rule="capture.lift.grad",
+                fix="pass the gradients as arguments ([p.grad for p in model.parameters()]) and "
+                "write into them in place, or compile the whole step with "
+                "torch.compile(step, backend='aotspec')",
+            )
+        elif getattr(func, "__self__", None) is _DATA_ATTRIBUTE and func.__name__ == "__set__":
+            # r[capture.data-assignment]
+            raise UnsupportedError(
+                "the function assigns a tensor's .data while it is captured (t.data = ..., as "
+                "vector_to_parameters does); the assignment rebinds capture's stand-in, which no "
+                "op of the trace records, so neither the caller's tensor nor what the function "
+                "computes from it afterwards would see it",
+                rule="capture.data-assignment",
+                fix="write the new values in place under torch.no_grad() (t.copy_(new)), or "
+                "assign .data outside the compiled function",
+            )
+        elif func in _TENSOR_HOOK_CALLS and args[0].requires_grad:
+            name = func.__name__
+            raise UnsupportedError(
+                f"the function calls Tensor.{name}() while it is captured; it would reach "
+                "capture's stand-in for the tensor, which the compiled backward never sees, so "
+                "the gradients would be computed as if it had not been called",
+                rule="capture.tensor-hooks",
+                fix=f"return the tensor from the function and call {name}() on the compiled "
+                "function's output after the call, or call it on the caller's tensor before the "
+                "call",
+            )
         elif func is torch._C.TensorBase.requires_grad_:
             flag = bool(args[1] if len(args) > 1 else kwargs.get("requires_grad", True))
             if flag != args[0].requires_grad:
                 position = len(get_proxy_mode().tracer.graph.nodes)
                 self.requires_grad_calls.append(_RequiresGradCall(args[0], flag, position))
+
+    def _refuse_outside_accumulation(self, func, args, kwargs) -> None:
+        """r[capture.custom-function.backward-accumulates]: the traced backward of a custom
+        Function may run autograd's backward only into leaves it made itself."""
+        roots = args[0] if func is torch.autograd.backward else args[:1]
+        roots = (roots,) if isinstance(roots, torch.Tensor) else tuple(roots)
+        given = kwargs.get("inputs")
+        if given is not None:
+            leaves = [given] if isinstance(given, torch.Tensor) else list(given)
+        else:
+            leaves = _accumulated_leaves(roots)
+        if all(id(leaf) in self.made_while_paused for leaf in leaves):
+            return
+        raise UnsupportedError(
+            f"the backward of the custom autograd.Function {self.paused} calls "
+            f"{func.__qualname__}(), which accumulates gradients into the .grad of tensors it "
+            "did not make (parameters it closes over, as checkpoint(use_reentrant=True) does); "
+            "the compiled backward would compute them but never accumulate them",
+            rule="capture.custom-function.backward-accumulates",
+            fix="use torch.utils.checkpoint.checkpoint(..., use_reentrant=False), or return "
+            "those gradients from the backward as gradients of the Function's inputs",
+        )
 
     @contextlib.contextmanager
     def checking_values(self):
@@ -297,13 +430,43 @@ class _WatchGradMode(TorchFunctionMode):
         original = torch.Tensor.__bool__
 
         def checked_bool(t: torch.Tensor) -> bool:
-            if isinstance(t, FakeTensor) and not self.paused:
+            if isinstance(t, FakeTensor) and self.paused is None:
                 passing = self._value_check(t, sys._getframe(1))
                 if passing is not None:
                     return passing
             return original(t)
 
         with unittest.mock.patch.object(torch.Tensor, "__bool__", checked_bool):
+            yield
+
+    @contextlib.contextmanager
+    def patching(self):
+        """The attributes of torch the mode replaces while the function is traced."""
+        with self.checking_values(), self.refusing_node_hooks():
+            yield
+
+    @contextlib.contextmanager
+    def refusing_node_hooks(self):
+        """r[capture.tensor-hooks]: a hook registered on an autograd node (`grad_fn.register_hook`
+        or `register_prehook`, as `Module.register_backward_hook` does) while the function is
+        traced. Autograd registers every node's hook through `Function._register_hook`."""
+        original = torch.autograd.Function._register_hook
+
+        def refused(hooks, hook):
+            if self.paused is not None:
+                return original(hooks, hook)
+            raise UnsupportedError(
+                "the function registers a hook on an autograd node (grad_fn.register_hook or "
+                "register_prehook, as Module.register_backward_hook does) while it is captured; "
+                "it would reach a node of capture's stand-ins, which the compiled backward never "
+                "runs, so the gradients would be computed as if it had not been registered",
+                rule="capture.tensor-hooks",
+                fix="register the hook on the grad_fn of the compiled function's output after "
+                "the call, or use Module.register_full_backward_hook on a module you call the "
+                "compiled function from",
+            )
+
+        with unittest.mock.patch.object(torch.autograd.Function, "_register_hook", refused):
             yield
 
     def _value_check(self, t: torch.Tensor, frame) -> bool | None:
@@ -798,7 +961,7 @@ def capture(fn: Callable, args, kwargs=None) -> CapturedProgram:
         watch.callers = _caller_inputs(flat_tensors, tensors)
         with (
             watch,
-            watch.checking_values(),
+            watch.patching(),
             intercepting_apply(interception),
             _checkpoint_regions_noted(regions),
             _rng_state_recorded(),

@@ -36,6 +36,7 @@ from torch.fx.experimental.proxy_tensor import (
     get_proxy_slot,
     track_tensor_tree,
 )
+from torch.nn.modules._functions import BackwardHookFunction
 
 from aotspec.errors import UnsupportedError
 from aotspec.versions import custom_function_apply_owner
@@ -75,10 +76,11 @@ class Interception:
     """The custom Functions one capture met, and what it needs to note them.
 
     `grad_modes` notes grad-mode changes (capture's `GradModes`); `watching_paused` suspends
-    capture's watch of grad-mode changes while the backward is traced into a graph of its own."""
+    capture's watch of grad-mode changes while the backward of the Function it names is traced
+    into a graph of its own."""
 
     grad_modes: object
-    watching_paused: Callable[[], contextlib.AbstractContextManager]
+    watching_paused: Callable[[str], contextlib.AbstractContextManager]
     functions: list[CustomFunction] = field(factory=list)
     #: The contexts (autograd nodes) of the calls turned into nodes.
     handled: set = field(factory=set)
@@ -104,6 +106,18 @@ class Interception:
         ctx = next((t.grad_fn for t in outputs if isinstance(t.grad_fn, cls._backward_cls)), None)
         if ctx is None:  # no gradient reaches it: its forward's ops are all there is
             return result
+        if cls is BackwardHookFunction:
+            # r[capture.module-backward-hooks]
+            raise UnsupportedError(
+                "a module the function calls has backward hooks "
+                "(register_full_backward_hook or register_full_backward_pre_hook, on it or "
+                "globally); autograd would run them on capture's stand-ins, never in the "
+                "compiled backward, so the gradients would be computed as if they were not there",
+                rule="capture.module-backward-hooks",
+                fix="remove the hooks while the module runs inside the compiled function, or "
+                "compile with torch.compile(fn, backend='aotspec'), which runs such a module's "
+                "hooks outside the compiled graphs",
+            )
         self._check(cls, ctx, args, outputs)
         needs = ctx.needs_input_grad
         grad_inputs = [i for i, x in enumerate(args) if isinstance(x, torch.Tensor) and needs[i]]
@@ -198,7 +212,7 @@ class Interception:
         # backward, not here: the rest of the capture must not see their versions move.
         reachable = _reachable_tensors(ctx, inputs, returned)
         versions = [t._version for t in reachable]
-        with self.watching_paused():
+        with self.watching_paused(type(ctx)._forward_cls.__qualname__):
             graph_module = reenter_make_fx(backward)(*examples)
         torch._C._autograd._unsafe_set_version_counter(reachable, versions)
         saved = _lift_saved(graph_module, tracer)

@@ -68,5 +68,33 @@ def corrcoef(x):
     return c.clip(-1, 1)
 
 
+def ctc_loss(
+    log_probs,
+    targets,
+    input_lengths,
+    target_lengths,
+    blank=0,
+    reduction="mean",
+    zero_infinity=False,
+):
+    """`ctc_loss` with the mean reduction (`F.ctc_loss`'s "mean", `torch.ctc_loss`'s 1): each
+    sequence's loss divided by its target length clamped to at least 1, then the mean, an op
+    on the lengths as given (PyTorch's composite copies them out as numbers). Other reductions
+    are PyTorch's own, which read the lengths as `r[capture.data-dependent.input-values]` says."""
+    if reduction not in ("mean", 1):
+        return NotImplemented
+    losses = torch.nn.functional.ctc_loss(
+        log_probs, targets, input_lengths, target_lengths, blank, "none", zero_infinity
+    )
+    if not isinstance(target_lengths, torch.Tensor):
+        target_lengths = torch.tensor(target_lengths, device=losses.device)
+    return (losses / target_lengths.to(torch.int64).clamp_min(1)).mean()
+
+
 #: By function name (`torch.cov` and `Tensor.cov` alike): capture's decomposition.
-DECOMPOSITIONS = {"combinations": combinations, "cov": cov, "corrcoef": corrcoef}
+DECOMPOSITIONS = {
+    "combinations": combinations,
+    "cov": cov,
+    "corrcoef": corrcoef,
+    "ctc_loss": ctc_loss,
+}

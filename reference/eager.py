@@ -20,7 +20,7 @@ from attrs import define
 
 from aotspec.errors import UnsupportedError
 
-from .boundary import Boundary, autocast_off, refuse_transformed
+from .boundary import Boundary, autocast_off, refuse_inference_tensors, refuse_transformed
 from .capture import capture, hooks_silenced_while_tracing
 from .eager_backward import connect
 from .graph import placeholders
@@ -76,7 +76,9 @@ def run(fn, *args, **kwargs) -> EagerRun:
     if lifted.tensors:  # r[capture.lift]
         fn, args = lifted.wrap(fn), (list(lifted.tensors), *args)
     leaves = pytree.tree_leaves((args, kwargs))
-    refuse_transformed([leaf for leaf in leaves if isinstance(leaf, torch.Tensor)])
+    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    refuse_transformed(tensors)
+    refuse_inference_tensors(tensors, len(lifted.tensors))
     with hooks_silenced_while_tracing():
         program = capture(fn, args, kwargs)
     return execute(program, args, kwargs)

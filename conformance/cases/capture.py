@@ -228,6 +228,75 @@ _EAGER_INTERPRETER_REFUSES = {
 }
 
 
+def _reentrant_checkpoint_of_global_linear(x):
+    return torch.utils.checkpoint.checkpoint(_LINEAR, x, use_reentrant=True)
+
+
+def _reentrant_checkpoint_of_sin(x):
+    return torch.utils.checkpoint.checkpoint(torch.sin, x, use_reentrant=True) * 2
+
+
+def _hook_doubling_an_intermediate(x):
+    h = x * 3
+    h.register_hook(lambda grad: grad * 2)
+    return h.sum()
+
+
+def _hook_on_a_node(x):
+    h = x * 3
+    h.grad_fn.register_hook(lambda grad_in, grad_out: (grad_in[0] * 2, *grad_in[1:]))
+    return h.sum()
+
+
+def _retain_grad_of_an_output(x):
+    h = x * 3
+    h.retain_grad()
+    return h
+
+
+def _hooked_linear_world():
+    world = _linear_world()
+    _LINEAR.register_full_backward_hook(lambda module, grad_in, grad_out: (grad_in[0] * 2,))
+    return {**world, "x": torch.tensor([[3.0, 1.0]], requires_grad=True)}
+
+
+def _linear_with_gradients_world():
+    world = _linear_world()
+    _LINEAR.weight.grad = torch.tensor([[3.0, 4.0]])
+    _LINEAR.bias.grad = torch.tensor([0.0])
+    return world
+
+
+def _clip_global_linear_gradients():
+    return torch.nn.utils.clip_grad_norm_(_LINEAR.parameters(), 1.0)
+
+
+def _doubled_unless_it_has_a_gradient(x):
+    return x * 2 if x.grad is None else x
+
+
+def _func_grad_of_sin(x):
+    return torch.func.grad(lambda v: v.sin().sum())(x)
+
+
+def _batched_dot(x, y):
+    return torch.func.vmap(torch.dot)(x, y)
+
+
+def _inference_world():
+    with torch.inference_mode():
+        return {"x": torch.tensor([1.0, 2.0])}
+
+
+def _doubled(x):
+    return x * 2
+
+
+def _data_doubled_then_plus_one(x):
+    x.data = x.data * 2
+    return x + 1
+
+
 def _return_argument(x):
     x.mul_(2)
     return x
@@ -391,6 +460,46 @@ CASES = [
         skip={"torch-eager": "eager PyTorch runs it; the spec refuses it"},
     ),
     Case(
+        name="capture.reentrant-checkpoint-of-a-module-is-refused",
+        rules=["capture.custom-function.backward-accumulates", "boundary.failed-call"],
+        setup=lambda: {**_linear_world(), "x": torch.tensor([[3.0, 1.0]], requires_grad=True)},
+        args=["x"],
+        program=_reentrant_checkpoint_of_global_linear,
+        expect=[
+            Raises(
+                UnsupportedError,
+                rule="capture.custom-function.backward-accumulates",
+                match="CheckpointFunction",
+            )
+        ],
+        # eager: out0 = [[2.5]]; after its backward weight.grad = [[3, 1]], x.grad = [[1, -1]]
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.reentrant-checkpoint-backpropagating-into-its-own-leaves",
+        rules=["capture.custom-function.backward-accumulates", "capture.custom-function"],
+        setup=lambda: {"x": torch.tensor([0.0, 1.0], requires_grad=True)},
+        args=["x"],
+        program=_reentrant_checkpoint_of_sin,
+        backward=True,
+        # x.grad = 2 * cos(x), as eager's checkpoint reads it from its detached input's .grad
+        expect=[
+            Values("out0", [0.0, 2 * math.sin(1.0)]),
+            Values("x.grad", [2.0, 2 * math.cos(1.0)]),
+        ],
+        skip=_EAGER_INTERPRETER_REFUSES,
+    ),
+    Case(
+        name="capture.module-with-a-full-backward-hook-is-refused",
+        rules=["capture.module-backward-hooks", "boundary.failed-call"],
+        setup=_hooked_linear_world,
+        args=["x"],
+        program=_global_linear,
+        expect=[Raises(UnsupportedError, rule="capture.module-backward-hooks")],
+        # eager: out0 = [[2.5]]; after its backward the hook doubles x.grad to [[2, -2]]
+        skip=COMPILED_ONLY,
+    ),
+    Case(
         name="capture.custom-function-refused-by-the-eager-interpreter",
         rules=["capture.custom-function.eager-interpreter", "boundary.failed-call"],
         setup=lambda: {"x": torch.ones(3, requires_grad=True)},
@@ -467,6 +576,107 @@ CASES = [
         program=_backward_inside,
         expect=[Raises(UnsupportedError, rule="capture.backward-inside")],
         # eager: x.grad = [2, 2] after the call
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.hook-on-an-intermediate-is-refused",
+        rules=["capture.tensor-hooks", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0], requires_grad=True)},
+        args=["x"],
+        program=_hook_doubling_an_intermediate,
+        expect=[Raises(UnsupportedError, rule="capture.tensor-hooks", match="register_hook")],
+        # eager: after out0.backward(), x.grad = 3 * 2 = [6, 6]
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.hook-on-an-autograd-node-is-refused",
+        rules=["capture.tensor-hooks", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0], requires_grad=True)},
+        args=["x"],
+        program=_hook_on_a_node,
+        expect=[Raises(UnsupportedError, rule="capture.tensor-hooks", match="autograd node")],
+        # eager: after out0.backward(), x.grad = 3 * 2 = [6, 6]
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.retain-grad-inside-is-refused",
+        rules=["capture.tensor-hooks", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0], requires_grad=True)},
+        args=["x"],
+        program=_retain_grad_of_an_output,
+        expect=[Raises(UnsupportedError, rule="capture.tensor-hooks", match="retain_grad")],
+        # eager: after out0.sum().backward(), out0.grad = [1, 1]
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.hook-on-a-tensor-without-grad-raises-eagers-error",
+        rules=["capture.tensor-hooks", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0])},
+        args=["x"],
+        program=_hook_doubling_an_intermediate,
+        expect=[Raises(RuntimeError, match="doesn't require gradient")],
+    ),
+    Case(
+        name="capture.clipping-a-parameters-gradient-is-refused",
+        rules=["capture.lift.grad", "boundary.failed-call"],
+        setup=_linear_with_gradients_world,
+        args=[],
+        program=_clip_global_linear_gradients,
+        expect=[Raises(UnsupportedError, rule="capture.lift.grad", match="reads the .grad")],
+        # eager: out0 = 5.0 (the norm of [3, 4, 0]) and weight.grad becomes [[0.6, 0.8]]
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.reading-a-grad-that-is-none",
+        rules=["capture.lift.grad"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0])},
+        args=["x"],
+        program=_doubled_unless_it_has_a_gradient,
+        # x.grad is None, in eager and in the trace, so the function doubles x
+        expect=[Values("out0", [2.0, 4.0])],
+    ),
+    Case(
+        name="capture.func-grad-inside-is-refused",
+        rules=["capture.gradient-transforms", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([0.0, 1.0])},
+        args=["x"],
+        program=_func_grad_of_sin,
+        expect=[Raises(UnsupportedError, rule="capture.gradient-transforms")],
+        # eager: out0 = cos(x) = [1, 0.5403]
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="capture.vmap-inside-is-captured",
+        rules=["capture.gradient-transforms"],
+        setup=lambda: _leaves(x=torch.tensor([[1.0, 2.0], [3.0, 4.0]]), y=torch.ones(2, 2)),
+        args=["x", "y"],
+        program=_batched_dot,
+        backward=True,
+        # each row's dot with ones: [1 + 2, 3 + 4]; d/dx = y, d/dy = x
+        expect=[
+            Values("out0", [3.0, 7.0]),
+            Values("x.grad", torch.ones(2, 2)),
+            Values("y.grad", [[1.0, 2.0], [3.0, 4.0]]),
+        ],
+    ),
+    Case(
+        name="boundary.inference-tensor-argument-is-refused",
+        rules=["boundary.inference-tensors", "boundary.failed-call"],
+        setup=_inference_world,
+        args=["x"],
+        program=_doubled,
+        expect=[Raises(UnsupportedError, rule="boundary.inference-tensors", match="argument 0")],
+        # eager: out0 = [2, 4], itself an inference tensor
+        skip={"torch-eager": "eager PyTorch runs it; the spec refuses it"},
+    ),
+    Case(
+        name="capture.assigning-data-is-refused",
+        rules=["capture.data-assignment", "boundary.failed-call"],
+        setup=lambda: {"x": torch.tensor([1.0, 2.0])},
+        args=["x"],
+        program=_data_doubled_then_plus_one,
+        expect=[Raises(UnsupportedError, rule="capture.data-assignment")],
+        # eager: x becomes [2, 4] and out0 = [3, 5]
         skip=COMPILED_ONLY,
     ),
     Case(
@@ -895,6 +1105,47 @@ CASES.append(
         # 3-row buffer) and gradients
         expect=[Values(name, value) for name, value in _CTC_AND_LSTSQ.items()]
         + [Layout("out1", shape=(2, 1), strides=(1, 3))],
+    )
+)
+
+def _mean_ctc_loss(log_probs, targets, input_lengths, target_lengths):
+    return F.ctc_loss(log_probs, targets, input_lengths, target_lengths)
+
+
+def _mean_ctc_world():
+    return {
+        "log_probs": torch.tensor(
+            [
+                [[-1.0, -0.5, -2.0], [-0.4, -1.5, -1.8]],
+                [[-0.7, -1.2, -1.5], [-1.1, -0.9, -1.4]],
+                [[-2.0, -0.3, -1.0], [-0.6, -1.3, -1.6]],
+            ]
+        ).requires_grad_(),
+        "targets": torch.tensor([[1, 2], [1, 0]]),
+        "input_lengths": torch.tensor([3, 3]),
+        "target_lengths": torch.tensor([2, 0]),
+    }
+
+
+def _eager_mean_ctc_loss():
+    world = _mean_ctc_world()
+    loss = _mean_ctc_loss(*world.values())
+    loss.backward()
+    return {"out0": loss.detach(), "log_probs.grad": world["log_probs"].grad}
+
+
+CASES.append(
+    Case(
+        name="capture.ctc-loss-mean-divides-by-the-target-lengths-as-eager",
+        rules=["capture.data-dependent.decompositions", "capture.data-dependent.input-values"],
+        setup=_mean_ctc_world,
+        args=list(_mean_ctc_world()),
+        on_cpu=["input_lengths", "target_lengths"],
+        program=_mean_ctc_loss,
+        backward=True,
+        # eager's loss and gradient: the mean of each sequence's loss over its target length,
+        # the empty target's clamped to 1
+        expect=[Values(name, value) for name, value in _eager_mean_ctc_loss().items()],
     )
 )
 

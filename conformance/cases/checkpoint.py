@@ -4,8 +4,14 @@ and recompute, and the random ops they refuse.
 Expected gradients are worked out by hand from the chain rule.
 """
 
+import functools
+
 import torch
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    checkpoint,
+    create_selective_checkpoint_contexts,
+)
 
 from aotspec.errors import UnsupportedError
 
@@ -42,6 +48,18 @@ def _half_dropped(x):
 
 def _checkpointed_dropout(x):
     return checkpoint(_half_dropped, x, use_reentrant=False).sum()
+
+
+def _save_matmuls(ctx, op, *args, **kwargs):
+    if op is torch.ops.aten.mm.default:
+        return CheckpointPolicy.MUST_SAVE
+    return CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _selectively_checkpointed_sines(x):
+    # the form torch.utils.checkpoint documents for a selective policy: a functools.partial
+    policy = functools.partial(create_selective_checkpoint_contexts, _save_matmuls)
+    return checkpoint(_two_sines, x, use_reentrant=False, context_fn=policy).sum()
 
 
 CASES = [
@@ -81,6 +99,16 @@ CASES = [
         program=_checkpointed_write,
         # eager runs it: out0 = sum(2x + 1) = 10
         expect=[Raises(UnsupportedError, rule="checkpoint.functional")],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="autograd.selective-checkpoint-policy-is-refused",
+        rules=["checkpoint.region", "boundary.failed-call"],
+        setup=lambda: _leaves(x=_ANGLES),
+        args=["x"],
+        program=_selectively_checkpointed_sines,
+        # eager runs it: out0 = sum(sin(sin(x))), x.grad = cos(sin(x)) cos(x) after a backward
+        expect=[Raises(UnsupportedError, rule="checkpoint.region", match="context_fn")],
         skip=COMPILED_ONLY,
     ),
     Case(
