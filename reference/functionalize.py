@@ -385,12 +385,16 @@ def _takes_the_written_values(
 
 
 def _has_history(new: torch.Tensor, storage: _Storage, replay: _Replay) -> bool:
-    """Whether a gradient can reach `new`, the storage's contents, or an input on the storage."""
+    """Whether a gradient can reach `new`, the storage's contents, or an input on the storage.
+    Where the program enabled grad mode under the caller's torch.no_grad(), any value may have
+    history when an input requires grad: the traced values do not show it."""
     contents = storage.origin if storage.flat is None else storage.flat
     return (
         new.requires_grad
         or contents.requires_grad
         or storage.caller in replay.storages_requiring_grad
+        # r[autograd.no-grad-writes]: a write under no_grad keeps such contents' history
+        or (replay.enabled_grad_unseen and bool(replay.storages_requiring_grad))
     )
 
 
@@ -553,6 +557,9 @@ class _Replay:
     output_index_of: dict[int, int] = field(factory=dict)
     #: Caller storages (by first input) that an input requiring grad reads.
     storages_requiring_grad: frozenset[int] = field(init=False)
+    #: An op so far ran with grad mode on where the replay runs with it off (under the caller's
+    #: torch.no_grad()): its traced values then show no requires_grad, history or not.
+    enabled_grad_unseen: bool = False
 
     def __attrs_post_init__(self):
         self.storages_requiring_grad = frozenset(
@@ -598,6 +605,7 @@ class _Replay:
                 if grad_enabled(node) != self.grad_enabled:  # r[capture.grad-mode], carried over
                     self.grad_enabled = grad_enabled(node)
                     self.grad_modes.note(self.grad_enabled)
+                    self.enabled_grad_unseen |= self.grad_enabled and not torch.is_grad_enabled()
                 if checkpoint_region(node) != self.region:  # r[checkpoint.region], carried over
                     self.region = checkpoint_region(node)
                     self.regions.note(self.region)
