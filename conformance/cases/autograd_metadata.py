@@ -217,7 +217,23 @@ def _as_strided_in_place_after_a_write(x):
     return v
 
 
+def _as_strided_beside_a_slice_then_written(x):
+    v = x.mul(2)
+    w = v[1:2].as_strided((2,), (1,), 0)
+    v.add_(1.0)
+    return w
+
+
 CASES += [
+    Case(
+        name="autograd.as-strided-beside-its-input-then-written-raises",
+        rules=["autograd.as-strided.outside", "functionalize.errors-before-running"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0, 4.0])),
+        args=["x"],
+        program=_as_strided_beside_a_slice_then_written,
+        expect=[Raises(UnsupportedError, rule="autograd.as-strided.outside")],
+        skip=COMPILED_ONLY,
+    ),
     Case(
         name="autograd.as-strided-beside-its-input-returned",
         rules=["autograd.as-strided.outside"],
