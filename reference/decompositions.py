@@ -1,6 +1,8 @@
 """Composite ops capture decomposes itself, where PyTorch's decomposition reads tensor values to
 decide what the arguments' shapes and numbers already decide (`specs/capture.md`,
-`r[capture.data-dependent.decompositions]`).
+`r[capture.data-dependent.decompositions]`), and `*_like` constructors of a tensor with no
+elements, which PyTorch's fake kernels lay out otherwise than eager
+(`r[ops.fresh-output.like-empty]`).
 
 Each is the op's eager arithmetic, op for op where the values depend on it, with the decision
 taken at capture. A case it does not decide that way (weighted `cov`, whose weights are values;
@@ -91,10 +93,39 @@ def ctc_loss(
     return (losses / target_lengths.to(torch.int64).clamp_min(1)).mean()
 
 
+def _like_nothing(numbers: tuple[int, ...]):
+    """A `*_like` of a tensor with no elements, which takes one of `numbers` numbers after the
+    tensor (a fill value, bounds): nothing to fill or draw, laid out with the tensor's strides, as
+    eager copies them; anything else is PyTorch's to run, and to refuse."""
+
+    def like(x, *args, dtype=None, device=None, requires_grad=False, **kwargs):
+        memory_format = kwargs.pop("memory_format", torch.preserve_format)
+        kwargs.pop("generator", None)  # eager draws nothing from it
+        given = len(args) + sum(kwargs.pop(name, None) is not None for name in _NUMBER_NAMES)
+        if x.numel() != 0 or memory_format is not torch.preserve_format:
+            return NotImplemented
+        if kwargs or given not in numbers:
+            return NotImplemented
+        dtype = x.dtype if dtype is None else dtype
+        device = x.device if device is None else device
+        # r[ops.fresh-output.like-empty]
+        result = torch.empty_strided(x.shape, x.stride(), dtype=dtype, device=device)
+        return result.requires_grad_(requires_grad)
+
+    return like
+
+
+_NUMBER_NAMES = ("fill_value", "low", "high")
+
+
 #: By function name (`torch.cov` and `Tensor.cov` alike): capture's decomposition.
 DECOMPOSITIONS = {
     "combinations": combinations,
     "cov": cov,
     "corrcoef": corrcoef,
     "ctc_loss": ctc_loss,
+    **dict.fromkeys(("empty_like", "zeros_like", "ones_like"), _like_nothing((0,))),
+    **dict.fromkeys(("rand_like", "randn_like"), _like_nothing((0,))),
+    "full_like": _like_nothing((1,)),
+    "randint_like": _like_nothing((1, 2)),
 }

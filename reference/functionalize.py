@@ -136,6 +136,10 @@ class _Cell:
     #: A view a custom Function returned, or a view of one: its value carries the Function's
     #: gradient; its storage's contents do not (`r[capture.custom-function.outputs]`).
     custom_view: bool = False
+    #: An as_strided (or as_strided_) in its view chain reads locations of a storage the program
+    #: made that its input does not read: its value carries eager's gradient, which reaches only
+    #: the locations both read; its storage's contents do not (`r[autograd.as-strided.outside]`).
+    reaches_outside: bool = False
     #: set_ rebound it (to any storage and layout).
     rebound: bool = False
     #: For a tensor object the caller passed: the in-place metadata ops applied to it, in order.
@@ -200,6 +204,17 @@ def _read(cell: _Cell, name: str, replay: _Replay, *, for_view: bool = False) ->
         replay.read_as_input[node_of(cell.value)] = cell.read_as_input
     cell.version = cell.storage.version
     return cell.value
+
+
+def _read_in_storage(cell: _Cell, name: str, replay: _Replay, *, for_view: bool) -> torch.Tensor:
+    """The cell's value read back through its layout from its storage's contents, not the values
+    a write with history left it (`r[functionalize.reads.unwritten]`): an as_strided of it that
+    reads locations beside its own reads them there (`r[autograd.as-strided.outside]`)."""
+    cached = cell.value, cell.version
+    cell.value = None
+    value = _read(cell, name, replay, for_view=for_view)
+    cell.value, cell.version = cached
+    return value
 
 
 def _read_through(cell: _Cell, flat: torch.Tensor, replay: _Replay) -> torch.Tensor:
@@ -385,12 +400,16 @@ def _takes_the_written_values(
 
 
 def _has_history(new: torch.Tensor, storage: _Storage, replay: _Replay) -> bool:
-    """Whether a gradient can reach `new`, the storage's contents, or an input on the storage."""
+    """Whether a gradient can reach `new`, the storage's contents, or an input on the storage.
+    Where the program enabled grad mode under the caller's torch.no_grad(), any value may have
+    history when an input requires grad: the traced values do not show it."""
     contents = storage.origin if storage.flat is None else storage.flat
     return (
         new.requires_grad
         or contents.requires_grad
         or storage.caller in replay.storages_requiring_grad
+        # r[autograd.no-grad-writes]: a write under no_grad keeps such contents' history
+        or (replay.enabled_grad_unseen and bool(replay.storages_requiring_grad))
     )
 
 
@@ -553,6 +572,9 @@ class _Replay:
     output_index_of: dict[int, int] = field(factory=dict)
     #: Caller storages (by first input) that an input requiring grad reads.
     storages_requiring_grad: frozenset[int] = field(init=False)
+    #: An op so far ran with grad mode on where the replay runs with it off (under the caller's
+    #: torch.no_grad()): its traced values then show no requires_grad, history or not.
+    enabled_grad_unseen: bool = False
 
     def __attrs_post_init__(self):
         self.storages_requiring_grad = frozenset(
@@ -598,6 +620,7 @@ class _Replay:
                 if grad_enabled(node) != self.grad_enabled:  # r[capture.grad-mode], carried over
                     self.grad_enabled = grad_enabled(node)
                     self.grad_modes.note(self.grad_enabled)
+                    self.enabled_grad_unseen |= self.grad_enabled and not torch.is_grad_enabled()
                 if checkpoint_region(node) != self.region:  # r[checkpoint.region], carried over
                     self.region = checkpoint_region(node)
                     self.regions.note(self.region)
@@ -698,8 +721,10 @@ class _Replay:
         source: _Cell = args[0]
         bound = bind(node.target._schema, args, kwargs)
         layouts = entry.rule(source.layout, *bound[1:])
+        outside = node.target is aten.as_strided.default and _outside(source, layouts)
+        read = _read_in_storage if outside else _read
         values = node.target(
-            _read(source, node.name, self, for_view=True), *read_all(args[1:]), **read_all(kwargs)
+            read(source, node.name, self, for_view=True), *read_all(args[1:]), **read_all(kwargs)
         )
         # r[autograd.detach]: detach() is a view that carries no gradient, nor do views of it
         detached = source.detached or node.target in NONDIFFERENTIABLE
@@ -714,6 +739,9 @@ class _Replay:
         # r[capture.custom-function.outputs]: a view of a custom Function's view output carries
         # the Function's gradient, as the value it was viewed from does
         custom_view = source.custom_view and not detached
+        reaches_outside = not detached and (
+            source.reaches_outside or (outside and _may_carry_gradient(source.storage, self))
+        )
         if isinstance(layouts, tuple):
             return tuple(
                 _Cell(
@@ -741,6 +769,7 @@ class _Replay:
             view_of_detached=view_of_detached,
             multi_output=multi_output,
             custom_view=custom_view,
+            reaches_outside=reaches_outside,
         )
 
     def custom_function(self, node, key: int, inputs, outputs, saved) -> tuple[_Cell, ...]:
@@ -843,8 +872,12 @@ class _Replay:
             cell.view_of_detached = False
         elif storage.caller is None:
             # a value the program made: the value in the new layout is the view of the old one
-            cell.value = entry.functional(_read(cell, node.name, self, for_view=True), *bound)
+            outside = node.target is aten.as_strided_.default and _outside(cell, layout)
+            read = _read_in_storage if outside else _read
+            cell.value = entry.functional(read(cell, node.name, self, for_view=True), *bound)
             cell.version = storage.version
+            carries = not cell.detached and _may_carry_gradient(storage, self)
+            cell.reaches_outside |= outside and carries  # r[autograd.as-strided.outside]
         else:
             _relaid_contents(storage, self)
             cell.value = None  # read again through the new layout
@@ -1173,6 +1206,22 @@ def _as_converted(t: torch.Tensor) -> bool:
     return t._version == 0 or (not t._is_view() and t.grad_fn is None)
 
 
+def _outside(source: _Cell, layout: Layout) -> bool:
+    """r[autograd.as-strided.outside]: an as_strided of `source`, on a storage the program made,
+    laid out as `layout`, reads locations `source` does not."""
+    if source.storage.caller is not None:
+        return False
+    return not np.isin(layout.locations(), source.layout.locations()).all()
+
+
+def _may_carry_gradient(storage: _Storage, replay: _Replay) -> bool:
+    """Whether the contents of `storage`, one the program made, may carry a gradient (see
+    `_has_history` for the caller's torch.no_grad())."""
+    contents = storage.origin if storage.flat is None else storage.flat
+    unseen = replay.enabled_grad_unseen and bool(replay.storages_requiring_grad)
+    return contents.requires_grad or unseen
+
+
 def _gradient_carrier(
     cell: _Cell, graph_outputs: list, carriers: dict[int, int], state: _Replay
 ) -> int | None:
@@ -1180,10 +1229,19 @@ def _gradient_carrier(
     Function returned, a graph output holding its value, which carries the Function's gradient
     (one per cell in `carriers`, so a cell returned twice gets its gradient from both); None for
     other outputs."""
-    if not cell.custom_view:
+    if not (cell.custom_view or cell.reaches_outside):
         return None
     if id(cell) in carriers:
         return carriers[id(cell)]
+    if cell.version != cell.storage.version and not cell.custom_view:
+        raise UnsupportedError(
+            "an output is an as_strided view of a value the program made that reads storage "
+            "locations the viewed value does not, and the program writes that storage after "
+            "taking it",
+            rule="autograd.as-strided.outside",
+            fix="clone() the as_strided view before writing the storage, or view only locations "
+            "the viewed value reads",
+        )
     if cell.version != cell.storage.version:
         raise UnsupportedError(
             "an output is a view a custom autograd.Function returned (or a view of one), and "

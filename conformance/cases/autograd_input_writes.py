@@ -63,6 +63,13 @@ def _no_grad_write_into_an_intermediate(x):
     return (v * v).sum()
 
 
+def _write_under_the_callers_no_grad(x):
+    with torch.enable_grad():
+        v = x * 2
+    v.fill_(3.0)  # under the caller's no_grad: v keeps its history, d v / d x stays 2
+    return v
+
+
 def _set_to_a_doubled_copy(p, y, w):
     with torch.no_grad():
         p.set_(y * 2)
@@ -550,6 +557,21 @@ CASES = [
         backward=True,
         # v = [6, 4, 6] after the write; d sum(v * v) / d v = 2 v; d v / d x = 2
         expect=[Values("out0", 88.0), Values("x.grad", [24.0, 16.0, 24.0])],
+    ),
+    Case(
+        name="autograd.no-grad-call-write-into-a-value-made-with-grad",
+        rules=["autograd.no-grad-writes", "autograd.grad-mode-inside"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0])),
+        args=["x"],
+        program=_write_under_the_callers_no_grad,
+        grad_enabled=False,
+        backward=True,
+        # eager: v is all 3s and keeps x * 2's history (the fill records none), so x.grad = 2
+        expect=[
+            Values("out0", [3.0, 3.0, 3.0]),
+            RequiresGrad("out0"),
+            Values("x.grad", [2.0, 2.0, 2.0]),
+        ],
     ),
     Case(
         name="autograd.no-grad-set-keeps-the-leaf",

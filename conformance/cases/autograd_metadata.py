@@ -204,3 +204,55 @@ CASES = [
         skip={"reference-eager": "the eager interpreter refuses the op itself"},
     ),
 ]
+
+
+def _as_strided_beside_a_slice(x):
+    return x.mul(2)[1:2].as_strided((2,), (1,), 0)
+
+
+def _as_strided_in_place_after_a_write(x):
+    v = x.mul(2)[1:2]
+    v.sub_(1.0)
+    v.as_strided_((2,), (1,), 0)
+    return v
+
+
+def _as_strided_beside_a_slice_then_written(x):
+    v = x.mul(2)
+    w = v[1:2].as_strided((2,), (1,), 0)
+    v.add_(1.0)
+    return w
+
+
+CASES += [
+    Case(
+        name="autograd.as-strided-beside-its-input-then-written-raises",
+        rules=["autograd.as-strided.outside", "functionalize.errors-before-running"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0, 4.0])),
+        args=["x"],
+        program=_as_strided_beside_a_slice_then_written,
+        expect=[Raises(UnsupportedError, rule="autograd.as-strided.outside")],
+        skip=COMPILED_ONLY,
+    ),
+    Case(
+        name="autograd.as-strided-beside-its-input-returned",
+        rules=["autograd.as-strided.outside"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0, 4.0])),
+        args=["x"],
+        program=_as_strided_beside_a_slice,
+        backward=True,
+        # eager: the view reads 2x[0], 2x[1]; only 2x[1] is the slice's, so x.grad = [0, 2, 0, 0]
+        expect=[Values("out0", [2.0, 4.0]), Values("x.grad", [0.0, 2.0, 0.0, 0.0])],
+    ),
+    Case(
+        name="autograd.as-strided-in-place-beside-a-written-view",
+        rules=["autograd.as-strided.outside", "autograd.metadata"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0, 4.0])),
+        args=["x"],
+        program=_as_strided_in_place_after_a_write,
+        backward=True,
+        # eager: v reads the storage [2, 3, 6, 8] from 0 after the write; its gradient reaches
+        # only its old element, through the sub: x.grad = [0, 2, 0, 0]
+        expect=[Values("out0", [2.0, 3.0]), Values("x.grad", [0.0, 2.0, 0.0, 0.0])],
+    ),
+]

@@ -1374,3 +1374,32 @@ CASES += [
         ],
     ),
 ]
+
+
+def _views_of_likes_of_nothing(x):
+    return (
+        torch.zeros_like(x)[1:],
+        torch.rand_like(x).split(1)[2],
+        torch.full_like(x, 3.0).narrow(0, 2, 1),
+        torch.randint_like(x, 4).t()[:, 1:],
+    )
+
+
+CASES.append(
+    Case(
+        name="ops.like-of-nothing-keeps-its-strides",
+        rules=["ops.fresh-output.like-empty", "memory.layout.unaddressed-strides"],
+        setup=lambda: {"x": torch.zeros(3, 2)[:, :0]},
+        args=["x"],
+        program=_views_of_likes_of_nothing,
+        # eager: each result has x's strides (2, 1), so the views start at 1 * 2, 2 * 2, 2 * 2
+        # and, through the transpose, 1 * 2 (the fake kernels' strides (1, 1) gave 1, 2, 2, 1)
+        expect=[
+            Layout("out0", dtype=torch.float32, shape=(2, 0), offset=2),
+            Layout("out1", dtype=torch.float32, shape=(1, 0), offset=4),
+            Layout("out2", dtype=torch.float32, shape=(1, 0), offset=4),
+            Layout("out3", dtype=torch.float32, shape=(0, 2), offset=2),
+            StorageBytes("out0", 0),
+        ],
+    )
+)

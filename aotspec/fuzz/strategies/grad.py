@@ -193,7 +193,7 @@ def _compute(model: Model, op: str, args: tuple, positive: bool = False) -> Inst
 
 
 def _result_layout(op: str, masks: tuple, args: tuple, model: Model) -> tuple[int, Strided]:
-    """The storage bytes and layout of `op`'s fresh result on `args` (`masks`: the mask sizes
+    """The storage bytes and layout of `op`'s fresh result on `args` (`masks`: the mask layouts
     of its tensor arguments, None for a float tensor), by PyTorch's meta kernel; remembered by
     the arguments' layouts and the constants' exact values, which are all the kernel reads."""
     key = (op, masks, tuple(_layout_key(a, model) for a in args))
@@ -204,7 +204,8 @@ def _result_layout(op: str, masks: tuple, args: tuple, model: Model) -> tuple[in
             if not isinstance(a, Var):
                 return a
             if a.name in model.masks:
-                return torch.empty(model.masks[a.name], dtype=torch.bool, device="meta")
+                lay = model.masks[a.name]
+                return torch.empty_strided(lay.sizes, lay.strides, dtype=torch.bool, device="meta")
             return model.lay(a.name).meta()
 
         result = OPS[op].run(*map(meta, args))
@@ -534,7 +535,9 @@ def _g_where(draw, model: Model) -> list[Instr]:
     mask = model.new_name()
     scalar = draw(sampled_from(SCALARS))
     compare = Instr(draw(sampled_from(["gt", "lt"])), (mask,), (Var(c), scalar))
-    model.masks[mask] = shape = model.lay(c).sizes
+    mask_layout = Strided.of(model.lay(c).meta().gt(0.0))  # a fresh, dense tensor in c's order
+    model.masks[mask] = mask_layout
+    shape = mask_layout.sizes
 
     def fitting(shape):
         return [v for v in model.names if broadcastable(model.lay(v).sizes, shape)]

@@ -148,8 +148,9 @@ class Model:
     counter: itertools.count = field(factory=itertools.count)
     #: Draw only what `aotspec.compile` accepts (specs/storage-resize.md, "In compiled programs").
     compiled: bool = False
-    #: Boolean masks of programs with backward (for `where`), by name: their shapes.
-    masks: dict[str, tuple[int, ...]] = field(factory=dict)
+    #: Boolean masks of programs with backward (for `where`), by name: their layouts (a
+    #: comparison lays its result out in its input's order, which `where` then follows).
+    masks: dict[str, Strided] = field(factory=dict)
     #: The caller's grad mode (programs with backward): under torch.no_grad() no in-place
     #: metadata op changes a tensor that requires grad (r[autograd.no-grad-metadata]).
     grad_enabled: bool = True
