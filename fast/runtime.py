@@ -172,7 +172,15 @@ class _FastGraphs:
     fast: FastPlan
 
     def forward(self, arguments: list) -> list:
-        return self.fast.forward(arguments)
+        results = self.fast.forward(arguments)
+        for k in range(len(results) - self.fast.plan.num_saved):
+            if isinstance(results[k], torch.Tensor) and results[k]._is_view():
+                # r[autograd.grad-mode-inside.views]: an output is a value of its own for
+                # autograd, as the reference's are: a kernel run below autograd
+                # (as_strided_scatter's) may return a view of a base of its own, and a view
+                # of a view taken under torch.no_grad() would not require grad as eager's does
+                results[k] = results[k].detach()
+        return results
 
     def outputs_on_saved(self, outputs: list, saved: list) -> list[int]:
         return [

@@ -278,6 +278,13 @@ def _views_inside_enable_grad(x):
     return y, y, v  # y twice: the same tensor
 
 
+def _made_with_grad_written_and_viewed_without(x):
+    with torch.enable_grad():
+        y = x * 2
+    y.add_(1)
+    return y.t(), y
+
+
 def _view_taken_under_no_grad(x):
     y = x * 3
     with torch.no_grad():
@@ -851,6 +858,23 @@ CASES = [
             Values("out1", [3.0, 3.0, 3.0, 3.0]),
             RequiresGrad("out1"),
             BackwardRaises(RuntimeError, match="no_grad mode"),
+        ],
+    ),
+    Case(
+        name="autograd.no-grad-view-of-a-value-written-under-no-grad-requires-grad",
+        rules=["autograd.grad-mode-inside.views", "autograd.no-grad-writes"],
+        setup=lambda: _leaves(x=torch.ones(2, 2)),
+        args=["x"],
+        program=_made_with_grad_written_and_viewed_without,
+        grad_enabled=False,
+        skip={"reference-eager": "its outputs are not torch views made in no_grad mode"},
+        # eager: y = 2x has a history (made under enable_grad()); add_ under the caller's
+        # no_grad keeps it; y.t(), taken under no_grad, requires grad (as its base does) with no
+        # grad_fn of its own
+        expect=[
+            Values("out0", [[3.0, 3.0], [3.0, 3.0]]),
+            RequiresGrad("out0"),
+            RequiresGrad("out1"),
         ],
     ),
     Case(
