@@ -247,7 +247,7 @@ def _write_back(overload, functional, *args, **kwargs):
     results = list(results) if len(functional._schema.returns) > 1 else [results]
     fresh = iter(results[: len(results) - len(written)])
     news = results[len(results) - len(written) :]
-    foreach = schema.name.startswith("aten::_foreach_")
+    foreach = _is_foreach(schema)
     for (argument, target), new in zip(written, news, strict=True):
         quiet = not _advances_version(schema, argument)
         for t, value in zip(pytree.tree_leaves(target), pytree.tree_leaves(new), strict=True):
@@ -275,8 +275,12 @@ def _advances_version(schema, argument) -> bool:
     returned = {frozenset(r.alias_info.before_set) for r in schema.returns if r.alias_info}
     return (
         frozenset(argument.alias_info.before_set) in returned
-        or schema.name.startswith("aten::_foreach_")
+        or _is_foreach(schema)
     )
+
+
+def _is_foreach(schema) -> bool:
+    return schema.name.startswith("aten::_foreach_")
 
 
 def mark_quiet_write() -> None:

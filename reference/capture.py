@@ -226,6 +226,7 @@ def _is_grad_attribute(func) -> bool:
 def _grad_of(t: torch.Tensor) -> torch.Tensor | None:
     return _GRAD_ATTRIBUTE.__get__(t)
 
+
 #: The functorch transforms that compute gradients (r[capture.gradient-transforms]).
 _GRADIENT_TRANSFORMS = (TransformType.Grad, TransformType.Jvp)
 
@@ -235,7 +236,6 @@ def _gradient_transform_active() -> bool:
         return False
     interpreters = retrieve_all_functorch_interpreters()
     return any(level.key() in _GRADIENT_TRANSFORMS for level in interpreters)
-
 
 
 def _accumulated_leaves(roots: tuple) -> list[torch.Tensor]:

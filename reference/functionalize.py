@@ -403,13 +403,11 @@ def _has_history(new: torch.Tensor, storage: _Storage, replay: _Replay) -> bool:
     """Whether a gradient can reach `new`, the storage's contents, or an input on the storage.
     Where the program enabled grad mode under the caller's torch.no_grad(), any value may have
     history when an input requires grad: the traced values do not show it."""
-    contents = storage.origin if storage.flat is None else storage.flat
     return (
         new.requires_grad
-        or contents.requires_grad
         or storage.caller in replay.storages_requiring_grad
         # r[autograd.no-grad-writes]: a write under no_grad keeps such contents' history
-        or (replay.enabled_grad_unseen and bool(replay.storages_requiring_grad))
+        or _may_carry_gradient(storage, replay)
     )
 
 
@@ -1215,8 +1213,9 @@ def _outside(source: _Cell, layout: Layout) -> bool:
 
 
 def _may_carry_gradient(storage: _Storage, replay: _Replay) -> bool:
-    """Whether the contents of `storage`, one the program made, may carry a gradient (see
-    `_has_history` for the caller's torch.no_grad())."""
+    """Whether the contents of `storage` may carry a gradient: they require grad, or the program
+    enabled grad mode under the caller's torch.no_grad() where an input requires grad (see
+    `_has_history`)."""
     contents = storage.origin if storage.flat is None else storage.flat
     unseen = replay.enabled_grad_unseen and bool(replay.storages_requiring_grad)
     return contents.requires_grad or unseen
