@@ -27,7 +27,16 @@ import torch
 
 from aotspec.errors import UnsupportedError
 
-from .optable import compute, derivative, inplace, nondifferentiable, size_op, view
+from .aten import run_aten
+from .optable import (
+    aten_valued,
+    compute,
+    derivative,
+    inplace,
+    nondifferentiable,
+    size_op,
+    view,
+)
 from .storage import REDUCED_FLOATS, Layout, contiguous_strides, numpy_dtype
 
 aten = torch.ops.aten
@@ -1046,22 +1055,13 @@ def max_all_backward(grad, out, x):
     return (_grad_like(torch.where(hits, grad / hits.sum(), 0.0), x),)
 
 
+# r[ops.aten-values.variance]: ATen's kernel gives the values, the derivatives below are the
+# table's, reading what eager's formulas read.
+aten_valued(run_aten, aten.var.correction, aten.std.correction, aten.var_mean.correction)
+
+
 def _correction(correction) -> float:
     return 1 if correction is None else correction
-
-
-@compute(aten.var.correction)
-def var(x, dims, correction, keepdim):
-    # Two passes, like np.var; n - correction <= 0 divides by 0 (inf or NaN) as in PyTorch.
-    axes = _axes(dims, x.ndim)
-    deviations = x - _mean(x, dims, True)
-    squares = np.sum(deviations * deviations, axis=axes, keepdims=keepdim and x.ndim > 0)
-    return squares / max(_count(x, axes) - _correction(correction), 0)
-
-
-@compute(aten.std.correction)
-def std(x, dims, correction, keepdim):
-    return np.sqrt(var(x, dims, correction, keepdim))
 
 
 def _var_backward(grad, x, dims, correction, keepdim):
@@ -1091,11 +1091,6 @@ def std_backward(grad, out, x, dims, correction, keepdim):
     # std = sqrt(var); where std is 0 the gradient is 0, not inf (masked_fill in std_backward).
     var_grad = torch.where(out == 0, 0.0, grad / (out * 2))
     return _grad_like(_var_backward(var_grad, x, dims, correction, keepdim), x), None, None, None
-
-
-@compute(aten.var_mean.correction)
-def var_mean(x, dims, correction, keepdim):
-    return var(x, dims, correction, keepdim), _mean(x, dims, keepdim)
 
 
 @derivative(aten.var_mean.correction)

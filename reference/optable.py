@@ -14,6 +14,8 @@ Four kinds of entry (`specs/ops.md` lists every op with its kind):
   its rule gets the interpreter's tensors and ledger and acts on them.
 - collective: a functional collective (`collectives.py`): values from the process group, fresh
   outputs, like compute.
+- ATen-valued: values from ATen's CPU kernel, fresh outputs, like compute, with the table's
+  derivative (`var`, `std`, `var_mean`: `r[ops.aten-values.variance]`).
 
 Aten ops outside the table run ATen's own kernels (`aten.py`, `r[ops.aten-values]`): `lookup`
 gives them an entry of kind ATen-valued, or view for those whose schema says they return views.
@@ -156,6 +158,14 @@ def compute(*overloads):
         return rule
 
     return register
+
+
+def aten_valued(rule: Callable, *overloads) -> None:
+    """Register each overload as an op of the table whose values are ATen's CPU kernel's, which
+    `rule` (`aten.run_aten`) computes; its derivative, and so what autograd saves for it, stays
+    the table's (`r[ops.aten-values.variance]`)."""
+    for overload in overloads:
+        _register(overload, OpKind.ATEN, rule, "fresh output (ATen's values)")
 
 
 def view(*overloads):

@@ -330,6 +330,8 @@ SINGLE_OPS = {
     "cat": lambda a, b: torch.cat([a, b]),
     "amax": lambda a, b: a.amax(1),
     "var": lambda a, b: a.var(1),
+    "std": lambda a, b: a.std(1),
+    "var_mean": lambda a, b: torch.stack(torch.var_mean(a, 1)),
     "where": lambda a, b: torch.where(a > 0, a, b),
     "index": lambda a, b: a[torch.tensor([0, 2])],
     "maximum": lambda a, b: torch.maximum(a, b),

@@ -370,8 +370,8 @@ Run alone, from anywhere aotspec is installed:
     python {name}                  fails: {backend} is wrong here
     python {name} torch-eager      passes: eager PyTorch is the oracle
 The oracles: eager PyTorch for values, input mutations, aliasing and gradients (numeric
-differences forgiven when no farther from a float64 run than eager's), the reference for memory
-facts (aotspec/fuzz/judge.py). When found:
+differences forgiven when no farther from a float64 run than rounding moves them), the
+reference for memory facts (aotspec/fuzz/judge.py). When found:
 {found}
 """
 

@@ -10,7 +10,8 @@ the same program for it; `from_choices` replays hypothesis's choices (the shrink
 The oracles (docs/design.md sections 5 and 7):
 - eager PyTorch, for values, input mutations, aliasing, requires_grad and gradients (a hooks
   program compiled with lossless hooks must match eager without any); a numeric difference is
-  forgiven when the compiled value is no farther from an eager float64 run than eager's is;
+  forgiven when the compiled value is no farther from an eager float64 run than eager's is, or
+  than float64 runs that put each result an ulp of float32 off are (`numerically_explained`);
 - the reference, for memory facts, where the backend allows measuring them on real tensors:
   on `fast`, the runtime's storages alive after each op and the peaks of forward and backward
   (tracked with `aotspec.tracker`), and stolen lists emptied and freed.

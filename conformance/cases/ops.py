@@ -869,6 +869,36 @@ CASES = [
         ],
     ),
     Case(
+        name="ops.std-of-equal-values-over-a-dim-is-zero-and-so-is-its-gradient",
+        rules=["ops.aten-values.variance"],
+        # 1.7 three times: eager's kernel gives exactly 0 over a dim, where two passes around a
+        # float32 mean (5.1000004 / 3) give 1.46e-7, and a gradient near -0.41 through it
+        setup=lambda: {"x": torch.full((2, 3), 1.7).requires_grad_()},
+        args=["x"],
+        program=lambda x: x.std(1),
+        backward=True,
+        expect=[Values("out0", [0.0, 0.0]), Values("x.grad", torch.zeros(2, 3))],
+    ),
+    Case(
+        name="ops.variance-of-equal-values-over-every-dim-is-eagers-kernels",
+        rules=["ops.aten-values.variance"],
+        # eager's std of eight 0.1s keeps a residue around its float32 mean (0.10000001), where
+        # numpy's sum gives exactly 0.8; its var_mean of seven updates in float64 and gives 0,
+        # where two passes around a float32 mean leave 6.5e-17
+        setup=lambda: {"eight": torch.full((8,), 0.1), "seven": torch.full((7,), 0.1)},
+        args=["eight", "seven"],
+        program=lambda eight, seven: (
+            eight.std(),
+            eight.std() > 0,
+            torch.var_mean(seven)[0] > 0,
+        ),
+        expect=[
+            Values("out0", 7.965005544008363e-09),
+            Values("out1", True),
+            Values("out2", False),
+        ],
+    ),
+    Case(
         name="ops.aten-cumsum-runs-aten",
         rules=["ops.aten-values"],
         setup=lambda: {"x": _M.clone()},
