@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from unittest import mock
 
+import attrs
 import pytest
 import torch
 from hypothesis import given, settings
@@ -38,6 +39,20 @@ def _value(v) -> str:
     return repr(v)
 
 
+def _record(x) -> str:
+    """A record as text, the members of its sets and keys of its dicts in order."""
+    if attrs.has(type(x)):
+        fields = (f"{f.name}={_record(getattr(x, f.name))}" for f in attrs.fields(type(x)))
+        return f"{type(x).__name__}({', '.join(fields)})"
+    if isinstance(x, (set, frozenset)):
+        return f"{{{', '.join(sorted(map(_record, x)))}}}"
+    if isinstance(x, dict):
+        return f"{{{', '.join(sorted(f'{_record(k)}: {_record(v)}' for k, v in x.items()))}}}"
+    if isinstance(x, (list, tuple)):
+        return f"[{', '.join(map(_record, x))}]"
+    return repr(x)
+
+
 def _described(program) -> list[str]:
     """The functional program as text, node by node, then its records."""
     lines = [
@@ -46,7 +61,7 @@ def _described(program) -> list[str]:
         for node in program.graph_module.graph.nodes
     ]
     records = (program.inputs, program.epilogue, program.outputs, program.stand_ins)
-    return lines + [repr(record) for record in records]
+    return lines + [_record(record) for record in records]
 
 
 def _both_ways(fn, args: list[torch.Tensor]) -> tuple[list[str], list[str]] | None:
