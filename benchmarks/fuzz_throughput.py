@@ -13,7 +13,9 @@ machine the rate counts other processes' turns on the core too); per-kind counts
 `--phases` says where the time goes instead: the same programs judged in this process, with
 the CPU time of each stage of the pipeline (drawing, the eager oracle, the reference's capture,
 functionalization, autograd and hooks passes, its run, the fast backend's code and run, the
-comparisons) and of the garbage collector's passes, per program, largest first; what the
+comparisons) and of the garbage collector's passes, per program, largest first, and the fx graph
+nodes each stage made (a traced op, placeholder or output, or a node copied into a new graph):
+a trace's cost is a fixed part (converting its inputs to fakes) and a part per node. What the
 warm-up left is frozen out of the collector's way first, as a worker does after its first task.
 """
 
@@ -30,6 +32,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import torch.fx
 
 from aotspec.fuzz.campaign import Campaign
 
@@ -113,11 +117,13 @@ def throughput(backend: str, programs: int, repeat: int) -> None:
 
 class _Stages:
     """CPU time per stage (this thread's: the machine may be shared), each stage's own (what
-    the stages inside it took is theirs)."""
+    the stages inside it took is theirs), and the fx nodes each stage made."""
 
     def __init__(self):
         self.seconds: collections.Counter[str] = collections.Counter()
+        self.nodes: collections.Counter[str] = collections.Counter()
         self._inner: list[float] = []
+        self._running: list[str] = []
         self._collection_start = 0.0
 
     def wrap(self, owner, attribute: str, stage: str) -> None:
@@ -127,15 +133,29 @@ class _Stages:
         def timed(*args, **kwargs):
             start = time.thread_time()
             self._inner.append(0.0)
+            self._running.append(stage)
             try:
                 return original(*args, **kwargs)
             finally:
+                self._running.pop()
                 spent = time.thread_time() - start
                 self.seconds[stage] += spent - self._inner.pop()
                 if self._inner:
                     self._inner[-1] += spent
 
         setattr(owner, attribute, timed)
+
+    def count_nodes(self) -> None:
+        """Count each fx node made towards the innermost stage running."""
+        original = torch.fx.Graph.create_node
+
+        @functools.wraps(original)
+        def counted(graph, *args, **kwargs):
+            if self._running:
+                self.nodes[self._running[-1]] += 1
+            return original(graph, *args, **kwargs)
+
+        torch.fx.Graph.create_node = counted
 
     def collection(self, phase: str, info: dict) -> None:
         """A `gc.callbacks` entry: a collection's time is a stage of its own, not part of the
@@ -173,20 +193,23 @@ def phases(backend: str, programs: int) -> None:
         (judge, "check_index", "the rest"),
     ]:
         stages.wrap(owner, attribute, stage)
+    stages.count_nodes()
     for index in range(WARM_UP):
         judge.check_index(backend, 0, index)
     gc.collect()
     gc.freeze()  # as aotspec/workers.py does after a worker's first task
     gc.callbacks.append(stages.collection)
     stages.seconds.clear()
+    stages.nodes.clear()
     start = time.thread_time()
     for index in range(WARM_UP, WARM_UP + programs):
         judge.check_index(backend, 0, index)
     total = time.thread_time() - start
     print(f"{backend}, in this process: {total / programs * 1000:.1f} ms of CPU a program")
-    print(f"{'stage':40} {'ms/program':>10} {'share':>6}")
+    print(f"{'stage':40} {'ms/program':>10} {'share':>6} {'nodes/program':>14}")
     for stage, seconds in stages.seconds.most_common():
-        print(f"{stage:40} {seconds / programs * 1000:10.1f} {seconds / total:6.0%}")
+        nodes = stages.nodes[stage] / programs
+        print(f"{stage:40} {seconds / programs * 1000:10.1f} {seconds / total:6.0%} {nodes:14.1f}")
 
 
 def main() -> None:

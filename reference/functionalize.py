@@ -1176,11 +1176,10 @@ def _traced_as_captured(program: CapturedProgram, tensors: list[torch.Tensor]) -
     """Fake tensors capture traced `tensors` as, to trace the replay on in capture's fake tensor
     mode (now taking real constants too), where they are as converting `tensors` again would
     make them: the same facts (layout, storages, grad flags), and autograd state. Either the
-    tensors the program ran on, none written but tensors that are no view and have no history
-    (a write moves only their version, which no trace reads; a view's autograd state changes
-    with its base's); or, where no input requires grad, the graph's placeholders' values, copies
-    detached before the program ran. None where make_fx converts `tensors` in a mode of its
-    own; converting them is a good part of a trace's fixed cost."""
+    tensors the program ran on, none written but tensors without a history (a write moves only
+    their version, which no trace reads); or, where no input requires grad, the graph's
+    placeholders' values, copies detached before the program ran. None where make_fx converts
+    `tensors` in a mode of its own; converting them is a good part of a trace's fixed cost."""
     if any(isinstance(t, FakeTensor) for t in tensors):
         return None  # traced symbolically: make_fx traces in their mode
     facts = input_facts(tensors)
@@ -1200,8 +1199,16 @@ def _traced_as_captured(program: CapturedProgram, tensors: list[torch.Tensor]) -
 
 def _as_converted(t: torch.Tensor) -> bool:
     """Whether the traced input `t` has the autograd state converting its caller's tensor gives
-    (its facts aside): unwritten, or written but neither a view nor a tensor with a history."""
-    return t._version == 0 or (not t._is_view() and t.grad_fn is None)
+    (its facts aside): unwritten, or written but without a history. A view's history follows its
+    base's writes (its `grad_fn` is regenerated when read): a view that has none after the
+    program is one the caller's view converts to, as long as the facts (`requires_grad`, a leaf)
+    agree. A written tensor with a history is not: its history is the program's."""
+    if t._version == 0:
+        return True
+    try:
+        return t.grad_fn is None
+    except RuntimeError:  # a view made under no_grad, its base written since with grad mode on
+        return False
 
 
 def _outside(source: _Cell, layout: Layout) -> bool:
