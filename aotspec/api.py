@@ -554,7 +554,7 @@ class _FastRuntime:
     def run(
         compiled_function: CompiledFunction, fast: FastPlan, tensors: list, stolen, callers=()
     ) -> list:
-        return fast.run(tensors, stolen, callers)
+        return fast.runner(tensors, stolen, callers)  # (`fast.run`, one frame less)
 
 
 _RUNTIMES = {"reference": _ReferenceRuntime, "fast": _FastRuntime}

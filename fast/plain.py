@@ -145,6 +145,10 @@ def _forward_lines(plan, may_share: bool) -> list[str]:
             f"    if isinstance(results[{k}], Tensor) and results[{k}]._is_view():",
             f"        results[{k}] = results[{k}].detach()",
         ]
+    # the inputs that require grad: as the key's facts say, which every call of the plan has
+    differentiated = ", ".join(
+        f"weakref(t{i})" for i, meta in enumerate(plan.functional.inputs) if meta.requires_grad
+    )
     shapes = ", ".join(
         f"(flats[{k}].shape, flats[{k}].dtype, flats[{k}].device)"
         for k in plan.differentiated.differentiable_outputs
@@ -171,9 +175,7 @@ def _forward_lines(plan, may_share: bool) -> list[str]:
         "    del saved",
         "    ctx.call = call",
         "    # r[autograd.double-backward]: what a gradient of a gradient is taken for, weakly",
-        "    ctx.differentiated = [",
-        "        weakref(t) for t in tensors if t is not None and t.requires_grad",
-        "    ]",
+        f"    ctx.differentiated = [{differentiated}]",
         "    ctx.set_materialize_grads(False)  # r[autograd.unreached-outputs]",
         f"    ctx.tangent_shapes = [{shapes}]",
         "    return tuple(flats)",

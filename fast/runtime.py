@@ -91,12 +91,12 @@ class FastPlan:
         """Run the plan on the caller's `tensors` (the runtime's own list; stolen entries are
         dropped from it, so the graph's list holds their last references); returns the outputs.
         With synthetic bases, `callers` are the caller's flat tensors (`run_plan`)."""
-        return self._run(tensors, stolen, callers)
+        return self.runner(tensors, stolen, callers)
 
     @cached_property
-    def _run(self) -> Callable[[list, frozenset[int], list], list]:
-        """The skeleton's `run_plan` on this plan: written out for it where it is plain
-        (`fast/plain.py`)."""
+    def runner(self) -> Callable[[list, frozenset[int], list], list]:
+        """`run` as one function of (tensors, stolen, callers): the skeleton's `run_plan` on
+        this plan, written out for it where it is plain (`fast/plain.py`)."""
         return plain_runner(self) or functools.partial(run_plan, self.plan, self._graphs)
 
     @cached_property

@@ -108,8 +108,8 @@ def test_a_plain_plan_runs_its_written_out_call_with_eager_observables():
     inputs = _linear_inputs()
     compiled = aotspec.compile(_linear_relu, backend="fast")
     out = compiled(*inputs)
-    assert callable(_only_plan(compiled)._run)
-    assert not isinstance(_only_plan(compiled)._run, functools.partial)  # written out
+    assert callable(_only_plan(compiled).runner)
+    assert not isinstance(_only_plan(compiled).runner, functools.partial)  # written out
     expected = torch.autograd.grad(_linear_relu(*inputs).sum(), inputs)
     grads = torch.autograd.grad(out.sum(), inputs, retain_graph=True)
     assert [_facts(g) for g in expected] == [_facts(g) for g in grads]
@@ -143,6 +143,6 @@ def test_a_plan_with_an_epilogue_runs_through_the_skeleton():
     x, w = torch.ones(3), torch.ones(3, requires_grad=True)
     compiled = aotspec.compile(scale_, backend="fast")
     compiled(x, w).backward()
-    assert isinstance(_only_plan(compiled)._run, functools.partial)
+    assert isinstance(_only_plan(compiled).runner, functools.partial)
     assert [2.0, 2.0, 2.0] == x.tolist()
     assert [2.0, 2.0, 2.0] == w.grad.tolist()
