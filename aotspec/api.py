@@ -165,6 +165,8 @@ def _flatten(args: tuple, kwargs: dict):
 #: A call that steals no input, and the static inputs of a call without `no_static` hooks.
 _NONE_STOLEN = _NONE_STATIC = frozenset()
 
+_IS_INFERENCE = torch.Tensor.is_inference
+
 
 def _constant_key(leaf):
     try:
@@ -279,7 +281,8 @@ class CompiledFunction:
         call.clear()
         tensors = leaves if not constants else [t for t in leaves if isinstance(t, torch.Tensor)]
         refuse_transformed(tensors)
-        refuse_inference_tensors(tensors, len(lifted.tensors))
+        if any(map(_IS_INFERENCE, tensors)):  # (one pass in C; the refusal names the tensor)
+            refuse_inference_tensors(tensors, len(lifted.tensors))
         stolen = self._stolen_indices(leaves, stolen_lists) if stolen_lists else _NONE_STOLEN
         grad_enabled = torch.is_grad_enabled()
         autocast = autocast_state()  # r[capture.autocast]: casts are recorded at capture
@@ -551,7 +554,7 @@ class _FastRuntime:
     def run(
         compiled_function: CompiledFunction, fast: FastPlan, tensors: list, stolen, callers=()
     ) -> list:
-        return fast.run(tensors, stolen, callers)
+        return fast.runner(tensors, stolen, callers)  # (`fast.run`, one frame less)
 
 
 _RUNTIMES = {"reference": _ReferenceRuntime, "fast": _FastRuntime}

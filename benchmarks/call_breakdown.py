@@ -24,7 +24,8 @@ no timing code):
   its tensor facts, by the function `aotspec/guard.py` generated), and `input_facts` and
   `bases_key` where the check misses (what the full key compares);
 - other key work: the rest of `CompiledFunction.__call__` before the runtime runs;
-- forward graph: the generated forward function;
+- forward graph: the generated forward function (`GeneratedCode`, called by the skeleton or by
+  the call written out for a plain plan, `fast/plain.py`);
 - epilogue + outputs: the runtime's run less the forward graph (autograd.Function plumbing, the
   epilogue, wrapping outputs);
 - backward graph: the generated backward function;
@@ -52,7 +53,7 @@ import torch
 import aotspec
 import aotspec.api as api
 import aotspec.dynamo as dynamo
-from aotspec.fast import runtime as fast_runtime
+from aotspec.fast import codegen
 
 
 def _mlp() -> tuple[torch.nn.Module, torch.Tensor]:
@@ -76,7 +77,8 @@ class _Phases:
         self.ns: dict[str, int] = defaultdict(int)
         self._originals: list[tuple[object, str, object]] = []
 
-    def _wrap(self, owner, name: str, phase: str) -> None:
+    def _wrap(self, owner, name: str, phase) -> None:
+        """Times `owner.name` as `phase`, or as `phase(self_argument)` where it is a function."""
         original = getattr(owner, name)
         ns = self.ns
 
@@ -85,7 +87,9 @@ class _Phases:
             try:
                 return original(*args, **kwargs)
             finally:
-                ns[phase] += time.thread_time_ns() - start
+                ns[phase if type(phase) is str else phase(args[0])] += (
+                    time.thread_time_ns() - start
+                )
 
         self._originals.append((owner, name, original))
         setattr(owner, name, timed)
@@ -103,13 +107,16 @@ class _Phases:
         self._wrap(api, "input_facts", "input facts / key")
         self._wrap(api, "bases_key", "input facts / key")
         self._wrap(api._FastRuntime, "run", "runtime run")
-        self._wrap(fast_runtime._FastGraphs, "forward", "forward graph")
-        self._wrap(fast_runtime._FastGraphs, "backward", "backward graph")
+        self._wrap(codegen.GeneratedCode, "__call__", _graph_phase)
 
     def uninstall(self) -> None:
         for owner, name, original in reversed(self._originals):
             setattr(owner, name, original)
         self._originals.clear()
+
+
+def _graph_phase(code: codegen.GeneratedCode) -> str:
+    return f"{code.function.__name__} graph"  # the generated `forward` or `backward`
 
 
 def _timed_step(step, inputs) -> tuple[int, int]:

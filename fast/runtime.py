@@ -8,13 +8,18 @@ deletes every value right after its last use, so on real tensors:
   (`r[boxed.args-cleared]`); a stolen list is emptied before the call (`r[boxed.steal]`);
 - the backward takes the saved tensors in one list and frees each at its last use
   (`r[autograd.saved-freed-in-backward]`).
+A plain plan (most training steps: graphs and saved values, nothing the call writes or checks)
+runs the skeleton's steps written out for it (`fast/plain.py`), which hand what they do not
+cover to the skeleton.
 Nothing here imports the reference interpreter: the numbers are torch's own.
 """
 
 from __future__ import annotations
 
+import functools
 import operator
 import weakref
+from collections.abc import Callable
 from functools import cached_property
 
 import torch
@@ -29,6 +34,7 @@ from aotspec.reference.runtime import run_plan
 
 from .codegen import GeneratedCode, generate
 from .fusion import fuse_pointwise, triton_requested
+from .plain import plain_runner
 
 #: The code of a symbolic plan's graph, generated at its first size and shared by every size
 #: (`r[sizes.symbolic.per-call]`): the graphs of a plan at a call's sizes are the plan's own.
@@ -85,7 +91,13 @@ class FastPlan:
         """Run the plan on the caller's `tensors` (the runtime's own list; stolen entries are
         dropped from it, so the graph's list holds their last references); returns the outputs.
         With synthetic bases, `callers` are the caller's flat tensors (`run_plan`)."""
-        return run_plan(self.plan, self._graphs, tensors, stolen, callers)
+        return self.runner(tensors, stolen, callers)
+
+    @cached_property
+    def runner(self) -> Callable[[list, frozenset[int], list], list]:
+        """`run` as one function of (tensors, stolen, callers): the skeleton's `run_plan` on
+        this plan, written out for it where it is plain (`fast/plain.py`)."""
+        return plain_runner(self) or functools.partial(run_plan, self.plan, self._graphs)
 
     @cached_property
     def _graphs(self) -> _FastGraphs:

@@ -78,7 +78,8 @@ def run_plan(
     has nothing for (no check, no epilogue, no saved input read as the call left it) is skipped:
     a small step's call costs about as much as its ops."""
     program = plan.functional
-    for i in program.captured.requires_grad_inputs:
+    captured = program.captured
+    for i in captured.requires_grad_inputs:
         tensors[i].requires_grad_()  # r[autograd.requires-grad-inside]: as the program does
     caller_storages = None
     if program.reads_caller_storages:  # those the call reads, but a stolen one's
@@ -95,16 +96,17 @@ def run_plan(
             flats = graphs.forward(arguments)
     else:
         call, flats = _forward_recorded(plan, graphs, tensors, stolen)
-    if program.captured.checks:
+    if captured.checks:
         raise_failed_check(program, flats)  # r[capture.data-dependent.checks]
-    if program.epilogue or program.captured.advanced_inputs:
+    if program.epilogue or captured.advanced_inputs:
         apply_epilogue(program, tensors, caller_storages, flats)
-    # r[autograd.input-writes.synthetic-base.metadata]: before the versions are noted
-    plan.bases.relayout_callers(callers)
+    if plan.bases.relayouts:
+        # r[autograd.input-writes.synthetic-base.metadata]: before the versions are noted
+        plan.bases.relayout_callers(callers)
     if call is not None and plan.saved_inputs_by_time[True]:
         call.saved_inputs.after_call()
     outputs = build_outputs(program, tensors, caller_storages, flats)
-    for k in program.captured.requires_grad_outputs:
+    for k in captured.requires_grad_outputs:
         outputs[k].requires_grad_()  # r[autograd.requires-grad-inside.outputs]: as it returns
     return outputs
 
@@ -248,7 +250,8 @@ def _backward(ctx, grads: tuple) -> tuple:
     retain = torch._C._autograd._get_current_graph_task_keep_graph()
     saved, saved_inputs = call.take_saved(retain)
     saved_inputs.check()
-    saved_input_tensors = dict(saved_inputs.tensors)  # a retained node keeps its own
+    # the graph clears them: a retained node keeps its own, else the node no longer holds them
+    saved_input_tensors = dict(saved_inputs.tensors) if retain else saved_inputs.tensors
     arguments = saved + tangents_as_traced(plan, grads, ctx.tangent_shapes)
     # r[autograd.saved-freed-in-backward]: unless the graph is retained, the list is the only
     # holder of the saved values, and the backward graph clears it, so each dies at its last

@@ -3,6 +3,8 @@ outputs it version-checks before the backward, against the reference's ledger.""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 import torch.autograd.forward_ad as forward_ad
@@ -85,3 +87,62 @@ def test_forward_mode_tangents_of_incoming_gradients_reach_the_gradients():
             tangents.append([forward_ad.unpack_dual(g).tangent for g in grads])
     for expected, got in zip(*tangents, strict=True):
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def _only_plan(compiled):
+    (fast,) = compiled.plans.values()
+    return fast
+
+
+def _two_outputs(x, w, b):
+    y = torch.nn.functional.linear(x, w, b)
+    return y.relu(), y.sigmoid()
+
+
+def test_a_plain_plan_runs_its_written_out_call_with_eager_observables():
+    """A step whose plan holds nothing but its graphs runs through the call written out for it
+    (`fast/plain.py`): values and gradients as eager's (their layouts and views too), a saved
+    input written between the call and the backward refused, a second backward refused unless
+    the first retained the graph, and a backward that reaches one output of two (handed to the
+    skeleton) as eager's."""
+    inputs = _linear_inputs()
+    compiled = aotspec.compile(_linear_relu, backend="fast")
+    out = compiled(*inputs)
+    assert callable(_only_plan(compiled).runner)
+    assert not isinstance(_only_plan(compiled).runner, functools.partial)  # written out
+    expected = torch.autograd.grad(_linear_relu(*inputs).sum(), inputs)
+    grads = torch.autograd.grad(out.sum(), inputs, retain_graph=True)
+    assert [_facts(g) for g in expected] == [_facts(g) for g in grads]
+    for grad, eager in zip(grads, expected, strict=True):
+        torch.testing.assert_close(grad, eager, rtol=0, atol=0)
+    torch.autograd.grad(out.sum(), inputs)  # retained once: a second backward runs
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        torch.autograd.grad(out.sum(), inputs)
+    out = compiled(*inputs)
+    with torch.no_grad():
+        inputs[1].mul_(1)  # the weight, which the backward reads
+    with pytest.raises(SpecViolation, match="modified by an inplace operation"):
+        out.sum().backward()
+    inputs = _linear_inputs()
+    first, _ = aotspec.compile(_two_outputs, backend="fast")(*inputs)
+    eager_first, _ = _two_outputs(*inputs)
+    grads = torch.autograd.grad(first.sum(), inputs)
+    expected = torch.autograd.grad(eager_first.sum(), inputs)
+    for grad, eager in zip(grads, expected, strict=True):
+        torch.testing.assert_close(grad, eager, rtol=0, atol=0)
+
+
+def test_a_plan_with_an_epilogue_runs_through_the_skeleton():
+    """A training step that writes an input (an epilogue) is not plain: its call is the
+    skeleton's `run_plan`, and the write reaches the caller's tensor."""
+
+    def scale_(x, w):
+        x.mul_(2)
+        return (x * w).sum()
+
+    x, w = torch.ones(3), torch.ones(3, requires_grad=True)
+    compiled = aotspec.compile(scale_, backend="fast")
+    compiled(x, w).backward()
+    assert isinstance(_only_plan(compiled).runner, functools.partial)
+    assert [2.0, 2.0, 2.0] == x.tolist()
+    assert [2.0, 2.0, 2.0] == w.grad.tolist()

@@ -194,6 +194,24 @@ MUTANTS: tuple[Mutant, ...] = (
         "they also carry an incoming gradient's forward-mode tangent, which is then dropped.",
         ("tests/test_fast_runtime.py", FAST),
     ),
+    Mutant(
+        "plain.saved-inputs-unchecked",
+        "fast/plain.py",
+        '        "    saved_inputs.check()  # r[autograd.saved-inputs.version]",\n',
+        "",
+        "The written-out backward of a plain plan skips the saved inputs' check (it looks like "
+        "bookkeeping): a weight written between the call and the backward is read as it is now.",
+        ("tests/test_fast_runtime.py", CONFORMANCE, FAST),
+    ),
+    Mutant(
+        "plain.tangents-as-given",
+        "fast/plain.py",
+        '            f"    if grad.stride() != strides{j}:",\n',
+        '            "    if False:",\n',
+        "The written-out backward passes the incoming gradients as autograd gives them (expanded "
+        "by sum's backward) rather than laid out as the backward graph was traced.",
+        ("tests/test_fast_runtime.py", CONFORMANCE, FAST),
+    ),
     # ------------------------------------------------------------ fusion
     Mutant(
         "fusion.cpu-falls-back-to-torch",
