@@ -788,8 +788,11 @@ class _Replay:
         tracer = get_proxy_mode().tracer
         proxies = [[get_proxy_slot(v, tracer).proxy for v in group] for group in read]
         call = tracer.create_proxy("call_function", custom_function_call, (key, *proxies), {})
+        # as eager's: each output requires grad when the call records (grad mode on, an input
+        # requiring grad), though the forward's ops ran under torch.no_grad()
+        records = self.grad_enabled and any(v.requires_grad for v in read[0])
         with disable_proxy_modes_tracing():
-            results = [aten.alias(v) for v in read[1]]
+            results = [aten.alias(_requiring_grad(v, records)) for v in read[1]]
         track_tensor_tree(results, call, constant=None, tracer=tracer)
         kinds = list(zip(outputs, results, function.differentiable, function.views, strict=True))
         cells: list[_Cell | None] = [None] * len(outputs)
@@ -1027,6 +1030,12 @@ class _Replay:
                 )
             )
         return outputs
+
+
+def _requiring_grad(value: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+    """`value`'s bytes, as a leaf that requires grad when `requires_grad` and its dtype can."""
+    differentiable = value.is_floating_point() or value.is_complex()
+    return value.detach().requires_grad_(requires_grad and differentiable)
 
 
 def _read_only_here(cell: _Cell, made_by: torch.fx.Node, reader: torch.fx.Node) -> bool:
