@@ -107,7 +107,7 @@ class _ReferenceGraphs:
         ledger = Ledger()
         self.run.backward_ledger = ledger
         self.run.backward = plan.backward_reaching(reached)
-        return _export(self._run(self.run.backward, arguments, held, ledger))
+        return _export_gradients(self._run(self.run.backward, arguments, held, ledger))
 
     def _run(self, program: GraphProgram, inputs: list, caller_held: list[bool], ledger: Ledger):
         cells = list(inputs)
@@ -148,3 +148,17 @@ def _storages(cell) -> set[int]:
 def _export(cells: list) -> list[torch.Tensor]:
     boundary = Boundary()
     return [boundary.export(cell) for cell in cells]
+
+
+def _export_gradients(cells: list) -> list[torch.Tensor]:
+    """The backward's gradients as torch tensors, one per value: a value that is the gradient
+    of several inputs (`x + y`'s incoming gradient, for both) is one tensor, as eager's formula
+    returns it, so autograd copies it into all but one `.grad` (r[autograd.retain-graph]: each
+    input's `.grad` is its own; two tensors on one storage would both be kept, and a later
+    backward would accumulate into both through either)."""
+    boundary = Boundary()
+    exported: dict[int, torch.Tensor] = {}
+    for cell in cells:
+        if id(cell) not in exported:  # r[autograd.retain-graph]
+            exported[id(cell)] = boundary.export(cell)
+    return [exported[id(cell)] for cell in cells]

@@ -299,6 +299,10 @@ def _view_as_laid_out_taken_under_no_grad(x):
     return v, y
 
 
+def _sum_of_two(x, w):
+    return x + w
+
+
 def _view_taken_under_no_grad(x):
     y = x * 3
     with torch.no_grad():
@@ -754,6 +758,17 @@ CASES = [
         retain_graph=[True, False],
         # each pass adds w to x.grad and x to w.grad
         expect=[Values("x.grad", [8.0, 10.0, 12.0]), Values("w.grad", [2.0, 4.0, 6.0])],
+    ),
+    Case(
+        name="autograd.retain-graph-one-gradient-of-two-inputs",
+        rules=["autograd.retain-graph"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0]), w=torch.tensor([4.0, 5.0, 6.0])),
+        args=["x", "w"],
+        program=_sum_of_two,
+        backward=True,
+        retain_graph=[True, False],
+        # each pass adds the sum's gradient, ones, to x.grad and to w.grad, each its own tensor
+        expect=[Values("x.grad", [2.0, 2.0, 2.0]), Values("w.grad", [2.0, 2.0, 2.0])],
     ),
     Case(
         name="autograd.retain-graph-keeps-saved-intermediates",
