@@ -150,15 +150,22 @@ def _export(cells: list) -> list[torch.Tensor]:
     return [boundary.export(cell) for cell in cells]
 
 
-def _export_gradients(cells: list) -> list[torch.Tensor]:
-    """The backward's gradients as torch tensors, one per value: a value that is the gradient
-    of several inputs (`x + y`'s incoming gradient, for both) is one tensor, as eager's formula
-    returns it, so autograd copies it into all but one `.grad` (r[autograd.retain-graph]: each
-    input's `.grad` is its own; two tensors on one storage would both be kept, and a later
-    backward would accumulate into both through either)."""
+def _export_gradients(cells: list) -> list:
+    """The backward's gradients as torch tensors, each on a storage of its own: a value that is
+    the gradient of several inputs (`x + w`'s incoming gradient, for both), or values on one
+    storage (it and a view of it), would reach autograd as tensors sharing their bytes, which it
+    keeps as each input's `.grad`, so that a later backward accumulates into all of them through
+    any one (r[autograd.retain-graph]: each input's `.grad` is its own, as eager's accumulation
+    copies a gradient that something else still holds)."""
     boundary = Boundary()
-    exported: dict[int, torch.Tensor] = {}
+    exported = []
+    storages: set[int] = set()
     for cell in cells:
-        if id(cell) not in exported:  # r[autograd.retain-graph]
-            exported[id(cell)] = boundary.export(cell)
-    return [exported[id(cell)] for cell in cells]
+        grad = boundary.export(cell)
+        if isinstance(grad, torch.Tensor) and grad.layout == torch.strided:
+            storage = grad.untyped_storage().data_ptr()
+            if storage in storages:
+                grad = grad.clone()  # r[autograd.retain-graph]
+            storages.add(storage)
+        exported.append(grad)
+    return exported

@@ -303,6 +303,10 @@ def _sum_of_two(x, w):
     return x + w
 
 
+def _sum_with_a_view(x, w):
+    return x + w.view(3)  # w's gradient views x's: one storage
+
+
 def _view_taken_under_no_grad(x):
     y = x * 3
     with torch.no_grad():
@@ -769,6 +773,17 @@ CASES = [
         retain_graph=[True, False],
         # each pass adds the sum's gradient, ones, to x.grad and to w.grad, each its own tensor
         expect=[Values("x.grad", [2.0, 2.0, 2.0]), Values("w.grad", [2.0, 2.0, 2.0])],
+    ),
+    Case(
+        name="autograd.retain-graph-gradients-on-one-storage",
+        rules=["autograd.retain-graph"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0]), w=torch.tensor([[4.0, 5.0, 6.0]])),
+        args=["x", "w"],
+        program=_sum_with_a_view,
+        backward=True,
+        retain_graph=[True, False],
+        # each pass adds ones to x.grad and to w.grad, each its own tensor
+        expect=[Values("x.grad", [2.0, 2.0, 2.0]), Values("w.grad", [[2.0, 2.0, 2.0]])],
     ),
     Case(
         name="autograd.retain-graph-keeps-saved-intermediates",
