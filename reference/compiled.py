@@ -107,7 +107,7 @@ class _ReferenceGraphs:
         ledger = Ledger()
         self.run.backward_ledger = ledger
         self.run.backward = plan.backward_reaching(reached)
-        return _export(self._run(self.run.backward, arguments, held, ledger))
+        return _export_gradients(self._run(self.run.backward, arguments, held, ledger))
 
     def _run(self, program: GraphProgram, inputs: list, caller_held: list[bool], ledger: Ledger):
         cells = list(inputs)
@@ -148,3 +148,24 @@ def _storages(cell) -> set[int]:
 def _export(cells: list) -> list[torch.Tensor]:
     boundary = Boundary()
     return [boundary.export(cell) for cell in cells]
+
+
+def _export_gradients(cells: list) -> list:
+    """The backward's gradients as torch tensors, each on a storage of its own: a value that is
+    the gradient of several inputs (`x + w`'s incoming gradient, for both), or values on one
+    storage (it and a view of it), would reach autograd as tensors sharing their bytes, which it
+    keeps as each input's `.grad`, so that a later backward accumulates into all of them through
+    any one (r[autograd.retain-graph]: each input's `.grad` is its own, as eager's accumulation
+    copies a gradient that something else still holds)."""
+    boundary = Boundary()
+    exported = []
+    storages: set[int] = set()
+    for cell in cells:
+        grad = boundary.export(cell)
+        if isinstance(grad, torch.Tensor) and grad.layout == torch.strided:
+            storage = grad.untyped_storage().data_ptr()
+            if storage in storages:
+                grad = grad.clone()  # r[autograd.retain-graph]
+            storages.add(storage)
+        exported.append(grad)
+    return exported

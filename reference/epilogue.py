@@ -270,13 +270,18 @@ def _output_view(output, tensors, on_storage, caller_storages, flats, returned) 
         return _detached_view(flat, output)
     if output.multi_output:
         return _multi_output_view(flat, output.layout)
-    return _view_of_graph_storage(output.layout, flat, returned)
+    return _view_of_graph_storage(output, flat, returned)
 
 
-def _view_of_graph_storage(layout, flat: torch.Tensor, returned: set[int]) -> torch.Tensor:
+def _view_of_graph_storage(output, flat: torch.Tensor, returned: set[int]) -> torch.Tensor:
     """`flat` itself the first time an output is laid out like it (no view for autograd to undo),
     else a view of its storage."""
-    if id(flat) not in returned and _laid_out_like(flat, layout):
+    layout = output.layout
+    # r[autograd.grad-mode-inside.views]: a view taken under torch.no_grad() of a value with a
+    # history is a view without one, also where it reads the value as it is laid out (`t()` of a
+    # 1-D value): `flat` itself would carry the history
+    keeps_history = output.made_with_grad or not flat.requires_grad
+    if keeps_history and id(flat) not in returned and _laid_out_like(flat, layout):
         returned.add(id(flat))
         return flat
     return _viewed_as(flat, layout)

@@ -340,13 +340,11 @@ def _write(
         storage.flat = aten.view(new, [storage.elements])
     else:
         contents = None
-        written = aten.as_strided_scatter(
-            _contents_as(_flat(storage, replay), layout.dtype),
-            new,
-            layout.sizes,
-            layout.strides,
-            layout.offset,
-        )
+        old = _contents_as(_flat(storage, replay), layout.dtype)
+        with _keeping_history(old):
+            written = aten.as_strided_scatter(
+                old, new, layout.sizes, layout.strides, layout.offset
+            )
         storage.flat = _contents_as(written, storage.dtype)
         if not with_grad:
             # r[autograd.no-grad-writes]: the tensor keeps its history; the written values carry
@@ -400,15 +398,19 @@ def _takes_the_written_values(
 
 
 def _has_history(new: torch.Tensor, storage: _Storage, replay: _Replay) -> bool:
-    """Whether a gradient can reach `new`, the storage's contents, or an input on the storage.
-    Where the program enabled grad mode under the caller's torch.no_grad(), any value may have
-    history when an input requires grad: the traced values do not show it."""
+    """Whether a gradient can reach `new`, the storage's contents, or an input on the storage."""
     return (
         new.requires_grad
         or storage.caller in replay.storages_requiring_grad
-        # r[autograd.no-grad-writes]: a write under no_grad keeps such contents' history
-        or _may_carry_gradient(storage, replay)
+        or _may_carry_gradient(storage)
     )
+
+
+def _keeping_history(contents: torch.Tensor):
+    """r[autograd.no-grad-writes]: a change of a storage's `contents` that records no history (a
+    write under torch.no_grad(), through a detached alias) leaves them their history: the traced
+    value it makes requires grad when they do, as eager's written tensor does."""
+    return torch.set_grad_enabled(torch.is_grad_enabled() or contents.requires_grad)
 
 
 def _replaces(new: torch.Tensor, layout: Layout, storage: _Storage) -> bool:
@@ -483,7 +485,8 @@ def _grow_made(storage: _Storage, n: int, replay: _Replay) -> None:
     are its old contents and zeros after them (`r[resize.keeps-prefix]`: unspecified in eager),
     which every tensor on it reads from here on."""
     old = _flat(storage, replay)
-    storage.flat = aten.cat([old, old.new_zeros([n // old.itemsize - old.numel()])])
+    with _keeping_history(old):
+        storage.flat = aten.cat([old, old.new_zeros([n // old.itemsize - old.numel()])])
     storage.nbytes = n
     storage.version += 1  # nothing read so far is what the storage holds now
 
@@ -570,9 +573,6 @@ class _Replay:
     output_index_of: dict[int, int] = field(factory=dict)
     #: Caller storages (by first input) that an input requiring grad reads.
     storages_requiring_grad: frozenset[int] = field(init=False)
-    #: An op so far ran with grad mode on where the replay runs with it off (under the caller's
-    #: torch.no_grad()): its traced values then show no requires_grad, history or not.
-    enabled_grad_unseen: bool = False
 
     def __attrs_post_init__(self):
         self.storages_requiring_grad = frozenset(
@@ -613,12 +613,18 @@ class _Replay:
         self.placeholder_cells = [cells[meta.same_object] for meta in self.inputs]
         self.read_through_storages = _read_through_storages(self.inputs)
         self.caller_storages = list(storages.values())
+        # r[capture.grad-mode]: each op runs in the grad mode it ran in, so its traced values
+        # require grad where eager's do; the caller's mode again after the last
+        with torch.set_grad_enabled(self.grad_enabled):
+            return self.replay_nodes()
+
+    def replay_nodes(self) -> list:
         for node in traced_from(self.program.graph.nodes, "functionalize"):
             if node.op == "call_function":
                 if grad_enabled(node) != self.grad_enabled:  # r[capture.grad-mode], carried over
                     self.grad_enabled = grad_enabled(node)
                     self.grad_modes.note(self.grad_enabled)
-                    self.enabled_grad_unseen |= self.grad_enabled and not torch.is_grad_enabled()
+                    torch.set_grad_enabled(self.grad_enabled)
                 if checkpoint_region(node) != self.region:  # r[checkpoint.region], carried over
                     self.region = checkpoint_region(node)
                     self.regions.note(self.region)
@@ -738,7 +744,7 @@ class _Replay:
         # the Function's gradient, as the value it was viewed from does
         custom_view = source.custom_view and not detached
         reaches_outside = not detached and (
-            source.reaches_outside or (outside and _may_carry_gradient(source.storage, self))
+            source.reaches_outside or (outside and _may_carry_gradient(source.storage))
         )
         if isinstance(layouts, tuple):
             return tuple(
@@ -782,8 +788,11 @@ class _Replay:
         tracer = get_proxy_mode().tracer
         proxies = [[get_proxy_slot(v, tracer).proxy for v in group] for group in read]
         call = tracer.create_proxy("call_function", custom_function_call, (key, *proxies), {})
+        # as eager's: each output requires grad when the call records (grad mode on, an input
+        # requiring grad), though the forward's ops ran under torch.no_grad()
+        records = self.grad_enabled and any(v.requires_grad for v in read[0])
         with disable_proxy_modes_tracing():
-            results = [aten.alias(v) for v in read[1]]
+            results = [aten.alias(_requiring_grad(v, records)) for v in read[1]]
         track_tensor_tree(results, call, constant=None, tracer=tracer)
         kinds = list(zip(outputs, results, function.differentiable, function.views, strict=True))
         cells: list[_Cell | None] = [None] * len(outputs)
@@ -874,7 +883,7 @@ class _Replay:
             read = _read_in_storage if outside else _read
             cell.value = entry.functional(read(cell, node.name, self, for_view=True), *bound)
             cell.version = storage.version
-            carries = not cell.detached and _may_carry_gradient(storage, self)
+            carries = not cell.detached and _may_carry_gradient(storage)
             cell.reaches_outside |= outside and carries  # r[autograd.as-strided.outside]
         else:
             _relaid_contents(storage, self)
@@ -1021,6 +1030,12 @@ class _Replay:
                 )
             )
         return outputs
+
+
+def _requiring_grad(value: torch.Tensor, requires_grad: bool) -> torch.Tensor:
+    """`value`'s bytes, as a leaf that requires grad when `requires_grad` and its dtype can."""
+    differentiable = value.is_floating_point() or value.is_complex()
+    return value.detach().requires_grad_(requires_grad and differentiable)
 
 
 def _read_only_here(cell: _Cell, made_by: torch.fx.Node, reader: torch.fx.Node) -> bool:
@@ -1219,13 +1234,11 @@ def _outside(source: _Cell, layout: Layout) -> bool:
     return not np.isin(layout.locations(), source.layout.locations()).all()
 
 
-def _may_carry_gradient(storage: _Storage, replay: _Replay) -> bool:
-    """Whether the contents of `storage` may carry a gradient: they require grad, or the program
-    enabled grad mode under the caller's torch.no_grad() where an input requires grad (see
-    `_has_history`)."""
+def _may_carry_gradient(storage: _Storage) -> bool:
+    """Whether the contents of `storage` may carry a gradient: their traced value requires grad
+    (the replay runs each op in its grad mode, `_Replay.run`)."""
     contents = storage.origin if storage.flat is None else storage.flat
-    unseen = replay.enabled_grad_unseen and bool(replay.storages_requiring_grad)
-    return contents.requires_grad or unseen
+    return contents.requires_grad
 
 
 def _gradient_carrier(

@@ -285,6 +285,28 @@ def _made_with_grad_written_and_viewed_without(x):
     return y.t(), y
 
 
+def _made_with_grad_written_and_viewed_as_laid_out(x, w):
+    with torch.enable_grad():
+        y = x * w
+    y.add_(1)
+    return y.t()  # y is 1-D: the view reads y as y is laid out
+
+
+def _view_as_laid_out_taken_under_no_grad(x):
+    y = x * 3
+    with torch.no_grad():
+        v = y.t()  # y is 1-D: the view reads y as y is laid out
+    return v, y
+
+
+def _sum_of_two(x, w):
+    return x + w
+
+
+def _sum_with_a_view(x, w):
+    return x + w.view(3)  # w's gradient views x's: one storage
+
+
 def _view_taken_under_no_grad(x):
     y = x * 3
     with torch.no_grad():
@@ -742,6 +764,28 @@ CASES = [
         expect=[Values("x.grad", [8.0, 10.0, 12.0]), Values("w.grad", [2.0, 4.0, 6.0])],
     ),
     Case(
+        name="autograd.retain-graph-one-gradient-of-two-inputs",
+        rules=["autograd.retain-graph"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0]), w=torch.tensor([4.0, 5.0, 6.0])),
+        args=["x", "w"],
+        program=_sum_of_two,
+        backward=True,
+        retain_graph=[True, False],
+        # each pass adds the sum's gradient, ones, to x.grad and to w.grad, each its own tensor
+        expect=[Values("x.grad", [2.0, 2.0, 2.0]), Values("w.grad", [2.0, 2.0, 2.0])],
+    ),
+    Case(
+        name="autograd.retain-graph-gradients-on-one-storage",
+        rules=["autograd.retain-graph"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0]), w=torch.tensor([[4.0, 5.0, 6.0]])),
+        args=["x", "w"],
+        program=_sum_with_a_view,
+        backward=True,
+        retain_graph=[True, False],
+        # each pass adds ones to x.grad and to w.grad, each its own tensor
+        expect=[Values("x.grad", [2.0, 2.0, 2.0]), Values("w.grad", [[2.0, 2.0, 2.0]])],
+    ),
+    Case(
         name="autograd.retain-graph-keeps-saved-intermediates",
         rules=["autograd.retain-graph"],
         setup=lambda: _leaves(x=_X[0], w=_X[1]),
@@ -875,6 +919,39 @@ CASES = [
             Values("out0", [[3.0, 3.0], [3.0, 3.0]]),
             RequiresGrad("out0"),
             RequiresGrad("out1"),
+        ],
+    ),
+    Case(
+        name="autograd.no-grad-view-as-laid-out-of-a-value-written-under-no-grad-has-no-history",
+        rules=["autograd.grad-mode-inside.views", "autograd.no-grad-writes"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0]), w=torch.tensor([4.0, 5.0, 6.0])),
+        args=["x", "w"],
+        program=_made_with_grad_written_and_viewed_as_laid_out,
+        grad_enabled=False,
+        backward=True,
+        skip={"reference-eager": "its outputs are not torch views made in no_grad mode"},
+        # eager: y = x * w has a history, which add_ under the caller's no_grad keeps; y.t(),
+        # taken under no_grad, requires grad with no history, so neither x nor w gets a gradient
+        expect=[
+            Values("out0", [5.0, 11.0, 19.0]),
+            RequiresGrad("out0"),
+            Absent("x.grad"),
+            Absent("w.grad"),
+        ],
+    ),
+    Case(
+        name="autograd.output-viewed-as-laid-out-under-no-grad-has-no-history",
+        rules=["autograd.grad-mode-inside.views"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0])),
+        args=["x"],
+        program=_view_as_laid_out_taken_under_no_grad,
+        backward=True,
+        skip={"reference-eager": "its outputs are not torch views made in no_grad mode"},
+        # eager: v requires grad with no history; only y's gradient reaches x: x.grad = 3
+        expect=[
+            Values("out0", [3.0, 6.0, 9.0]),
+            RequiresGrad("out0"),
+            Values("x.grad", [3.0, 3.0, 3.0]),
         ],
     ),
     Case(

@@ -14,6 +14,7 @@ from ..case import (
     Case,
     Identical,
     Layout,
+    PeakBytes,
     Raises,
     RequiresGrad,
     Shares,
@@ -68,6 +69,14 @@ def _write_under_the_callers_no_grad(x):
         v = x * 2
     v.fill_(3.0)  # under the caller's no_grad: v keeps its history, d v / d x stays 2
     return v
+
+
+def _write_under_the_callers_no_grad_into_a_value_made_without(x):
+    with torch.enable_grad():
+        y = x * 2
+    w = x * 3  # under the caller's no_grad: no history
+    w.mul_(0.5).add_(1.0)  # no history either: each result is w's storage's new contents
+    return y, w
 
 
 def _set_to_a_doubled_copy(p, y, w):
@@ -571,6 +580,34 @@ CASES = [
             Values("out0", [3.0, 3.0, 3.0]),
             RequiresGrad("out0"),
             Values("x.grad", [2.0, 2.0, 2.0]),
+        ],
+    ),
+    Case(
+        name="autograd.no-grad-call-write-into-a-value-made-without-grad",
+        rules=[
+            "autograd.no-grad-writes",
+            "functionalize.writes.whole-without-history",
+            "memory.peak",
+        ],
+        setup=lambda: _leaves(x=torch.arange(64.0)),
+        args=["x"],
+        program=_write_under_the_callers_no_grad_into_a_value_made_without,
+        grad_enabled=False,
+        backward=True,
+        skip={
+            "reference-eager": "the eager interpreter writes in place: its peak is x, y and w "
+            "(768 bytes)"
+        },
+        # eager: y = 2x has a history, so x.grad = 2; w, made and written under the caller's
+        # no_grad, has none
+        expect=[
+            Values("out1", torch.arange(64.0) * 1.5 + 1.0),
+            RequiresGrad("out0"),
+            RequiresGrad("out1", False),
+            Values("x.grad", torch.full((64,), 2.0)),
+            # x and y (256 bytes each) and two of w's contents in turn while mul_ and add_
+            # compute each from the last (256 each), with no scattered copy: 256 * 4
+            PeakBytes(1024),
         ],
     ),
     Case(

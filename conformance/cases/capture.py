@@ -173,6 +173,13 @@ def _non_differentiable_output(x):
     return _DoubledAndTripled.apply(x)
 
 
+def _non_differentiable_output_then_the_other_written_under_no_grad(x):
+    doubled, _ = _DoubledAndTripled.apply(x)
+    with torch.no_grad():
+        doubled.mul_(5.0)
+    return doubled
+
+
 class _BroadcastSum(torch.autograd.Function):
     """x + y with y broadcast; the backward returns the unreduced gradient for both, the second
     in float64: eager's engine sums it to y's shape and casts it to y's dtype."""
@@ -411,6 +418,22 @@ CASES = [
             Values("out0", [2.0, 2.0, 2.0]),
             Values("out1", [3.0, 3.0, 3.0]),
             RequiresGrad("out1", False),
+            Values("x.grad", [2.0, 2.0, 2.0]),
+        ],
+        skip=_EAGER_INTERPRETER_REFUSES,
+    ),
+    Case(
+        name="capture.custom-function-output-written-under-no-grad-keeps-its-gradient",
+        rules=["capture.custom-function.outputs", "autograd.no-grad-writes"],
+        setup=lambda: {"x": torch.ones(3, requires_grad=True)},
+        args=["x"],
+        program=_non_differentiable_output_then_the_other_written_under_no_grad,
+        backward=True,
+        # eager: the Function's output keeps its history through the write, which records
+        # none: out0 = 5 * 2x, and x.grad is the Function's 2 * 1
+        expect=[
+            Values("out0", [10.0, 10.0, 10.0]),
+            RequiresGrad("out0"),
             Values("x.grad", [2.0, 2.0, 2.0]),
         ],
         skip=_EAGER_INTERPRETER_REFUSES,

@@ -552,6 +552,15 @@ MUTANTS: tuple[Mutant, ...] = (
         ON_SHARED,
     ),
     Mutant(
+        "epilogue.no-grad-view-as-laid-out-is-the-value",
+        "reference/epilogue.py",
+        "    keeps_history = output.made_with_grad or not flat.requires_grad\n",
+        "    keeps_history = True\n",
+        "An output view taken under torch.no_grad() that reads its value as the value is laid "
+        "out (t() of a 1-D tensor) is the graph's output itself, with the value's history.",
+        ON_SHARED,
+    ),
+    Mutant(
         "epilogue.detached-view-keeps-grad",
         "reference/epilogue.py",
         "base = t.detach() if t.requires_grad else t",
