@@ -100,10 +100,13 @@ def _is_plain(fast) -> bool:
 
 def _flat_of(output) -> int | None:
     """The forward's output an output is built from, where it may be that output itself (a view
-    of a graph's storage, with no rule of its own); else None."""
+    of a graph's storage made with grad, with no rule of its own); else None. One made under
+    torch.no_grad() is itself only where no gradient reaches it
+    (`r[autograd.grad-mode-inside.views]`), which `build_outputs` decides per call."""
     plain = (
         isinstance(output, OutputView)
         and isinstance(output.storage, GraphStorage)
+        and output.made_with_grad
         and output.gradient_from is None
         and not (output.detached or output.multi_output)
     )
