@@ -187,7 +187,7 @@ def _read(cell: _Cell, name: str, replay: _Replay, *, for_view: bool = False) ->
         _check_in_bounds(cell, "read", name)
     if cell.stale_history is not None:  # r[autograd.no-grad-metadata]
         replay.stale_histories.add(node_of(cell.stale_history))
-    if cell.value is not None and _unwritten_since(cell):
+    if cell.value is not None and _unwritten_since(cell) and not _gained_history(cell):
         return cell.value
     layout = cell.layout
     flat = _flat(cell.storage, replay)
@@ -268,6 +268,20 @@ def _unwritten_since(cell: _Cell) -> bool:
     if len(later) > _WRITES_LOOKED_THROUGH:
         return False
     return all(v in storage.writes and not storage.writes[v].overlaps(cell.layout) for v in later)
+
+
+def _gained_history(cell: _Cell) -> bool:
+    """r[functionalize.reads.unwritten]: a write elsewhere on the cell's storage gave its
+    contents a history the cell's value lacks. Eager's view then takes its history from its
+    base, whose version moved: it requires grad, with a zero gradient for the written values
+    (a view with no elements too). A view taken under no_grad or a detached alias takes none."""
+    contents = cell.storage.flat
+    return (
+        contents is not None
+        and contents.requires_grad
+        and not cell.value.requires_grad
+        and not (cell.viewed_without_grad or cell.detached)
+    )
 
 
 def node_of(value: torch.Tensor) -> torch.fx.Node:

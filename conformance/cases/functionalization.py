@@ -17,6 +17,7 @@ from ..case import (
     PeakBytes,
     PlansTraced,
     Raises,
+    RequiresGrad,
     Separate,
     Shares,
     StorageBytes,
@@ -148,6 +149,20 @@ def _copy_over_part_of_a_result(x, y):
     head = t[:2]
     head.copy_(y[:2])  # then read through the tensor written
     return (head * 3,)
+
+
+def _write_into_another_chunk(x):
+    t = torch.zeros(4)
+    head = t[:2]
+    head.add_(1)  # written first, so what head reads is the values written into it
+    t[2:].copy_(x)  # touches none of head's bytes, but gives t's contents x's history
+    return (head * 2,)
+
+
+def _copy_into_no_elements(x):
+    t = torch.zeros(0, 2)
+    t.copy_(x)  # writes no byte, but records the copy: t now has x's history
+    return (t * t,)
 
 
 def _square_non_leaf_and_ones():
@@ -297,6 +312,27 @@ CASES = [
         backward=True,
         # head requires grad after the copy_, through its old value (x * 2)[:2]: a gradient of 0
         expect=[Values("out0", [12.0, 15.0]), Values("x.grad", [0.0, 0.0, 0.0])],
+    ),
+    Case(
+        name="autograd.write-with-history-into-another-chunk-gives-a-view-history",
+        rules=["functionalize.reads.unwritten"],
+        setup=lambda: _leaves(x=torch.tensor([5.0, 7.0])),
+        args=["x"],
+        program=_write_into_another_chunk,
+        backward=True,
+        # eager's head takes its history from t again once the copy_ moves t's version: it
+        # requires grad, and x gets a zero gradient through it (zeros, not None)
+        expect=[Values("out0", [2.0, 2.0]), RequiresGrad("out0"), Values("x.grad", [0.0, 0.0])],
+    ),
+    Case(
+        name="autograd.copy-into-a-tensor-with-no-elements-gives-it-history",
+        rules=["functionalize.reads.unwritten"],
+        setup=lambda: _leaves(x=torch.tensor([5.0, 7.0])),
+        args=["x"],
+        program=_copy_into_no_elements,
+        backward=True,
+        # eager's copy_ broadcasts x into no element and still records CopyBackwards
+        expect=[RequiresGrad("out0"), Values("x.grad", [0.0, 0.0])],
     ),
     Case(
         name="autograd.first-read-after-a-write-is-under-no-grad",
