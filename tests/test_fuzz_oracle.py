@@ -160,3 +160,22 @@ def test_rounding_an_ill_conditioned_program_otherwise_than_eager_is_explained()
         found = compare(eager, actual)
         assert [line.split(" values")[0] for line in found] == ["out0"], found
         assert numerically_explained(program, eager, actual, found) is explained
+
+
+def _returns_a_leaf_and_one_passed_through(a, b):
+    return a, b.add(-1.0)
+
+
+def test_leaves_returned_as_0_dim_outputs_accumulate_each_into_its_own_gradient():
+    # each backward gives a and b a gradient of 1; after two, each .grad holds 2. Backpropagating
+    # sum(out.sum() ...) made eager keep two views of one tangent as the .grads, and the second
+    # backward added into both: 3 (r[autograd.retain-graph]: each input's into its own)
+    named = {
+        "a": torch.tensor(0.25, requires_grad=True),
+        "b": torch.tensor(1.0, requires_grad=True),
+    }
+    outcome = call_and_backward(
+        _returns_a_leaf_and_one_passed_through, named, list(named.values()), retain_graph=True
+    )
+    assert outcome.retained_grads["a"].item() == outcome.retained_grads["b"].item() == 1.0
+    assert outcome.grads["a"].item() == outcome.grads["b"].item() == 2.0

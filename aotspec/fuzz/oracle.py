@@ -144,14 +144,23 @@ def call_and_backward(
     leaves = {name: t for name, t in named.items() if t.is_leaf and t.requires_grad}
     retained = None
     if losses:
-        loss = sum(losses)
         if retain_graph:
-            loss.backward(retain_graph=True)
+            _backpropagate_the_sum(losses, retain_graph=True)
             retained = {name: _unseen(_copy, t.grad) for name, t in leaves.items()}
-        loss.backward()
+        _backpropagate_the_sum(losses)
     grads = {name: _unseen(_copy, t.grad) for name, t in leaves.items()}
     after = _unseen(observe, world)
     return Outcome(before, after, requires_grad, grads, bool(losses), retained, advanced)
+
+
+def _backpropagate_the_sum(losses: list[torch.Tensor], *, retain_graph: bool = False) -> None:
+    """Backpropagate the sum of `losses` (the outputs' sums), each loss's gradient a 1 of its
+    own. Not as `sum(losses).backward()`: its backward hands every loss one tensor's views, and
+    eager's AccumulateGrad keeps a view it alone holds as a leaf's `.grad`, so two leaves
+    returned (or passed through) as 0-dim outputs got `.grad`s on one storage, and a second
+    backward added into both (fuzz seed 76: `b0.grad` 3 after two backwards of 1)."""
+    ones = [torch.ones_like(loss) for loss in losses]
+    torch.autograd.backward(losses, ones, retain_graph=retain_graph)
 
 
 def _unseen(observing, value):
