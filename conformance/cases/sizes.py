@@ -137,6 +137,48 @@ CASES.append(
 )
 
 
+def _shifted_rows(x, shift):
+    # under torch.compile the shift, once it changed, is an int Dynamo passes as a symbol
+    # (r[sizes.symbolic.dynamo]); select's dim counts from the end below 0
+    return x.roll(shift, 0) * x.select(0, shift)
+
+
+def _eager_shifted_rows(shift: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager PyTorch's output at `shift`, and x's gradient of its sum."""
+    x = torch.linspace(-1.0, 1.0, 30).reshape(6, 5).requires_grad_()
+    out = _shifted_rows(x, shift)
+    out.sum().backward()
+    return out.detach(), x.grad
+
+
+_SHIFTS = (2, 0, 3, -1)
+
+CASES.append(
+    Case(
+        name="sizes.an-int-argument-is-guarded-at-every-value",
+        rules=["sizes.symbolic.dynamo", "sizes.symbolic.guard"],
+        setup=lambda shift: {
+            "x": torch.linspace(-1.0, 1.0, 30).reshape(6, 5).requires_grad_(),
+            "shift": shift,
+        },
+        args=["x", "shift"],
+        program=_shifted_rows,
+        sizes=_SHIFTS,
+        backward=True,
+        # eager's values and gradient at each shift: a plan traced at shift 0 holds 0 as a
+        # number and serves no other shift, and a shift below 0 is a symbol of no sign
+        expect=[
+            AtSize(shift, expectation)
+            for shift in _SHIFTS
+            for expectation in (
+                Values("out0", _eager_shifted_rows(shift)[0]),
+                Values("x.grad", _eager_shifted_rows(shift)[1]),
+            )
+        ],
+    )
+)
+
+
 def _doubles_twice(x):
     return x.exp().mul(2).sum()
 
