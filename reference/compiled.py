@@ -19,11 +19,11 @@ from attrs import define, field
 
 from .boundary import Boundary
 from .graph import GraphProgram
-from .interpreter import interpret
+from .interpreter import each_tensor, interpret
 from .ledger import Ledger
 from .plan_records import Plan
 from .runtime import run_plan
-from .storage import SparseCoo, Tensor
+from .storage import Tensor
 
 
 @define
@@ -112,17 +112,16 @@ class _ReferenceGraphs:
     def _run(self, program: GraphProgram, inputs: list, caller_held: list[bool], ledger: Ledger):
         cells = list(inputs)
         inputs.clear()  # r[boxed.args-cleared]
+        # the saved numbers of a symbolic plan hold nothing (r[sizes.symbolic.saved])
         for cell, held in zip(cells, caller_held, strict=True):
             if held:
-                ledger.hold(cell)  # the caller's own reference
+                each_tensor(cell, ledger.hold)  # the caller's own reference
         if not self.boxed:
-            for cell in cells:
-                ledger.hold(cell)  # the argument list, alive until the call returns
+            each_tensor(cells, ledger.hold)  # the argument list, alive until the call returns
         with np.errstate(all="ignore"):
             results = interpret(program, cells, ledger, sizes=self.plan.sizes)
         if not self.boxed:
-            for cell in cells:
-                ledger.release(cell)
+            each_tensor(cells, ledger.release)
         return results
 
 
@@ -138,11 +137,11 @@ def _import(tensors: list) -> list[Tensor]:
 
 def _storages(cell) -> set[int]:
     """The storages (ledger ids) a value reads: a sparse one's are its parts'
-    (`r[ops.aten-values.sparse-gradient]`)."""
-    if isinstance(cell, int):
-        return set()  # a size a symbolic plan saves for its backward (r[sizes.symbolic.saved])
-    parts = cell.parts if isinstance(cell, SparseCoo) else (cell,)
-    return {part.storage.id for part in parts}
+    (`r[ops.aten-values.sparse-gradient]`), a number's none (a symbolic plan saves sizes, and
+    numbers computed from them, for its backward: `r[sizes.symbolic.saved]`)."""
+    ids = set()
+    each_tensor(cell, lambda t: ids.add(t.storage.id))
+    return ids
 
 
 def _export(cells: list) -> list[torch.Tensor]:

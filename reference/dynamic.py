@@ -56,7 +56,9 @@ def symbolic_inputs(
     symbols = []
     for k, number in enumerate(numbers):
         source = ConstantSource(f"number{k}")
-        symbol = shape_env.create_symbol(number, source, DimDynamic.DUCK)
+        # r[sizes.symbolic.dynamo]: a number may be below 0 (a dim, a shift), so its symbol, unlike
+        # a size's, has no sign and any integer for its range; one equal to a size is its symbol
+        symbol = shape_env.create_symbol(number, source, DimDynamic.DUCK, positive=None)
         symbols.append(shape_env.create_symintnode(symbol, hint=number, source=source))
     return fakes, symbols, shape_env
 
@@ -97,10 +99,23 @@ def size_binding(plan: Plan, facts: tuple, leaves: Sequence) -> SizeBinding | No
         if not bind(_numbers(meta), (*sizes, *strides, offset, nbytes), binding):
             return None
     in_leaves = plan.functional.captured.in_leaves
-    for position in plan.symbolic.numbers:
-        if not bind([in_leaves[position]], [leaves[position]], binding):
-            return None
+    traced = [in_leaves[position] for position in plan.symbolic.numbers]
+    numbers = [leaves[position] for position in plan.symbolic.numbers]
+    if not bind(traced, numbers, binding):
+        return None
+    # a number argument traced as a number (0 or 1), or one a relation settled, binds nothing:
+    # the call's must be it
+    if any(_number_at(n, binding) != number for n, number in zip(traced, numbers, strict=True)):
+        return None
     return binding if _holds(plan, facts, binding) else None
+
+
+def _number_at(n, binding: SizeBinding) -> int | None:
+    """A traced number argument at `binding`; None where it reads a symbol nothing bound."""
+    if not is_symbolic(n):
+        return n
+    value = sympy.sympify(n.node.expr.xreplace(binding))  # a symbol alone gives its number
+    return int(value) if value.is_number else None
 
 
 def _numbers(meta) -> tuple:

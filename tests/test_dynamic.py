@@ -222,6 +222,29 @@ def test_torch_compile_traces_one_plan_for_the_sizes_dynamo_made_symbols(
     torch._dynamo.reset()
 
 
+def _rolls_by_a_row(x, shift):
+    return x.roll(shift, 0) * x.select(0, shift)
+
+
+@pytest.mark.parametrize("backend", ["reference", "fast"])
+def test_an_int_dynamo_made_a_symbol_is_guarded_at_every_value(backend):
+    """r[sizes.symbolic.dynamo], r[sizes.symbolic.guard]: once the shift changed, Dynamo passes
+    it as a symbolic int and serves every shift with one graph. The plan traced at shift 0 holds
+    0 as a number and must not serve shift 3 (it did, silently, with shift 0's values), and a
+    shift below 0 is a symbol of no sign (tracing at -1 raised an AssertionError)."""
+    torch._dynamo.reset()
+    compiled = torch.compile(_rolls_by_a_row, backend="aotspec", options={"backend": backend})
+    for shift in (2, 0, 3, -1, 1, -4):
+        x = torch.linspace(-1.0, 1.0, 30).reshape(6, 5).requires_grad_()
+        eager_x = x.detach().clone().requires_grad_()
+        out = compiled(x, shift)
+        out.pow(2).sum().backward()
+        expected = _rolls_by_a_row(eager_x, shift)
+        expected.pow(2).sum().backward()
+        torch.testing.assert_close(out, expected, msg=f"shift {shift}")
+        torch.testing.assert_close(x.grad, eager_x.grad, msg=f"shift {shift}")
+    torch._dynamo.reset()
+
 
 def test_a_symbolic_plan_keeps_its_latest_sizes_and_serves_dropped_ones_again():
     """A compiled function keeps `AT_SIZES_KEPT` symbolic plans at a call's sizes, the latest

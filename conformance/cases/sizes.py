@@ -86,6 +86,99 @@ CASES.append(
 )
 
 
+def _scores_of_n_classes(n: int) -> dict:
+    """4 rows of scores over n classes, which require grad, and a class per row."""
+    scores = torch.linspace(-2.0, 2.0, 4 * n).reshape(4, n).requires_grad_()
+    return {"scores": scores, "targets": torch.arange(4) % n}
+
+
+def _smoothed_loss(scores, targets):
+    # label smoothing spreads 0.1 over the classes: the backward reads 0.1 / n, a float
+    # computed from a size, which the forward saves as a number (r[sizes.symbolic.saved])
+    return torch.nn.functional.cross_entropy(scores, targets, label_smoothing=0.1)
+
+
+def _smoothed_loss_and_gradient(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager PyTorch's loss at n classes, and the scores' gradient of two backward passes,
+    the first retaining the graph."""
+    world = _scores_of_n_classes(n)
+    loss = _smoothed_loss(world["scores"], world["targets"])
+    loss.backward(retain_graph=True)
+    loss.backward()
+    return loss.detach(), world["scores"].grad
+
+
+_CLASSES = (3, 5, 7)
+
+CASES.append(
+    Case(
+        name="sizes.a-float-computed-from-sizes-is-saved-as-a-number",
+        rules=["sizes.symbolic.saved", "autograd.retain-graph"],
+        setup=_scores_of_n_classes,
+        args=["scores", "targets"],
+        program=_smoothed_loss,
+        sizes=_CLASSES,
+        dynamic=True,
+        backward=True,
+        retain_graph=(True, False),
+        # eager's loss and gradient at each number of classes, the gradient accumulated over
+        # both passes; the retained node holds the saved float, which holds no storage
+        expect=[
+            *[
+                AtSize(n, expectation)
+                for n in _CLASSES
+                for expectation in (
+                    Values("out0", _smoothed_loss_and_gradient(n)[0]),
+                    Values("scores.grad", _smoothed_loss_and_gradient(n)[1]),
+                )
+            ],
+        ],
+    )
+)
+
+
+def _shifted_rows(x, shift):
+    # under torch.compile the shift, once it changed, is an int Dynamo passes as a symbol
+    # (r[sizes.symbolic.dynamo]); select's dim counts from the end below 0
+    return x.roll(shift, 0) * x.select(0, shift)
+
+
+def _eager_shifted_rows(shift: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager PyTorch's output at `shift`, and x's gradient of its sum."""
+    x = torch.linspace(-1.0, 1.0, 30).reshape(6, 5).requires_grad_()
+    out = _shifted_rows(x, shift)
+    out.sum().backward()
+    return out.detach(), x.grad
+
+
+_SHIFTS = (2, 0, 3, -1)
+
+CASES.append(
+    Case(
+        name="sizes.an-int-argument-is-guarded-at-every-value",
+        rules=["sizes.symbolic.dynamo", "sizes.symbolic.guard"],
+        setup=lambda shift: {
+            "x": torch.linspace(-1.0, 1.0, 30).reshape(6, 5).requires_grad_(),
+            "shift": shift,
+        },
+        args=["x", "shift"],
+        program=_shifted_rows,
+        sizes=_SHIFTS,
+        backward=True,
+        # eager's values and gradient at each shift: a plan traced at shift 0 holds 0 as a
+        # number and serves no other shift, and a shift below 0 is a symbol of no sign
+        expect=[
+            AtSize(shift, expectation)
+            for shift in _SHIFTS
+            for expectation in (
+                Values("out0", _eager_shifted_rows(shift)[0]),
+                Values("x.grad", _eager_shifted_rows(shift)[1]),
+            )
+        ],
+    )
+)
+
+
 def _doubles_twice(x):
     return x.exp().mul(2).sum()
 
