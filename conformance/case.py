@@ -393,6 +393,26 @@ class Version(Expectation):
 
 
 @frozen
+class ViewOf(Expectation):
+    """`name` is a view of tensor `base` for autograd (its `_base`), or is no view (`base` None:
+    `_is_view()` False, as an op's result in eager)."""
+
+    name: str
+    base: str | None
+
+    def check(self, outcome):
+        missing = _missing(outcome, self.name, *([self.base] if self.base else []))
+        if missing:
+            return missing
+        t = outcome.world[self.name]
+        if self.base is None:
+            return f"{self.name} is a view, expected none" if t._is_view() else None
+        if t._base is not outcome.world[self.base]:
+            return f"{self.name} is not a view of {self.base}"
+        return None
+
+
+@frozen
 class Identical(Expectation):
     """`a` and `b` are the very same tensor object (an output that is an argument)."""
 

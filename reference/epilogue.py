@@ -19,6 +19,7 @@ from .program_records import (
     CallerStorage,
     FunctionalProgram,
     OutputIsInput,
+    OutputView,
     Rebind,
     Relayout,
     Resize,
@@ -184,6 +185,7 @@ def build_outputs(
     outputs = []
     returned: set[int] = set()
     grad_enabled = torch.is_grad_enabled()
+    owned = _outputs_of_their_own(program, flats)
     for output in program.outputs:
         if isinstance(output, OutputIsInput):
             outputs.append(tensors[output.input_index])
@@ -192,14 +194,75 @@ def build_outputs(
         # program took it in, whatever the mode of the call (no switch when they agree)
         if output.made_with_grad == grad_enabled:
             outputs.append(
-                _output_view(output, tensors, on_storage, caller_storages, flats, returned)
+                _output_view(output, tensors, on_storage, caller_storages, flats, returned, owned)
             )
             continue
         with torch.set_grad_enabled(output.made_with_grad):
             outputs.append(
-                _output_view(output, tensors, on_storage, caller_storages, flats, returned)
+                _output_view(output, tensors, on_storage, caller_storages, flats, returned, owned)
             )
     return outputs
+
+
+def _outputs_of_their_own(program: FunctionalProgram, flats) -> dict:
+    """r[functionalize.outputs.own]: the outputs that are no views in eager, as tensors of their
+    own on the storages of the graph's outputs, by graph output index: the graph's output
+    itself where laid out as the output, else a tensor set to the output's layout on its bytes,
+    whose gradient reaches the graph's output through `_OwnLayout`."""
+    owned: dict[int, torch.Tensor] = {}
+    for output in program.outputs:
+        if not (isinstance(output, OutputView) and output.own):
+            continue
+        index = output.storage.output_index
+        flat = flats[index]
+        if index in owned or _laid_out_like(flat, output.layout):
+            continue
+        if not _relaid_without_copy(flat, output.layout):
+            continue
+        with torch.set_grad_enabled(output.made_with_grad):
+            owned[index] = _OwnLayout.apply(flat, output.layout)
+    return owned
+
+
+def _relaid_without_copy(flat: torch.Tensor, layout) -> bool:
+    """`flat` is a storage's contents, which a tensor of `layout` reads without conjugate or
+    negative bits, each element once."""
+    return (
+        flat.dim() == 1
+        and flat.is_contiguous()
+        and flat.storage_offset() == 0
+        and flat.dtype == layout.dtype
+        and not (flat.is_conj() or flat.is_neg() or layout.conj or layout.neg)
+        and not layout.has_internal_overlap()
+        and layout.extent_bytes() <= flat.numel() * flat.element_size()
+    )
+
+
+class _OwnLayout(torch.autograd.Function):
+    """A storage's contents (`flat`, 1-D) as a tensor of `layout` that is no view for autograd:
+    it shares their bytes and version counter; its gradient goes to the locations it reads."""
+
+    @staticmethod
+    def forward(ctx, flat, layout):
+        ctx.flat_numel = flat.numel()
+        ctx.layout = layout
+        own = flat.detach()
+        with torch.autograd._unsafe_preserve_version_counter(own):
+            own.set_(own.untyped_storage(), layout.offset, layout.sizes, layout.strides)
+        return own
+
+    @staticmethod
+    def backward(ctx, grad):
+        layout = ctx.layout
+        if layout.numel == ctx.flat_numel and _is_contiguous(layout):
+            return grad.reshape(-1), None
+        flat_grad = grad.new_zeros(ctx.flat_numel)
+        flat_grad.as_strided(layout.sizes, layout.strides, layout.offset).copy_(grad)
+        return flat_grad, None
+
+
+def _is_contiguous(layout) -> bool:
+    return layout.addresses_like(Layout.contiguous(layout.dtype, layout.sizes))
 
 
 def _multi_output_view(t: torch.Tensor, layout) -> torch.Tensor:
@@ -260,16 +323,25 @@ def _view_carrying_gradient(output, tensors, on_storage, caller_storages, flats)
     return _ViewCarryingGradient.apply(carrier, base, layout.sizes, layout.strides, layout.offset)
 
 
-def _output_view(output, tensors, on_storage, caller_storages, flats, returned) -> torch.Tensor:
+def _output_view(
+    output, tensors, on_storage, caller_storages, flats, returned, owned
+) -> torch.Tensor:
     if output.gradient_from is not None:
         return _view_carrying_gradient(output, tensors, on_storage, caller_storages, flats)
     if isinstance(output.storage, CallerStorage):  # r[aliasing.view.of-input]
         return _view_of_caller(output, tensors, on_storage, caller_storages)
     flat = flats[output.storage.output_index]
+    own = owned.get(output.storage.output_index)
+    if own is not None:  # r[functionalize.outputs.own]: it, or views of it
+        if output.own and _laid_out_like(own, output.layout):
+            return own
+        flat = own
     if output.detached:
         return _detached_view(flat, output)
     if output.multi_output:
         return _multi_output_view(flat, output.layout)
+    if own is not None:
+        return _viewed_as(own, output.layout)
     return _view_of_graph_storage(output, flat, returned)
 
 

@@ -142,6 +142,8 @@ class _Cell:
     reaches_outside: bool = False
     #: set_ rebound it (to any storage and layout).
     rebound: bool = False
+    #: An op's result, which is no view in eager (`r[functionalize.outputs.own]`).
+    own: bool = False
     #: For a tensor object the caller passed: the in-place metadata ops applied to it, in order.
     relayouts: list[Relayout] = field(factory=list)
     #: An in-place metadata op relaid it out under torch.no_grad(), which leaves its history, if
@@ -668,7 +670,7 @@ class _Replay:
     def fresh(self, value: torch.Tensor) -> _Cell:
         layout = Layout.of(value)
         storage = _Storage(value.dtype, layout.extent_bytes(), None, value)
-        return _Cell(storage, layout, value)
+        return _Cell(storage, layout, value, own=True)
 
     def call(self, node: torch.fx.Node):
         args = torch.fx.node.map_arg(node.args, self.env.__getitem__)
@@ -1041,6 +1043,7 @@ class _Replay:
                     view_of_detached=cell.view_of_detached,
                     multi_output=cell.multi_output,
                     gradient_from=_gradient_carrier(cell, self.graph_outputs, carriers, self),
+                    own=cell.own and not cell.rebound,
                 )
             )
         return outputs

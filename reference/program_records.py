@@ -339,6 +339,9 @@ class OutputView:
     #: carries the Function's gradient where the storage's contents do not
     #: (`r[capture.custom-function.outputs]`).
     gradient_from: int | None = None
+    #: An op's result, no view in eager: handed out as a tensor of its own, not as a view of
+    #: the graph's output (`r[functionalize.outputs.own]`).
+    own: bool = False
 
 
 @frozen

@@ -155,3 +155,15 @@ def test_a_case_of_sizes_is_judged_at_each_size_on_one_start():
         result.status,
         result.messages,
     )
+
+
+def test_view_of_tells_a_view_from_a_tensor_of_its_own():
+    """ViewOf fails where eager's output is the other kind: a view said to be none, a tensor of
+    its own said to be a view."""
+    import attrs
+
+    from aotspec.conformance.case import ViewOf
+
+    case = next(c for c in ALL_CASES if c.name.endswith("an-op-result-written-in-part-is-no-view"))
+    for wrong in (ViewOf("out1", None), ViewOf("out0", "out1")):
+        assert run_case(attrs.evolve(case, expect=[wrong]), "torch-eager").status == "fail"

@@ -23,6 +23,7 @@ from ..case import (
     StorageBytes,
     Values,
     Version,
+    ViewOf,
 )
 from ._autograd_common import _leaves
 from .aliasing import _two_by_three_and_alias, resize_storage_bytes_, set_
@@ -165,6 +166,20 @@ def _copy_into_no_elements(x):
     return (t * t,)
 
 
+def _clone_with_middle_columns_scaled(x, w):
+    y = x.clone()
+    y[:, 1:3].mul_(w)
+    return y, y[0]
+
+
+def _double_in_place(world):
+    world["out0"].mul_(2)
+
+
+def _detach_in_place(world):
+    world["out0"].detach_()
+
+
 def _square_non_leaf_and_ones():
     p = torch.arange(4.0).reshape(2, 2).requires_grad_()
     return {"p": p, "x": p * 1, "y": torch.ones(2, 2)}
@@ -177,7 +192,52 @@ def _set_without_grad_then_transpose(x, y):
     return x * 2
 
 
+def _x_and_w():
+    return _leaves(
+        x=torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]),
+        w=torch.tensor([[2.0, 3.0], [4.0, 5.0]]),
+    )
+
+
 CASES = [
+    Case(
+        name="functionalize.an-op-result-written-in-part-is-no-view",
+        rules=["functionalize.outputs.own", "functionalize.outputs"],
+        setup=_x_and_w,
+        args=["x", "w"],
+        program=_clone_with_middle_columns_scaled,
+        backward=True,
+        before_backward=_double_in_place,
+        skip={
+            "reference-eager": "the eager interpreter's outputs are torch tensors of their own, "
+            "not views of one another (functionalize.outputs.own)"
+        },
+        # eager: y is no view, y[0] a view of y; y.mul_(2) after the call doubles both, and the
+        # backward of sum(y) + sum(y[0]) goes through the doubling: 4 on row 0, 2 on row 1
+        expect=[
+            ViewOf("out0", None),
+            ViewOf("out1", "out0"),
+            Values("out0", [[2.0, 8.0, 18.0], [8.0, 40.0, 60.0]]),
+            Values("out1", [2.0, 8.0, 18.0]),
+            Values("x.grad", [[4.0, 8.0, 12.0], [2.0, 8.0, 10.0]]),
+            Values("w.grad", [[8.0, 12.0], [10.0, 12.0]]),
+        ],
+    ),
+    Case(
+        name="functionalize.an-op-result-written-in-part-detaches-in-place",
+        rules=["functionalize.outputs.own"],
+        setup=_x_and_w,
+        args=["x", "w"],
+        program=lambda x, w: _clone_with_middle_columns_scaled(x, w)[0],
+        backward=True,
+        before_backward=_detach_in_place,
+        # eager: detach_() of a view raises; y is none, and after it has no history
+        expect=[
+            ViewOf("out0", None),
+            RequiresGrad("out0", False),
+            Values("out0", [[1.0, 4.0, 9.0], [4.0, 20.0, 30.0]]),
+        ],
+    ),
     Case(
         name="ops.complex-writes-through-real-views-reach-the-complex-input",
         rules=["functionalize.complex-views"],
