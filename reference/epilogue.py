@@ -208,19 +208,21 @@ def _outputs_of_their_own(program: FunctionalProgram, flats) -> dict:
     """r[functionalize.outputs.own]: the outputs that are no views in eager, as tensors of their
     own on the storages of the graph's outputs, by graph output index: the graph's output
     itself where laid out as the output, else a tensor set to the output's layout on its bytes,
-    whose gradient reaches the graph's output through `_OwnLayout`."""
+    whose gradient reaches the graph's output through `_OwnLayout`. The output, returned
+    twice, is one object; the views of it returned with it are views of it."""
     owned: dict[int, torch.Tensor] = {}
     for output in program.outputs:
         if not (isinstance(output, OutputView) and output.own):
             continue
         index = output.storage.output_index
         flat = flats[index]
-        if index in owned or _laid_out_like(flat, output.layout):
+        if index in owned:
             continue
-        if not _relaid_without_copy(flat, output.layout):
-            continue
-        with torch.set_grad_enabled(output.made_with_grad):
-            owned[index] = _OwnLayout.apply(flat, output.layout)
+        if _laid_out_like(flat, output.layout):
+            owned[index] = flat
+        elif _relaid_without_copy(flat, output.layout):
+            with torch.set_grad_enabled(output.made_with_grad):
+                owned[index] = _OwnLayout.apply(flat, output.layout)
     return owned
 
 

@@ -12,6 +12,7 @@ from ..case import (
     COMPILED_ONLY,
     AtSize,
     Case,
+    Identical,
     Layout,
     LiveBytesAfter,
     PeakBytes,
@@ -169,7 +170,13 @@ def _copy_into_no_elements(x):
 def _clone_with_middle_columns_scaled(x, w):
     y = x.clone()
     y[:, 1:3].mul_(w)
-    return y, y[0]
+    return y, y[0], y
+
+
+def _written_zeros_viewed_as_they_are(x):
+    y = torch.zeros(4)
+    y.add_(x)
+    return y.view(4), y
 
 
 def _double_in_place(world):
@@ -212,15 +219,34 @@ CASES = [
             "reference-eager": "the eager interpreter's outputs are torch tensors of their own, "
             "not views of one another (functionalize.outputs.own)"
         },
-        # eager: y is no view, y[0] a view of y; y.mul_(2) after the call doubles both, and the
-        # backward of sum(y) + sum(y[0]) goes through the doubling: 4 on row 0, 2 on row 1
+        # eager: y is no view, y[0] a view of y, and y returned twice is one object; y.mul_(2)
+        # after the call doubles them all, and the backward of sum(y) + sum(y[0]) + sum(y) goes
+        # through the doubling: 6 on row 0, 4 on row 1
         expect=[
             ViewOf("out0", None),
             ViewOf("out1", "out0"),
+            Identical("out0", "out2"),
             Values("out0", [[2.0, 8.0, 18.0], [8.0, 40.0, 60.0]]),
             Values("out1", [2.0, 8.0, 18.0]),
-            Values("x.grad", [[4.0, 8.0, 12.0], [2.0, 8.0, 10.0]]),
-            Values("w.grad", [[8.0, 12.0], [10.0, 12.0]]),
+            Values("x.grad", [[6.0, 12.0, 18.0], [4.0, 16.0, 20.0]]),
+            Values("w.grad", [[12.0, 18.0], [20.0, 24.0]]),
+        ],
+    ),
+    Case(
+        name="functionalize.an-op-result-and-a-view-laid-out-alike",
+        rules=["functionalize.outputs.own", "functionalize.outputs"],
+        setup=lambda: _leaves(x=torch.tensor([1.0, 2.0, 3.0, 4.0])),
+        args=["x"],
+        program=_written_zeros_viewed_as_they_are,
+        skip={
+            "reference-eager": "the eager interpreter's outputs are torch tensors of their own, "
+            "not views of one another (functionalize.outputs.own)"
+        },
+        # eager: y.view(4) is a view of y, though laid out as y is; y is none
+        expect=[
+            ViewOf("out0", "out1"),
+            ViewOf("out1", None),
+            Values("out0", [1.0, 2.0, 3.0, 4.0]),
         ],
     ),
     Case(
