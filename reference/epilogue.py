@@ -4,10 +4,11 @@ After the forward graph has produced its outputs (`flats`, one tensor per storag
 or wrote), the epilogue acts on the caller's tensors: storage resizes, the in-place metadata ops
 on argument objects, storage writes, then rebindings (`r[functionalize.epilogue.resize]`,
 `r[functionalize.epilogue.metadata]`, `r[functionalize.epilogue.data]`,
-`r[functionalize.epilogue.set]`), and the outputs are built as views: of the caller's tensors
-for outputs that alias inputs, of the flats for the rest (`r[functionalize.outputs]`), so
-autograd reaches them through ordinary torch views. No reference interpreter here: the fast
-backend uses this module as it is.
+`r[functionalize.epilogue.set]`), and the outputs are built: an op's result as a tensor of its
+own on its flat's bytes (`r[functionalize.outputs.own]`), the others as views of the caller's
+tensors for outputs that alias inputs, of those results or of the flats for the rest
+(`r[functionalize.outputs]`), so autograd reaches them through ordinary torch views. No
+reference interpreter here: the fast backend uses this module as it is.
 """
 
 from __future__ import annotations
