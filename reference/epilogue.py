@@ -221,15 +221,15 @@ def _outputs_of_their_own(program: FunctionalProgram, flats) -> dict:
             continue
         if _laid_out_like(flat, output.layout):
             owned[index] = flat
-        elif _relaid_without_copy(flat, output.layout):
+        elif _contents_read_once(flat, output.layout):
             with torch.set_grad_enabled(output.made_with_grad):
                 owned[index] = _OwnLayout.apply(flat, output.layout)
     return owned
 
 
-def _relaid_without_copy(flat: torch.Tensor, layout) -> bool:
-    """`flat` is a storage's contents, which a tensor of `layout` reads without conjugate or
-    negative bits, each element once."""
+def _contents_read_once(flat: torch.Tensor, layout) -> bool:
+    """`flat` is a storage's contents as they are (1-D, no conjugate or negative bit), which a
+    tensor of `layout` reads as they are, each element once."""
     return (
         flat.dim() == 1
         and flat.is_contiguous()
@@ -247,25 +247,23 @@ class _OwnLayout(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, flat, layout):
-        ctx.flat_numel = flat.numel()
-        ctx.layout = layout
         own = flat.detach()
         with torch.autograd._unsafe_preserve_version_counter(own):
             own.set_(own.untyped_storage(), layout.offset, layout.sizes, layout.strides)
+        ctx.flat_numel = flat.numel()
+        # every element of `flat`, in its order: the gradient is the incoming one, reshaped
+        ctx.reads_in_order = own.is_contiguous() and own.numel() == ctx.flat_numel
+        ctx.layout = layout
         return own
 
     @staticmethod
     def backward(ctx, grad):
-        layout = ctx.layout
-        if layout.numel == ctx.flat_numel and _is_contiguous(layout):
+        if ctx.reads_in_order:
             return grad.reshape(-1), None
+        layout = ctx.layout
         flat_grad = grad.new_zeros(ctx.flat_numel)
         flat_grad.as_strided(layout.sizes, layout.strides, layout.offset).copy_(grad)
         return flat_grad, None
-
-
-def _is_contiguous(layout) -> bool:
-    return layout.addresses_like(Layout.contiguous(layout.dtype, layout.sizes))
 
 
 def _multi_output_view(t: torch.Tensor, layout) -> torch.Tensor:
