@@ -222,9 +222,16 @@ def _outputs_of_their_own(program: FunctionalProgram, flats) -> dict:
         if _laid_out_like(flat, output.layout):
             owned[index] = flat
         elif _contents_read_once(flat, output.layout):
-            with torch.set_grad_enabled(output.made_with_grad):
-                owned[index] = _OwnLayout.apply(flat, output.layout)
+            owned[index] = _own_layout(flat, output)
     return owned
+
+
+def _own_layout(flat: torch.Tensor, output) -> torch.Tensor:
+    """`output` on `flat`'s bytes, with the history of `flat` (made with grad), if it has one."""
+    if not (flat.requires_grad and output.made_with_grad):
+        return _relaid(flat, output.layout)  # no history to carry: no autograd node
+    with torch.enable_grad():
+        return _OwnLayout.apply(flat, output.layout)
 
 
 def _contents_read_once(flat: torch.Tensor, layout) -> bool:
@@ -241,15 +248,22 @@ def _contents_read_once(flat: torch.Tensor, layout) -> bool:
     )
 
 
+def _relaid(flat: torch.Tensor, layout) -> torch.Tensor:
+    """A new tensor of `layout` on `flat`'s bytes, without history, sharing its version
+    counter."""
+    own = flat.detach()
+    with torch.autograd._unsafe_preserve_version_counter(own):
+        own.set_(own.untyped_storage(), layout.offset, layout.sizes, layout.strides)
+    return own
+
+
 class _OwnLayout(torch.autograd.Function):
     """A storage's contents (`flat`, 1-D) as a tensor of `layout` that is no view for autograd:
     it shares their bytes and version counter; its gradient goes to the locations it reads."""
 
     @staticmethod
     def forward(ctx, flat, layout):
-        own = flat.detach()
-        with torch.autograd._unsafe_preserve_version_counter(own):
-            own.set_(own.untyped_storage(), layout.offset, layout.sizes, layout.strides)
+        own = _relaid(flat, layout)
         ctx.flat_numel = flat.numel()
         # every element of `flat`, in its order: the gradient is the incoming one, reshaped
         ctx.reads_in_order = own.is_contiguous() and own.numel() == ctx.flat_numel
