@@ -31,7 +31,7 @@ from aotspec.fuzz import coverage
 from harness import sizes_divergence
 from repro import is_final_run, write_sizes_repro
 from strategies.program import Base, Instr, Program, Setup, Var
-from strategies.sizes import Sized, sized_programs, sized_source
+from strategies.sizes import Sized, sized_grad_programs, sized_programs, sized_source
 
 #: A profile's examples (ci: 500) over 25: ci runs 20 programs, each at two or three sizes.
 EXAMPLES = max(settings.default.max_examples // 25, 10)
@@ -51,6 +51,16 @@ def test_one_compiled_function_agrees_with_eager_at_each_size(sized):
 def test_one_symbolic_plan_agrees_with_eager_at_each_size(sized):
     """With dynamic sizes (`r[sizes.symbolic.dims]`): at every size in turn, the reference as
     eager and as a plan for that size alone (its peaks), fast as the reference."""
+    _agrees_at_each_size(sized, dynamic=True)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # casts of nan and inf to integers
+@settings(max_examples=EXAMPLES)
+@given(sized_grad_programs())
+def test_a_symbolic_plan_of_views_reductions_and_writes_agrees_with_eager_at_each_size(sized):
+    """As above, on programs of `grad_programs()`: views (slices, `t`, `view`, `reshape`,
+    `expand`, `select`), reductions over some dims (`keepdim` or not), `cat`, writes through
+    views, custom Functions and grad modes, at the sizes where eager runs the body."""
     _agrees_at_each_size(sized, dynamic=True)
 
 

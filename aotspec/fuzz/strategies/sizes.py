@@ -1,7 +1,10 @@
 """One program at several sizes of one dimension, for calling one compiled function at each.
 
 Generates `sized_programs()`: a pointwise program (`pointwise.py`), whose body names no size, and
-two or three sizes of the last dimension of its widest values. `Sized.at(size)` is the program
+two or three sizes of the last dimension of its widest values; and `sized_grad_programs()`: a
+program of `grad.py` (views, reductions, cat, writes through views, several outputs), at the
+sizes among those drawn where eager runs it (a body may name a size, as `view(2, 3)` does, or an
+index, as `select(1, 2)` does, that holds at some sizes alone). `Sized.at(size)` is the program
 whose caller tensors have that size there: every tensor whose last dimension is the family's
 widest gets `size` in its place (those of 1 and the 0-dim ones broadcast as before), its values
 the drawn ones repeated, so the magnitudes the generator bounded stay bounded.
@@ -11,11 +14,14 @@ from __future__ import annotations
 
 import math
 
+import torch
 from attrs import evolve, frozen
+from hypothesis import assume
 from hypothesis import strategies as st
 
+from .grad import grad_programs
 from .pointwise import pointwise_programs
-from .program import Base, Program, source
+from .program import Base, Program, as_function, build_inputs, source
 from .sampling import sampled_from
 
 #: The sizes a dimension may take; 1 among them, which broadcasts.
@@ -57,6 +63,33 @@ def sized_programs(draw) -> Sized:
     program = draw(pointwise_programs().filter(lambda p: _width(p) > 1))
     sizes = draw(st.lists(sampled_from(SIZES), min_size=2, max_size=3, unique=True))
     return Sized(program, _width(program), tuple(sizes))
+
+
+@st.composite
+def sized_grad_programs(draw) -> Sized:
+    """A program with backward whose widest last dimension is wider than 1, and the two or
+    three of the drawn sizes of that dimension (see the module docstring) at which eager runs it:
+    the first is the size the program was drawn at, so that the sizes a plan serves are ones it
+    was not traced at."""
+    program = draw(grad_programs().filter(lambda p: _width(p) > 1))
+    width = _width(program)
+    others = draw(st.lists(sampled_from(SIZES), min_size=2, max_size=4, unique=True))
+    sizes = [width] + [size for size in others if size != width]
+    sized = Sized(program, width, tuple(sizes))
+    runs = tuple(size for size in sizes if _runs_on_eager(sized.at(size)))
+    assume(len(runs) >= 2)
+    return evolve(sized, sizes=runs[:3])
+
+
+def _runs_on_eager(program: Program) -> bool:
+    """Whether eager calls `program` without raising (its backward is not asked)."""
+    try:
+        _, args = build_inputs(program.setup)
+        with torch.set_grad_enabled(program.grad_enabled):
+            as_function(program)(*args)
+    except Exception:  # noqa: BLE001 (a size the body does not fit)
+        return False
+    return True
 
 
 def sized_source(sized: Sized) -> str:
