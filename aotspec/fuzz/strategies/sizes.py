@@ -98,3 +98,69 @@ def sized_source(sized: Sized) -> str:
         f"{source(sized.at(sized.sizes[0]))}\n"
         f"# one compiled function called at last dimension {sized.width} -> {list(sized.sizes)}"
     )
+
+
+# ---------------------------------------------------------------- int arguments under Dynamo
+
+#: The values an int argument takes: 0 and 1 (which Dynamo treats apart), and below 0.
+INTS = range(-3, 3)
+
+#: Steps of `f(x, buf, k)` on `y` (3 rows, a number of columns that varies), each valid for
+#: every `k` of `INTS`: a line of source that rebinds `y` (a write to `buf`, the caller's tensor
+#: without grad, leaves `y` alone).
+INT_STEPS = {
+    "roll": "y = y.roll(k, -1)",
+    "head": "y = y[:, :k]",
+    "tail": "y = y[:, k:]",
+    "scale": "y = y * k",
+    "shift": "y = y + k",
+    "row": "y = y * y.select(0, k)",
+    "sum": "y = y + y.sum(-1, keepdim=True) * k",
+    "mean": "y = y.mean(0) * k + y",
+    "amax": "y = y.amax(0, keepdim=True) * y",
+    "cat": "y = torch.cat([y[:, :k], y, y[:, k:]], -1)",
+    "flat": "y = y.reshape(-1).roll(k).view(3, -1)",
+    "transposed": "y = y.t()[k:].t() * 2",
+    "expand": "y = y.unsqueeze(0).expand(k + 3, -1, -1).sum(0)",
+    "split": "y = torch.cat(y.split(k + 4, -1)[::-1], -1)",
+    "write view": "y = y.clone()\n    y[:, k:].mul_(k)",
+    "write input": "buf[:, :k].add_(y.sum(-1, keepdim=True))",
+}
+
+
+@frozen
+class IntProgram:
+    """`f(x, buf, k)`, its `steps` (keys of `INT_STEPS`) on `y = x * 1`, returning `y`, called
+    in turn at each `(columns, k)` of `calls`: `x` a (3, columns) leaf that requires grad, `buf`
+    a (3, columns) tensor without grad."""
+
+    steps: tuple[str, ...]
+    calls: tuple[tuple[int, int], ...]
+
+    @property
+    def source(self) -> str:
+        body = "".join(f"    {INT_STEPS[step]}\n" for step in self.steps)
+        return f"def f(x, buf, k):\n    y = x * 1\n{body}    return y\n"
+
+    def function(self):
+        namespace = {"torch": torch}
+        exec(self.source, namespace)  # noqa: S102 (our own source)
+        return namespace["f"]
+
+    @staticmethod
+    def inputs(columns: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The call's `x` and `buf` at `columns`, the same values every time."""
+        x = torch.linspace(-2.0, 2.0, 3 * columns).reshape(3, columns).requires_grad_()
+        buf = torch.arange(3.0 * columns).reshape(3, columns)
+        return x, buf
+
+
+@st.composite
+def int_programs(draw) -> IntProgram:
+    """One to four steps of `INT_STEPS`, and three to five calls: a number of columns of
+    `SIZES` (one repeated at least, so that the int alone changes there) and an int of `INTS`."""
+    steps = draw(st.lists(sampled_from(list(INT_STEPS)), min_size=1, max_size=4))
+    columns = draw(st.lists(sampled_from(SIZES), min_size=3, max_size=5))
+    columns[-1] = columns[0]
+    ks = draw(st.lists(sampled_from(INTS), min_size=len(columns), max_size=len(columns)))
+    return IntProgram(tuple(steps), tuple(zip(columns, ks, strict=True)))
