@@ -17,6 +17,14 @@ each at every size in turn, on a fresh caller's world each time:
 A failure prints the program, its sizes and what differed at which size, and writes a
 standalone `repros/repro_sizes_<hash>.py` that reruns the check.
 
+With dynamic sizes, `sized_grad_programs()` also draws programs of `grad_programs()`: views,
+reductions over some dims, `cat`, writes through views, at the drawn sizes where eager runs the
+body. The program records have no int arguments; `int_programs()` draws functions of a tensor
+and an int, which `torch.compile(backend="aotspec", dynamic=True)` calls at several column
+counts and ints (0, 1 and negative ones among them), each call against eager: the output, the
+gradient and the caller's tensor the function writes. A failure prints the function's source
+and its calls, and hypothesis's `@reproduce_failure` line.
+
 Run: `.venv/bin/python -m pytest tests/test_differential_sizes.py` (HYPOTHESIS_PROFILE=ci, the
 default, runs a few examples; dev and nightly more; see tests/conftest.py).
 """
