@@ -350,3 +350,47 @@ CASES.append(
         skip=COMPILED_ONLY,
     )
 )
+
+
+def _one_row(n: int) -> dict:
+    return {"x": torch.linspace(-1.0, 1.0, n).reshape(1, n)}
+
+
+def _added_then_squeezed(x):
+    x.add_(2.0)
+    x.squeeze_()
+    return x * 1
+
+
+def _eager_added_then_squeezed(n: int) -> torch.Tensor:
+    """Eager PyTorch's x after the call at n columns (the output has its values too)."""
+    x = _one_row(n)["x"]
+    _added_then_squeezed(x)
+    return x
+
+
+_COLUMNS = (3, 1, 2)
+
+CASES.append(
+    Case(
+        name="sizes.an-input-squeezed-in-place-is-traced-as-passed",
+        rules=["sizes.symbolic.inputs-as-passed", "autograd.metadata.inputs"],
+        setup=_one_row,
+        args=["x"],
+        program=_added_then_squeezed,
+        sizes=_COLUMNS,
+        dynamic=True,
+        # eager's x and output at each size: at 1 column the squeeze_ leaves x 0-dim, and the
+        # add before it is traced on x as passed, 1 x 1 (a trace on capture's squeezed x wrote
+        # one element's value into a 0-dim layout, and the reference raised)
+        expect=[
+            AtSize(n, expectation)
+            for n in _COLUMNS
+            for expectation in (
+                Values("x", _eager_added_then_squeezed(n)),
+                Layout("x", shape=tuple(_eager_added_then_squeezed(n).shape)),
+                Values("out0", _eager_added_then_squeezed(n)),
+            )
+        ],
+    )
+)
