@@ -13,6 +13,7 @@ from ..case import (
     Layout,
     PeakBytes,
     PlansTraced,
+    RequiresGrad,
     Shares,
     Values,
     Version,
@@ -390,6 +391,54 @@ CASES.append(
                 Values("x", _eager_added_then_squeezed(n)),
                 Layout("x", shape=tuple(_eager_added_then_squeezed(n).shape)),
                 Values("out0", _eager_added_then_squeezed(n)),
+            )
+        ],
+    )
+)
+
+
+def _two_vectors(n: int) -> dict:
+    return {"x": torch.linspace(-1.0, 1.0, n).requires_grad_(), "y": torch.ones(3)}
+
+
+def _writes_then_doubles_with_grad(x, y):
+    # called under torch.no_grad(): the write records without grad, the product with it; the
+    # write's read back of y records size arithmetic that the trace drops
+    y.add_(2.0)
+    with torch.enable_grad():
+        return x * 2.0
+
+
+def _eager_doubled_gradient(n: int) -> torch.Tensor:
+    """Eager PyTorch's gradient of x after the call under torch.no_grad() and a backward."""
+    world = _two_vectors(n)
+    with torch.no_grad():
+        out = _writes_then_doubles_with_grad(world["x"], world["y"])
+    out.sum().backward()
+    return world["x"].grad
+
+
+_LENGTHS = (4, 1, 2)
+
+CASES.append(
+    Case(
+        name="sizes.an-op-under-enable-grad-keeps-its-mode-in-a-symbolic-trace",
+        rules=["sizes.symbolic.marks", "capture.grad-mode"],
+        setup=_two_vectors,
+        args=["x", "y"],
+        program=_writes_then_doubles_with_grad,
+        sizes=_LENGTHS,
+        dynamic=True,
+        grad_enabled=False,
+        backward=True,
+        # eager's output requires grad and x gets 2 everywhere; y is written at every call
+        expect=[
+            AtSize(n, expectation)
+            for n in _LENGTHS
+            for expectation in (
+                RequiresGrad("out0", True),
+                Values("x.grad", _eager_doubled_gradient(n)),
+                Values("y", torch.full((3,), 3.0)),
             )
         ],
     )
