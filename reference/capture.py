@@ -18,7 +18,6 @@ import contextlib
 import dis
 import functools
 import itertools
-import math
 import os
 import re
 import sys
@@ -105,26 +104,29 @@ def _decompositions() -> dict:
 
 class NodeMarks:
     """A mark each node of a graph being traced by make_fx was recorded under: `note` the mark
-    whenever it changes while tracing; `annotate` the graph after (`node.meta[key]`)."""
+    whenever it changes while tracing; `annotate` the graph after (`node.meta[key]`).
+
+    Each node gets the mark current when it was recorded, kept by node: with symbolic sizes
+    make_fx records size nodes (`sym_size`, ...) that it drops by the end, so a node's place in
+    the traced graph is not its place while it was traced."""
 
     def __init__(self, key: str, initial):
         self._key = key
-        self._initial = initial
-        #: (number of nodes in the traced graph at the change, mark from there on)
-        self._changes: list[tuple[int, Any]] = []
+        self._mark = initial
+        #: The mark of every node recorded before the latest change.
+        self._marks: dict[torch.fx.Node, Any] = {}
 
     def note(self, mark) -> None:
-        self._changes.append((len(get_proxy_mode().tracer.graph.nodes), mark))
+        # the nodes recorded since the last change, which make_fx appends, under the old mark
+        for node in reversed(get_proxy_mode().tracer.graph.nodes):
+            if node in self._marks:
+                break
+            self._marks[node] = self._mark
+        self._mark = mark
 
     def annotate(self, graph: torch.fx.Graph) -> None:
-        changes = iter(self._changes + [(math.inf, None)])
-        at, next_mark = next(changes)
-        mark = self._initial
-        for k, node in enumerate(graph.nodes):
-            while k >= at:
-                mark = next_mark
-                at, next_mark = next(changes)
-            node.meta[self._key] = mark
+        for node in graph.nodes:
+            node.meta[self._key] = self._marks.get(node, self._mark)  # r[sizes.symbolic.marks]
 
 
 class GradModes(NodeMarks):

@@ -1213,6 +1213,7 @@ def _traced_as_captured(program: CapturedProgram, tensors: list[torch.Tensor]) -
     placeholders' values, copies detached before the program ran. None where make_fx converts
     `tensors` in a mode of its own; converting them is a good part of a trace's fixed cost."""
     if any(isinstance(t, FakeTensor) for t in tensors):
+        _forget_conversions(tensors)
         return None  # traced symbolically: make_fx traces in their mode
     facts = input_facts(tensors)
     traced = list(program.traced_inputs)
@@ -1227,6 +1228,18 @@ def _traced_as_captured(program: CapturedProgram, tensors: list[torch.Tensor]) -
             return None
     traced[0].fake_mode.allow_non_fake_inputs = True
     return traced
+
+
+def _forget_conversions(fakes: list[FakeTensor]) -> None:
+    """Symbolic inputs are fakes, which make_fx converts in their own mode, where a conversion
+    is kept: capture's trace of the program ran on the conversions it made, so make_fx would
+    hand the replay tensors the program relaid out (a `squeeze_` of an input) or wrote. Forget
+    them, so that the replay's are converted afresh, as the caller's tensors are."""
+    for fake in fakes:
+        converter = fake.fake_mode.fake_tensor_converter
+        converted = converter.meta_converter.describer.lookup_tensor.get(fake)
+        if converted is not None:
+            converter.tensor_memo.pop(converted, None)  # r[sizes.symbolic.inputs-as-passed]
 
 
 def _as_converted(t: torch.Tensor) -> bool:

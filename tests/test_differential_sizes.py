@@ -17,6 +17,14 @@ each at every size in turn, on a fresh caller's world each time:
 A failure prints the program, its sizes and what differed at which size, and writes a
 standalone `repros/repro_sizes_<hash>.py` that reruns the check.
 
+With dynamic sizes, `sized_grad_programs()` also draws programs of `grad_programs()`: views,
+reductions over some dims, `cat`, writes through views, at the drawn sizes where eager runs the
+body. The program records have no int arguments; `int_programs()` draws functions of a tensor
+and an int, which `torch.compile(backend="aotspec", dynamic=True)` calls at several column
+counts and ints (0, 1 and negative ones among them), each call against eager: the output, the
+gradient and the caller's tensor the function writes. A failure prints the function's source
+and its calls, and hypothesis's `@reproduce_failure` line.
+
 Run: `.venv/bin/python -m pytest tests/test_differential_sizes.py` (HYPOTHESIS_PROFILE=ci, the
 default, runs a few examples; dev and nightly more; see tests/conftest.py).
 """
@@ -24,14 +32,23 @@ default, runs a few examples; dev and nightly more; see tests/conftest.py).
 from __future__ import annotations
 
 import pytest
+import torch
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aotspec.fuzz import coverage
 
 from harness import sizes_divergence
 from repro import is_final_run, write_sizes_repro
 from strategies.program import Base, Instr, Program, Setup, Var
-from strategies.sizes import Sized, sized_programs, sized_source
+from strategies.sizes import (
+    IntProgram,
+    Sized,
+    int_programs,
+    sized_grad_programs,
+    sized_programs,
+    sized_source,
+)
 
 #: A profile's examples (ci: 500) over 25: ci runs 20 programs, each at two or three sizes.
 EXAMPLES = max(settings.default.max_examples // 25, 10)
@@ -52,6 +69,65 @@ def test_one_symbolic_plan_agrees_with_eager_at_each_size(sized):
     """With dynamic sizes (`r[sizes.symbolic.dims]`): at every size in turn, the reference as
     eager and as a plan for that size alone (its peaks), fast as the reference."""
     _agrees_at_each_size(sized, dynamic=True)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # casts of nan and inf to integers
+@settings(max_examples=EXAMPLES)
+@given(sized_grad_programs())
+def test_a_symbolic_plan_of_views_reductions_and_writes_agrees_with_eager_at_each_size(sized):
+    """As above, on programs of `grad_programs()`: views (slices, `t`, `view`, `reshape`,
+    `expand`, `select`), reductions over some dims (`keepdim` or not), `cat`, writes through
+    views, custom Functions and grad modes, at the sizes where eager runs the body."""
+    _agrees_at_each_size(sized, dynamic=True)
+
+
+@settings(max_examples=max(EXAMPLES // 2, 5))
+@given(int_programs(), st.sampled_from(["reference", "fast"]))
+def test_dynamo_int_arguments_agree_with_eager_at_each_call(program, backend):
+    """`torch.compile(f, backend="aotspec", dynamic=True)` of a function of a tensor whose
+    columns vary and of an int that varies too, 0, 1 and negative ones among them
+    (`r[sizes.symbolic.dynamo]`, `r[sizes.symbolic.guard]`): at every call, the output, the
+    gradient of `x` and the caller's `buf`, which the function may write, are eager's."""
+    torch._dynamo.reset()
+    compiled = torch.compile(
+        program.function(), backend="aotspec", dynamic=True, options={"backend": backend}
+    )
+    try:
+        found = [line for call in program.calls for line in _int_differs(program, compiled, *call)]
+    finally:
+        torch._dynamo.reset()
+    assert not found, (
+        f"torch.compile(backend='aotspec', options={{'backend': {backend!r}}}, dynamic=True) "
+        "disagrees with eager:\n"
+        + "\n".join(f"  {line}" for line in found)
+        + f"\n{program.source}# called at (columns, k): {list(program.calls)}"
+    )
+
+
+def _int_differs(program: IntProgram, compiled, columns: int, k: int) -> list[str]:
+    """How the compiled call at `columns` and `k` differs from eager's."""
+    seen = {}
+    for side, fn in (("eager", program.function()), ("compiled", compiled)):
+        x, buf = program.inputs(columns)
+        try:
+            out = fn(x, buf, k)
+            out.sum().backward()
+        except Exception as error:  # noqa: BLE001 (a divergence when eager returns)
+            seen[side] = f"{type(error).__name__}: {error}"
+            continue
+        seen[side] = {"output": out.detach(), "x.grad": x.grad, "buf": buf}
+    where = f"at columns {columns}, k {k}"
+    raised = {side: seen[side] for side in seen if isinstance(seen[side], str)}
+    if raised:
+        said = ", ".join(f"{side} raised {error}" for side, error in raised.items())
+        return [] if len(raised) == 2 and len(set(raised.values())) == 1 else [f"{where}: {said}"]
+    found = []
+    for name, expected in seen["eager"].items():
+        try:
+            torch.testing.assert_close(seen["compiled"][name], expected, equal_nan=True)
+        except AssertionError as error:
+            found.append(f"{where}, {name}: {str(error).splitlines()[0]}")
+    return found
 
 
 def _agrees_at_each_size(sized: Sized, dynamic: bool) -> None:

@@ -13,6 +13,7 @@ from ..case import (
     Layout,
     PeakBytes,
     PlansTraced,
+    RequiresGrad,
     Shares,
     Values,
     Version,
@@ -348,5 +349,97 @@ CASES.append(
             ],
         ],
         skip=COMPILED_ONLY,
+    )
+)
+
+
+def _one_row(n: int) -> dict:
+    return {"x": torch.linspace(-1.0, 1.0, n).reshape(1, n)}
+
+
+def _added_then_squeezed(x):
+    x.add_(2.0)
+    x.squeeze_()
+    return x * 1
+
+
+def _eager_added_then_squeezed(n: int) -> torch.Tensor:
+    """Eager PyTorch's x after the call at n columns (the output has its values too)."""
+    x = _one_row(n)["x"]
+    _added_then_squeezed(x)
+    return x
+
+
+_COLUMNS = (3, 1, 2)
+
+CASES.append(
+    Case(
+        name="sizes.an-input-squeezed-in-place-is-traced-as-passed",
+        rules=["sizes.symbolic.inputs-as-passed", "autograd.metadata.inputs"],
+        setup=_one_row,
+        args=["x"],
+        program=_added_then_squeezed,
+        sizes=_COLUMNS,
+        dynamic=True,
+        # eager's x and output at each size: at 1 column the squeeze_ leaves x 0-dim, and the
+        # add before it is traced on x as passed, 1 x 1 (a trace on capture's squeezed x wrote
+        # one element's value into a 0-dim layout, and the reference raised)
+        expect=[
+            AtSize(n, expectation)
+            for n in _COLUMNS
+            for expectation in (
+                Values("x", _eager_added_then_squeezed(n)),
+                Layout("x", shape=tuple(_eager_added_then_squeezed(n).shape)),
+                Values("out0", _eager_added_then_squeezed(n)),
+            )
+        ],
+    )
+)
+
+
+def _two_vectors(n: int) -> dict:
+    return {"x": torch.linspace(-1.0, 1.0, n).requires_grad_(), "y": torch.ones(3)}
+
+
+def _writes_then_doubles_with_grad(x, y):
+    # called under torch.no_grad(): the write records without grad, the product with it; the
+    # write's read back of y records size arithmetic that the trace drops
+    y.add_(2.0)
+    with torch.enable_grad():
+        return x * 2.0
+
+
+def _eager_doubled_gradient(n: int) -> torch.Tensor:
+    """Eager PyTorch's gradient of x after the call under torch.no_grad() and a backward."""
+    world = _two_vectors(n)
+    with torch.no_grad():
+        out = _writes_then_doubles_with_grad(world["x"], world["y"])
+    out.sum().backward()
+    return world["x"].grad
+
+
+_LENGTHS = (4, 1, 2)
+
+CASES.append(
+    Case(
+        name="sizes.an-op-under-enable-grad-keeps-its-mode-in-a-symbolic-trace",
+        rules=["sizes.symbolic.marks", "capture.grad-mode"],
+        setup=_two_vectors,
+        args=["x", "y"],
+        program=_writes_then_doubles_with_grad,
+        sizes=_LENGTHS,
+        dynamic=True,
+        grad_enabled=False,
+        backward=True,
+        # eager's output requires grad and x gets 2 everywhere; y is written at every call
+        expect=[
+            AtSize(n, expectation)
+            for n in _LENGTHS
+            for expectation in (
+                RequiresGrad("out0", True),
+                Values("x.grad", _eager_doubled_gradient(n)),
+                Values("y", torch.full((3,), 3.0)),
+            )
+        ],
     )
 )
