@@ -430,8 +430,10 @@ def _keeping_history(contents: torch.Tensor):
 
 
 def _replaces(new: torch.Tensor, layout: Layout, storage: _Storage) -> bool:
-    """Writing `new` through `layout` replaces all of `storage`'s contents, in `new`'s order."""
-    return _covers(layout, storage) and new.is_contiguous()
+    """Writing `new` through `layout` replaces all of `storage`'s contents, in `new`'s order.
+    Not where there are none: a 0-dim value broadcast into no element counts as contiguous, but
+    lies on that value's bytes (r[functionalize.writes.whole-without-history])."""
+    return _covers(layout, storage) and new.is_contiguous() and layout.numel != 0
 
 
 def _covers(layout: Layout, storage: _Storage) -> bool:

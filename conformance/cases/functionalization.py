@@ -187,6 +187,12 @@ def _detach_in_place(world):
     world["out0"].detach_()
 
 
+def _copy_of_a_number_into_no_element(x, s):
+    t = x * 2  # a result with no elements, on a storage of 0 bytes
+    t.copy_(s * 1)  # broadcasts a 0-dim value into no element: writes nothing
+    return (t,)
+
+
 def _square_non_leaf_and_ones():
     p = torch.arange(4.0).reshape(2, 2).requires_grad_()
     return {"p": p, "x": p * 1, "y": torch.ones(2, 2)}
@@ -419,6 +425,15 @@ CASES = [
         backward=True,
         # eager's copy_ broadcasts x into no element and still records CopyBackwards
         expect=[RequiresGrad("out0"), Values("x.grad", [0.0, 0.0])],
+    ),
+    Case(
+        name="memory.write-into-no-element-keeps-its-empty-storage",
+        rules=["functionalize.writes.whole-without-history"],
+        setup=lambda: {"x": torch.ones(0), "s": torch.tensor(3.0)},
+        args=["x", "s"],
+        program=_copy_of_a_number_into_no_element,
+        # eager's t keeps the 0 bytes x * 2 gave it; the 0-dim value's 4 are not its storage
+        expect=[StorageBytes("out0", 0)],
     ),
     Case(
         name="autograd.first-read-after-a-write-is-under-no-grad",
